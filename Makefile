@@ -1,0 +1,114 @@
+# warmpool — see README.md. `make help` lists the targets.
+
+# Image names and tags live here and only here.
+IMG_MANAGER ?= warmpool.dev/manager:dev
+IMG_REPL ?= warmpool.dev/repl:dev
+
+# Pinned tool versions; tools are installed into ./bin.
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.3
+GINKGO_VERSION ?= v2.34.0
+# Control-plane versions for envtest; hack/k8s-binaries.sh builds them from Go modules.
+K8S_VERSION ?= v1.34.10
+ETCD_VERSION ?= v3.5.35
+
+LOCALBIN ?= $(shell pwd)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+# No kubectl is assumed on the machine: it is built from Go modules and cached, on first use.
+KUBECTL ?= $(shell K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kubectl)/kubectl
+
+GO ?= go
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate CRDs and RBAC into config/.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	$(GO) fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	$(GO) vet ./...
+
+.PHONY: verify
+verify: manifests generate ## Fail when generated files are out of date.
+	@git diff --exit-code -- config api || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+.PHONY: envtest
+envtest: ## Build (once, then cached) kube-apiserver and etcd for envtest.
+	@K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest
+
+.PHONY: test
+test: manifests generate vet ## Run unit and envtest integration tests.
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
+		$(GO) test ./... -coverprofile cover.out
+
+##@ Build
+
+.PHONY: build
+build: manifests generate ## Build the manager and agent binaries into ./bin.
+	$(GO) build -o $(LOCALBIN)/manager ./cmd/manager
+	CGO_ENABLED=0 $(GO) build -o $(LOCALBIN)/agent ./cmd/agent
+
+.PHONY: run
+run: manifests generate ## Run the manager against the cluster in KUBECONFIG.
+	$(GO) run ./cmd/manager
+
+##@ Deployment
+
+.PHONY: install
+install: manifests kustomize ## Install the CRDs into the cluster in KUBECONFIG.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests kustomize ## Remove the CRDs from the cluster in KUBECONFIG.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+##@ Tools
+
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN)
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE)
+$(KUSTOMIZE): | $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+# go-install-tool installs a pinned Go tool as bin/NAME-VERSION and links bin/NAME to it,
+# so a version bump in this file reinstalls the tool.
+define go-install-tool
+@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)")" = "$$(realpath -- "$(1)-$(3)")" ] || { \
+set -e; \
+package=$(2)@$(3) ;\
+echo "Installing $${package}" ;\
+rm -f "$(1)" ;\
+GOBIN="$(LOCALBIN)" $(GO) install $${package} ;\
+mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
+} ;\
+ln -sf "$$(realpath -- "$(1)-$(3)")" "$(1)"
+endef

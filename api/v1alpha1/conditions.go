@@ -1,0 +1,39 @@
+package v1alpha1
+
+// Condition types and reasons. Reasons are CamelCase and say what a user can act on.
+const (
+	// SandboxPool conditions.
+
+	// PoolConditionReady is True when the pool has spec.replicas idle Ready pods.
+	PoolConditionReady = "Ready"
+	// PoolConditionDegraded is True when pods of the pool cannot start or keep failing.
+	PoolConditionDegraded = "Degraded"
+
+	// Execution conditions.
+
+	// ExecutionConditionWaitingForSandbox is True while no pod of the pool is free.
+	ExecutionConditionWaitingForSandbox = "WaitingForSandbox"
+	// ExecutionConditionComplete is True once the Execution finished; its reason
+	// says how (Succeeded, Error, TimedOut, Cancelled, SandboxLost, ...).
+	ExecutionConditionComplete = "Complete"
+)
+
+// Condition reasons.
+const (
+	ReasonPoolNotFound       = "PoolNotFound"
+	ReasonNoIdleSandbox      = "NoIdleSandbox"
+	ReasonMaxPodsReached     = "MaxPodsReached"
+	ReasonSandboxClaimed     = "SandboxClaimed"
+	ReasonSucceeded          = "Succeeded"
+	ReasonError              = "Error"
+	ReasonTimedOut           = "TimedOut"
+	ReasonCancelled          = "Cancelled"
+	ReasonSandboxLost        = "SandboxLost"
+	ReasonSessionLost        = "SessionLost"
+	ReasonCodeSourceNotFound = "CodeSourceNotFound"
+	ReasonImagePullBackOff   = "ImagePullBackOff"
+	ReasonCrashLoopBackOff   = "CrashLoopBackOff"
+	ReasonPodsStarting       = "PodsStarting"
+	ReasonIdleReplicasReady  = "IdleReplicasReady"
+	ReasonPodsHealthy        = "PodsHealthy"
+)

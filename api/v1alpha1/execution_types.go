@@ -1,0 +1,309 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Language of an Execution's code.
+// +kubebuilder:validation:Enum=python;shell
+type Language string
+
+const (
+	// LanguagePython runs the code in the pod's warm Python interpreter.
+	LanguagePython Language = "python"
+	// LanguageShell runs the code with /bin/sh -c in the pod's workspace.
+	LanguageShell Language = "shell"
+)
+
+// ContextFormat says how an Execution's context reaches the code.
+// +kubebuilder:validation:Enum=text;json
+type ContextFormat string
+
+const (
+	// ContextText hands the context to the code as a str.
+	ContextText ContextFormat = "text"
+	// ContextJSON parses the context as JSON before the code runs.
+	ContextJSON ContextFormat = "json"
+)
+
+// ExecutionPhase is where an Execution is in its lifecycle.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;TimedOut;Cancelled
+type ExecutionPhase string
+
+const (
+	// PhasePending: waiting for a pod of the pool.
+	PhasePending ExecutionPhase = "Pending"
+	// PhaseRunning: the code runs in a pod.
+	PhaseRunning ExecutionPhase = "Running"
+	// PhaseSucceeded: the code finished without an exception (or, for shell, with exit code 0).
+	PhaseSucceeded ExecutionPhase = "Succeeded"
+	// PhaseFailed: the code raised, exited non-zero, or could not run (see status.error and conditions).
+	PhaseFailed ExecutionPhase = "Failed"
+	// PhaseTimedOut: the code was interrupted at its timeout.
+	PhaseTimedOut ExecutionPhase = "TimedOut"
+	// PhaseCancelled: spec.cancel was set before the code finished.
+	PhaseCancelled ExecutionPhase = "Cancelled"
+)
+
+// IsFinished reports whether the phase is terminal.
+func (p ExecutionPhase) IsFinished() bool {
+	switch p {
+	case PhaseSucceeded, PhaseFailed, PhaseTimedOut, PhaseCancelled:
+		return true
+	}
+	return false
+}
+
+// Limits of an Execution's spec. Together with MaxOutputBytesLimit they keep
+// an Execution object well below etcd's 1.5 MiB limit.
+const (
+	// MaxCodeBytes bounds spec.code.
+	MaxCodeBytes = 131072
+	// MaxTimeout bounds spec.timeout and the pools' default timeout.
+	MaxTimeout = "24h"
+	// MaxContextBytes bounds spec.context.
+	MaxContextBytes = 262144
+	// MaxResultBytes bounds status.result; a longer value is cut.
+	MaxResultBytes = 65536
+)
+
+// PoolReference names a SandboxPool in the Execution's own namespace.
+type PoolReference struct {
+	// name of the SandboxPool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
+// KeyReference names a key of a ConfigMap or Secret in the Execution's namespace.
+type KeyReference struct {
+	// name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// key within the object's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Key string `json:"key"`
+}
+
+// CodeSource reads the code from a ConfigMap or a Secret. Exactly one is set.
+// +kubebuilder:validation:XValidation:rule="has(self.configMapKeyRef) != has(self.secretKeyRef)",message="spec.codeFrom needs exactly one of configMapKeyRef or secretKeyRef"
+type CodeSource struct {
+	// configMapKeyRef reads the code from a key of a ConfigMap.
+	// +optional
+	ConfigMapKeyRef *KeyReference `json:"configMapKeyRef,omitempty"`
+	// secretKeyRef reads the code from a key of a Secret.
+	// +optional
+	SecretKeyRef *KeyReference `json:"secretKeyRef,omitempty"`
+}
+
+// EnvVar is an environment variable set in the interpreter for one Execution.
+type EnvVar struct {
+	// name of the variable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +required
+	Name string `json:"name"`
+	// value of the variable.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Value string `json:"value"`
+}
+
+// ExecutionSpec is what to run and where. It cannot change after creation,
+// except cancel and ttlSecondsAfterFinished.
+// +kubebuilder:validation:XValidation:rule="has(self.code) != has(self.codeFrom)",message="exactly one of spec.code or spec.codeFrom must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.code) == has(oldSelf.code) && has(self.codeFrom) == has(oldSelf.codeFrom) && has(self.timeout) == has(oldSelf.timeout) && has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env) && has(self.session) == has(oldSelf.session)",message="spec is immutable except cancel and ttlSecondsAfterFinished: create a new Execution instead"
+type ExecutionSpec struct {
+	// poolRef names the SandboxPool, in this namespace, whose pod runs the code.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
+	// +required
+	PoolRef PoolReference `json:"poolRef"`
+
+	// code to run. Python: a trailing expression's repr becomes status.result.
+	// Shell: run with /bin/sh -c.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=131072
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.code is immutable: create a new Execution to run other code"
+	// +optional
+	Code *string `json:"code,omitempty"`
+
+	// codeFrom reads the code from a ConfigMap or Secret key instead of spec.code.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.codeFrom is immutable"
+	// +optional
+	CodeFrom *CodeSource `json:"codeFrom,omitempty"`
+
+	// language of the code: python (default) or shell.
+	// +kubebuilder:default=python
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.language is immutable"
+	// +optional
+	Language Language `json:"language,omitempty"`
+
+	// timeout of the run, counted from status.startTime. At the timeout the code
+	// gets KeyboardInterrupt (SIGINT) and the Execution ends TimedOut. Defaults
+	// to the pool's spec.executionDefaults.timeout.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="spec.timeout must be greater than 0s and at most 24h"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.timeout is immutable"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// context is handed to the code as the Python variable `context`: a str, or,
+	// with contextFormat json, the parsed JSON value (dict, list, ...).
+	// +kubebuilder:validation:MaxLength=262144
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.context is immutable"
+	// +optional
+	Context *string `json:"context,omitempty"`
+
+	// contextFormat says how to read context: text (default) or json.
+	// +kubebuilder:default=text
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.contextFormat is immutable"
+	// +optional
+	ContextFormat ContextFormat `json:"contextFormat,omitempty"`
+
+	// env is set in the interpreter (os.environ) for this run only.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.env is immutable"
+	// +optional
+	Env []EnvVar `json:"env,omitempty"`
+
+	// session groups Executions that run one at a time, in creation order, on
+	// one pod whose interpreter keeps its state (variables, imports) between them.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.session is immutable"
+	// +optional
+	Session string `json:"session,omitempty"`
+
+	// cancel stops the Execution: a pending one never runs, a running one is
+	// interrupted. It ends Cancelled.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+
+	// ttlSecondsAfterFinished deletes the Execution this long after it finished.
+	// Unset keeps it until someone deletes it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// ExecutionError describes why the code failed.
+type ExecutionError struct {
+	// type is the exception class (e.g. ZeroDivisionError), or an operator
+	// reason such as SandboxLost when the code could not run to its end.
+	// +optional
+	Type string `json:"type,omitempty"`
+	// message of the exception.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// traceback of the exception, with line numbers of the user's code.
+	// +optional
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// ExecutionStatus is the observed state of an Execution.
+type ExecutionStatus struct {
+	// phase: Pending, Running, Succeeded, Failed, TimedOut or Cancelled.
+	// +optional
+	Phase ExecutionPhase `json:"phase,omitempty"`
+
+	// podName of the sandbox pod that runs or ran the code.
+	// +optional
+	PodName string `json:"podName,omitempty"`
+
+	// startTime is when the code started in the pod.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the Execution finished.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// durationMillis is how long the code ran, in milliseconds.
+	// +optional
+	DurationMillis *int64 `json:"durationMillis,omitempty"`
+
+	// duration is durationMillis for people, e.g. "12ms" or "1.5s".
+	// +optional
+	Duration string `json:"duration,omitempty"`
+
+	// stdout of the code, cut to the pool's maxOutputBytes with a notice.
+	// +optional
+	Stdout string `json:"stdout,omitempty"`
+
+	// stdoutTruncated is true when stdout was cut.
+	// +optional
+	StdoutTruncated bool `json:"stdoutTruncated,omitempty"`
+
+	// stderr of the code, cut to the pool's maxOutputBytes with a notice.
+	// +optional
+	Stderr string `json:"stderr,omitempty"`
+
+	// stderrTruncated is true when stderr was cut.
+	// +optional
+	StderrTruncated bool `json:"stderrTruncated,omitempty"`
+
+	// result is the FINAL() value, or the repr of the code's last expression.
+	// +optional
+	Result string `json:"result,omitempty"`
+
+	// error says why the code failed.
+	// +optional
+	Error *ExecutionError `json:"error,omitempty"`
+
+	// exitCode of a shell Execution.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+
+	// observedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: WaitingForSandbox while no pod is free; Complete once finished,
+	// with a reason such as Succeeded, TimedOut, SandboxLost or CodeSourceNotFound.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Execution runs a piece of code in a warm sandbox pod of a SandboxPool.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ex,categories=warmpool
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.session`,priority=1
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Duration",type=string,JSONPath=`.status.duration`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Execution struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the code to run and where.
+	// +required
+	Spec ExecutionSpec `json:"spec"`
+
+	// status is the outcome.
+	// +optional
+	Status ExecutionStatus `json:"status,omitempty"`
+}
+
+// ExecutionList contains a list of Execution.
+// +kubebuilder:object:root=true
+type ExecutionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Execution `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Execution{}, &ExecutionList{})
+}

@@ -1,0 +1,272 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReusePolicy says whether a sandbox pod may run more than one Execution (or session).
+// +kubebuilder:validation:Enum=Never;FreshInterpreter
+type ReusePolicy string
+
+const (
+	// ReuseNever deletes a pod after it has run one Execution or one session.
+	ReuseNever ReusePolicy = "Never"
+	// ReuseFreshInterpreter returns a used pod to the pool after restarting its
+	// interpreter. Files in the workspace and anything the code changed outside
+	// the interpreter survive, so use it only for code you trust.
+	ReuseFreshInterpreter ReusePolicy = "FreshInterpreter"
+)
+
+// Limits of the API. They keep an Execution (spec plus captured output) well
+// below etcd's 1.5 MiB object limit.
+const (
+	// MaxOutputBytesLimit is the largest per-stream output a pool may keep in an Execution's status.
+	MaxOutputBytesLimit = 131072
+	// DefaultMaxOutputBytes is the per-stream output kept when a pool does not say.
+	DefaultMaxOutputBytes = 65536
+)
+
+// SandboxPoolSpec is the desired state of a pool of warm sandbox pods.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxPods) || self.maxPods >= self.replicas",message="spec.maxPods must be greater than or equal to spec.replicas: raise maxPods or lower replicas"
+type SandboxPoolSpec struct {
+	// replicas is the number of warm, idle pods to keep ready for new Executions.
+	// Busy pods do not count. This is what `kubectl scale` and autoscalers change.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// maxPods caps the pool's pods, idle and busy together. When it is reached,
+	// new Executions wait for a pod to be freed. Unset means no cap.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxPods *int32 `json:"maxPods,omitempty"`
+
+	// image is the sandbox container image: python3 plus the warmpool agent as entrypoint.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +required
+	Image string `json:"image"`
+
+	// imagePullPolicy of the sandbox container.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +kubebuilder:default=IfNotPresent
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// resources of the sandbox container. Limits are always set on sandbox pods:
+	// when a limit is not given here, the operator applies its default.
+	// +kubebuilder:default={limits:{cpu:"1",memory:"512Mi"},requests:{cpu:"100m",memory:"128Mi"}}
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// env is set in the sandbox container for every Execution of the pool.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// template carries the pod settings the operator does not manage: labels,
+	// annotations, scheduling and image pull secrets. The operator builds the
+	// sandbox container, volumes and security settings itself.
+	// +optional
+	Template *SandboxPodTemplate `json:"template,omitempty"`
+
+	// runtimeClassName of the sandbox pods. Defaults to gvisor, which isolates
+	// user code from the node's kernel. Set it to "" only for trusted code or on
+	// clusters without gVisor.
+	// +kubebuilder:default=gvisor
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.runtimeClassName must be a RuntimeClass name (lowercase letters, digits, '-' and '.'), or \"\" to run without one"
+	// +optional
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+
+	// python configures the interpreter each pod keeps warm.
+	// +kubebuilder:default={}
+	// +optional
+	Python PythonSpec `json:"python,omitempty"`
+
+	// executionDefaults apply to every Execution of the pool that does not say otherwise.
+	// +kubebuilder:default={}
+	// +optional
+	ExecutionDefaults ExecutionDefaults `json:"executionDefaults,omitempty"`
+
+	// sessionIdleTimeout is how long a session keeps its pod after its last
+	// Execution finished. Then the pod, and the session's state, are deleted.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="spec.sessionIdleTimeout must be between 1s and 24h"
+	// +optional
+	SessionIdleTimeout *metav1.Duration `json:"sessionIdleTimeout,omitempty"`
+
+	// reusePolicy says whether a used pod is deleted (Never, the default) or
+	// returned to the pool with a fresh interpreter (FreshInterpreter).
+	// +kubebuilder:default=Never
+	// +optional
+	ReusePolicy ReusePolicy `json:"reusePolicy,omitempty"`
+}
+
+// SandboxPodTemplate is the part of a pod template a pool lets users set. It is
+// a subset of a PodTemplateSpec on purpose: containers, volumes, the service
+// account and security contexts are the sandbox's and cannot be overridden.
+type SandboxPodTemplate struct {
+	// metadata: labels and annotations added to every sandbox pod. The
+	// operator's own labels win over same-named ones here.
+	// +optional
+	Metadata SandboxPodMetadata `json:"metadata,omitempty"`
+
+	// spec: scheduling settings of the sandbox pods.
+	// +optional
+	Spec SandboxPodSpec `json:"spec,omitempty"`
+}
+
+// SandboxPodMetadata is the metadata a user may add to sandbox pods.
+type SandboxPodMetadata struct {
+	// labels added to every sandbox pod.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// annotations added to every sandbox pod.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// SandboxPodSpec holds the scheduling settings of sandbox pods.
+type SandboxPodSpec struct {
+	// nodeSelector constrains the nodes the pods run on.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations of the pods.
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// affinity of the pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// topologySpreadConstraints of the pods.
+	// +listType=atomic
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// priorityClassName of the pods.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// imagePullSecrets to pull the sandbox image with.
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// schedulerName of the pods; empty means the default scheduler.
+	// +optional
+	SchedulerName string `json:"schedulerName,omitempty"`
+}
+
+// PythonSpec configures the warm interpreter.
+type PythonSpec struct {
+	// preload lists modules imported while the pod warms up (for example numpy,
+	// pandas). A pod is Ready only after all of them imported.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`
+	// +optional
+	Preload []string `json:"preload,omitempty"`
+}
+
+// ExecutionDefaults are the per-pool defaults and limits of Executions.
+type ExecutionDefaults struct {
+	// timeout of an Execution that does not set spec.timeout.
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="timeout must be greater than 0s and at most 24h"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// interruptGracePeriod is how long code may take to stop after SIGINT
+	// (KeyboardInterrupt) before its pod is deleted.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('10m')",message="interruptGracePeriod must be between 0s and 10m"
+	// +optional
+	InterruptGracePeriod *metav1.Duration `json:"interruptGracePeriod,omitempty"`
+
+	// maxOutputBytes is how much of each of stdout and stderr is kept in an
+	// Execution's status; the rest is cut with a notice of how much was left out.
+	// +kubebuilder:default=65536
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=131072
+	// +optional
+	MaxOutputBytes int32 `json:"maxOutputBytes,omitempty"`
+}
+
+// SandboxPoolStatus is the observed state of a SandboxPool.
+type SandboxPoolStatus struct {
+	// replicas is the number of the pool's pods not claimed by an Execution
+	// (warming or idle): the count that spec.replicas drives.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// readyReplicas is the number of the pool's pods whose agent is ready, idle or busy.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// idleReplicas is the number of Ready pods waiting for an Execution.
+	// +optional
+	IdleReplicas int32 `json:"idleReplicas"`
+
+	// busyReplicas is the number of pods claimed by an Execution or a session.
+	// +optional
+	BusyReplicas int32 `json:"busyReplicas"`
+
+	// pendingExecutions is the number of Executions waiting for a pod of this pool.
+	// +optional
+	PendingExecutions int32 `json:"pendingExecutions"`
+
+	// selector is the label selector of the pool's pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// observedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready (the pool has its idle replicas) and Degraded (pods
+	// cannot start, with a reason such as ImagePullBackOff).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SandboxPool keeps a number of warm Python sandbox pods ready for Executions.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=sbp,categories=warmpool
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,description="Desired idle pods"
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idleReplicas`
+// +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.busyReplicas`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SandboxPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the pool.
+	// +required
+	Spec SandboxPoolSpec `json:"spec"`
+
+	// status is the observed state of the pool.
+	// +optional
+	Status SandboxPoolStatus `json:"status,omitempty"`
+}
+
+// SandboxPoolList contains a list of SandboxPool.
+// +kubebuilder:object:root=true
+type SandboxPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SandboxPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SandboxPool{}, &SandboxPoolList{})
+}

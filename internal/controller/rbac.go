@@ -1,0 +1,17 @@
+// Package controller holds the warmpool reconcilers. The RBAC markers below
+// are the permissions the manager needs; controller-gen turns them into
+// config/rbac/role.yaml.
+package controller
+
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools/finalizers,verbs=update
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=executions,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=executions/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=executions/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete

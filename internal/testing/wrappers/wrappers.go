@@ -1,0 +1,162 @@
+// Package wrappers builds API objects for tests in a readable, chainable way:
+//
+//	wrappers.Execution("ns", "hello").Pool("python").Code("print(1)").Obj()
+package wrappers
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+)
+
+// PoolWrapper wraps a SandboxPool.
+type PoolWrapper struct{ sandboxv1alpha1.SandboxPool }
+
+// Pool starts a SandboxPool with an image and one replica.
+func Pool(namespace, name string) *PoolWrapper {
+	return &PoolWrapper{sandboxv1alpha1.SandboxPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: sandboxv1alpha1.SandboxPoolSpec{
+			Replicas: 1,
+			Image:    "warmpool.dev/repl:test",
+		},
+	}}
+}
+
+// Obj returns a pointer to the built object.
+func (w *PoolWrapper) Obj() *sandboxv1alpha1.SandboxPool { return &w.SandboxPool }
+
+// Replicas sets spec.replicas.
+func (w *PoolWrapper) Replicas(n int32) *PoolWrapper { w.Spec.Replicas = n; return w }
+
+// MaxPods sets spec.maxPods.
+func (w *PoolWrapper) MaxPods(n int32) *PoolWrapper { w.Spec.MaxPods = &n; return w }
+
+// Image sets spec.image.
+func (w *PoolWrapper) Image(image string) *PoolWrapper { w.Spec.Image = image; return w }
+
+// RuntimeClass sets spec.runtimeClassName; "" opts out of gVisor.
+func (w *PoolWrapper) RuntimeClass(name string) *PoolWrapper {
+	w.Spec.RuntimeClassName = &name
+	return w
+}
+
+// Preload sets spec.python.preload.
+func (w *PoolWrapper) Preload(modules ...string) *PoolWrapper {
+	w.Spec.Python.Preload = modules
+	return w
+}
+
+// Timeout sets spec.executionDefaults.timeout.
+func (w *PoolWrapper) Timeout(d time.Duration) *PoolWrapper {
+	w.Spec.ExecutionDefaults.Timeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+// GracePeriod sets spec.executionDefaults.interruptGracePeriod.
+func (w *PoolWrapper) GracePeriod(d time.Duration) *PoolWrapper {
+	w.Spec.ExecutionDefaults.InterruptGracePeriod = &metav1.Duration{Duration: d}
+	return w
+}
+
+// MaxOutputBytes sets spec.executionDefaults.maxOutputBytes.
+func (w *PoolWrapper) MaxOutputBytes(n int32) *PoolWrapper {
+	w.Spec.ExecutionDefaults.MaxOutputBytes = n
+	return w
+}
+
+// SessionIdleTimeout sets spec.sessionIdleTimeout.
+func (w *PoolWrapper) SessionIdleTimeout(d time.Duration) *PoolWrapper {
+	w.Spec.SessionIdleTimeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+// Reuse sets spec.reusePolicy.
+func (w *PoolWrapper) Reuse(p sandboxv1alpha1.ReusePolicy) *PoolWrapper {
+	w.Spec.ReusePolicy = p
+	return w
+}
+
+// ExecutionWrapper wraps an Execution.
+type ExecutionWrapper struct{ sandboxv1alpha1.Execution }
+
+// Execution starts an Execution of `print(1)` in pool "python".
+func Execution(namespace, name string) *ExecutionWrapper {
+	return &ExecutionWrapper{sandboxv1alpha1.Execution{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: sandboxv1alpha1.ExecutionSpec{
+			PoolRef: sandboxv1alpha1.PoolReference{Name: "python"},
+			Code:    ptr.To("print(1)"),
+		},
+	}}
+}
+
+// Obj returns a pointer to the built object.
+func (w *ExecutionWrapper) Obj() *sandboxv1alpha1.Execution { return &w.Execution }
+
+// Pool sets spec.poolRef.name.
+func (w *ExecutionWrapper) Pool(name string) *ExecutionWrapper { w.Spec.PoolRef.Name = name; return w }
+
+// Code sets spec.code.
+func (w *ExecutionWrapper) Code(code string) *ExecutionWrapper { w.Spec.Code = &code; return w }
+
+// NoCode clears spec.code.
+func (w *ExecutionWrapper) NoCode() *ExecutionWrapper { w.Spec.Code = nil; return w }
+
+// CodeFromConfigMap sets spec.codeFrom to a ConfigMap key.
+func (w *ExecutionWrapper) CodeFromConfigMap(name, key string) *ExecutionWrapper {
+	w.Spec.CodeFrom = &sandboxv1alpha1.CodeSource{ConfigMapKeyRef: &sandboxv1alpha1.KeyReference{Name: name, Key: key}}
+	return w
+}
+
+// CodeFromSecret sets spec.codeFrom to a Secret key.
+func (w *ExecutionWrapper) CodeFromSecret(name, key string) *ExecutionWrapper {
+	w.Spec.CodeFrom = &sandboxv1alpha1.CodeSource{SecretKeyRef: &sandboxv1alpha1.KeyReference{Name: name, Key: key}}
+	return w
+}
+
+// Language sets spec.language.
+func (w *ExecutionWrapper) Language(l sandboxv1alpha1.Language) *ExecutionWrapper {
+	w.Spec.Language = l
+	return w
+}
+
+// Timeout sets spec.timeout.
+func (w *ExecutionWrapper) Timeout(d time.Duration) *ExecutionWrapper {
+	w.Spec.Timeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+// Context sets spec.context as text.
+func (w *ExecutionWrapper) Context(text string) *ExecutionWrapper {
+	w.Spec.Context = &text
+	return w
+}
+
+// JSONContext sets spec.context to a JSON document with contextFormat json.
+func (w *ExecutionWrapper) JSONContext(doc string) *ExecutionWrapper {
+	w.Spec.Context = &doc
+	w.Spec.ContextFormat = sandboxv1alpha1.ContextJSON
+	return w
+}
+
+// Env adds a variable to spec.env.
+func (w *ExecutionWrapper) Env(name, value string) *ExecutionWrapper {
+	w.Spec.Env = append(w.Spec.Env, sandboxv1alpha1.EnvVar{Name: name, Value: value})
+	return w
+}
+
+// Session sets spec.session.
+func (w *ExecutionWrapper) Session(s string) *ExecutionWrapper { w.Spec.Session = s; return w }
+
+// Cancel sets spec.cancel.
+func (w *ExecutionWrapper) Cancel() *ExecutionWrapper { w.Spec.Cancel = true; return w }
+
+// TTL sets spec.ttlSecondsAfterFinished.
+func (w *ExecutionWrapper) TTL(seconds int32) *ExecutionWrapper {
+	w.Spec.TTLSecondsAfterFinished = &seconds
+	return w
+}
