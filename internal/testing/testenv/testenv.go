@@ -76,4 +76,3 @@ func Start() (*Env, error) {
 	}
 	return &Env{Environment: env, Config: cfg, Client: c}, nil
 }
-

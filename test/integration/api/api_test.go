@@ -202,7 +202,7 @@ var _ = Describe("Validation", func() {
 	DescribeTable("keeps an Execution's spec immutable after creation",
 		func(mutate func(*sandboxv1alpha1.Execution), field, msg string) {
 			ns := newNamespace()
-			ex := wrappers.Execution(ns, "ex").Session("s1").Timeout(10 * time.Second).Env("A", "1").JSONContext(`{"k":1}`).Obj()
+			ex := wrappers.Execution(ns, "ex").Session("s1").Timeout(10*time.Second).Env("A", "1").JSONContext(`{"k":1}`).Obj()
 			Expect(k8s.Create(ctx, ex)).To(Succeed())
 			mutate(ex)
 			expectInvalid(k8s.Update(ctx, ex), field, msg)
