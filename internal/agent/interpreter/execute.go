@@ -1,0 +1,254 @@
+package interpreter
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/warmpool/warmpool/internal/agent/output"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+)
+
+// markerWait bounds how long the agent waits, after the reply, for the end
+// marker on fd 1 and 2 (it never arrives when the code closed them).
+const markerWait = 2 * time.Second
+
+// Execute runs Python code and returns its result. It returns ErrBusy when
+// another execution runs. Timeouts, interrupts and interpreter deaths are
+// results, not errors.
+func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*protocol.Result, error) {
+	if !it.busy.TryLock() {
+		return nil, ErrBusy
+	}
+	defer it.busy.Unlock()
+
+	res := &protocol.Result{ID: req.ID, StartedAt: time.Now()}
+	finish := func() *protocol.Result {
+		res.FinishedAt = time.Now()
+		res.DurationMillis = float64(res.FinishedAt.Sub(res.StartedAt).Microseconds()) / 1000
+		return res
+	}
+	p, err := it.ensure()
+	if err != nil {
+		res.Status = protocol.StatusFailed
+		res.StateLost = true
+		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterDied, Message: "the interpreter could not start: " + err.Error()}
+		return finish(), nil
+	}
+
+	timeout := durationOr(req.TimeoutMillis, it.cfg.DefaultTimeout)
+	grace := durationOr(req.GraceMillis, it.cfg.DefaultGrace)
+	limit := req.MaxOutputBytes
+	if limit <= 0 {
+		limit = it.cfg.DefaultMaxOutputBytes
+	}
+	maxBridge := req.MaxBridgeCalls
+	if maxBridge <= 0 {
+		maxBridge = it.cfg.DefaultMaxBridgeCalls
+	}
+
+	stdout, stderr := output.NewBuffer(limit), output.NewBuffer(limit)
+	stdout.OnWrite, stderr.OnWrite = hooks.OnStdout, hooks.OnStderr
+	marker := newMarker()
+	outSeen := p.stdout.attach(stdout, marker)
+	errSeen := p.stderr.attach(stderr, marker)
+	defer p.stdout.detach()
+	defer p.stderr.detach()
+
+	interrupt := make(chan struct{}, 1)
+	done := make(chan struct{})
+	defer close(done)
+	it.mu.Lock()
+	it.seq++
+	id := it.seq
+	it.interrupt = interrupt
+	it.mu.Unlock()
+	defer func() {
+		it.mu.Lock()
+		it.interrupt = nil
+		it.mu.Unlock()
+	}()
+
+	params := map[string]any{
+		"code": req.Code, "env": req.Env, "marker": string(marker), "bridge": req.Bridge && hooks.OnBridge != nil,
+		"max_bridge_calls": maxBridge, "max_result_chars": it.cfg.MaxResultChars,
+	}
+	if len(req.Context) > 0 {
+		params["context"] = req.Context
+	}
+	res.StartedAt = time.Now()
+	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": "execute", "params": params}); err != nil {
+		// The process died between ensure and send.
+		p.kill()
+	}
+
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var graceC <-chan time.Time
+	var stopReason protocol.Status // set once SIGINT was sent by us
+	killed := false
+	sigint := func(reason protocol.Status) {
+		if stopReason != "" {
+			return
+		}
+		stopReason = reason
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		graceC = time.After(grace)
+	}
+	want := fmt.Sprint(id)
+	var reply json.RawMessage
+loop:
+	for {
+		select {
+		case m, ok := <-p.msgs:
+			if !ok {
+				break loop // the interpreter died
+			}
+			switch {
+			case m.Method != "":
+				it.bridge(p, m, hooks, done)
+			case string(m.ID) == want:
+				reply = m.Result
+				if m.Error != nil {
+					reply = nil
+					res.Error = &protocol.Error{Type: "AgentError", Message: m.Error.Message}
+				}
+				break loop
+			}
+		case <-p.exited:
+			break loop
+		case <-deadline.C:
+			sigint(protocol.StatusTimedOut)
+		case <-interrupt:
+			sigint(protocol.StatusInterrupted)
+		case <-graceC:
+			killed = true
+			p.kill()
+		}
+	}
+
+	if reply != nil || res.Error != nil {
+		waitMarkers(outSeen, errSeen)
+	} else {
+		// Dead: read what it wrote before it died, then start a fresh one.
+		<-p.exited
+		drainWait(p)
+	}
+	p.stdout.detach()
+	p.stderr.detach()
+	res.Stdout, res.StdoutTruncated = stdout.String("stdout"), stdout.Truncated()
+	res.Stderr, res.StderrTruncated = stderr.String("stderr"), stderr.Truncated()
+
+	if reply == nil && res.Error == nil {
+		res.StateLost = true
+		it.restartAsync()
+		switch {
+		case killed:
+			res.Status = stopReason
+			res.Error = &protocol.Error{Type: protocol.ErrorInterpreterKilled, Message: fmt.Sprintf(
+				"the code did not stop within %s after SIGINT, so the interpreter was killed and a fresh one started: "+
+					"variables and imports of earlier executions are lost", grace)}
+		default:
+			res.Status = protocol.StatusFailed
+			if stopReason != "" {
+				res.Status = stopReason
+			}
+			res.Error = &protocol.Error{Type: protocol.ErrorInterpreterDied, Message: fmt.Sprintf(
+				"the interpreter died (%s), so a fresh one was started: variables and imports of earlier executions are lost",
+				exitDescription(p.waitErr))}
+		}
+		return finish(), nil
+	}
+	if res.Error != nil { // the REPL server refused the request
+		res.Status = protocol.StatusFailed
+		return finish(), nil
+	}
+	var r struct {
+		Status string          `json:"status"`
+		Result *string         `json:"result"`
+		Error  *protocol.Error `json:"error"`
+	}
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return nil, fmt.Errorf("decode interpreter reply: %w", err)
+	}
+	res.Result, res.Error = r.Result, r.Error
+	switch r.Status {
+	case "ok":
+		res.Status = protocol.StatusSucceeded
+	case "final":
+		res.Status, res.Final = protocol.StatusSucceeded, true
+	case "interrupted":
+		res.Status = stopReason
+		if stopReason == "" { // the code raised KeyboardInterrupt itself
+			res.Status = protocol.StatusFailed
+		}
+	default:
+		res.Status = protocol.StatusFailed
+	}
+	return finish(), nil
+}
+
+// bridge hands a call from the code to the caller and sends back the answer.
+func (it *Interpreter) bridge(p *process, m rpcMessage, hooks Hooks, done <-chan struct{}) {
+	call := protocol.BridgeCall{ID: strings.Trim(string(m.ID), `"`), Method: m.Method, Params: m.Params}
+	go func() {
+		var answer map[string]any
+		if hooks.OnBridge == nil {
+			answer = map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{"code": -32601, "message": "no bridge handler"}}
+		} else if result, err := hooks.OnBridge(call, done); err != nil {
+			answer = map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{"code": -32000, "message": err.Error()}}
+		} else {
+			if len(result) == 0 {
+				result = json.RawMessage("null")
+			}
+			answer = map[string]any{"jsonrpc": "2.0", "id": call.ID, "result": result}
+		}
+		if err := p.send(answer); err != nil {
+			it.cfg.Log.V(1).Info("bridge answer not delivered", "call", call.ID, "err", err.Error())
+		}
+	}()
+}
+
+func waitMarkers(chans ...<-chan struct{}) {
+	timer := time.NewTimer(markerWait)
+	defer timer.Stop()
+	for _, c := range chans {
+		select {
+		case <-c:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// drainWait waits for the output readers to reach EOF; a subprocess of the code
+// that still holds the pipes open must not hold up the result for long.
+func drainWait(p *process) {
+	ch := make(chan struct{})
+	go func() { p.drained.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(markerWait):
+	}
+}
+
+func exitDescription(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	if ee, ok := err.(interface{ Sys() any }); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("killed by signal %d, %s", ws.Signal(), ws.Signal())
+		}
+	}
+	return err.Error()
+}
+
+func durationOr(millis int64, def time.Duration) time.Duration {
+	if millis > 0 {
+		return time.Duration(millis) * time.Millisecond
+	}
+	return def
+}

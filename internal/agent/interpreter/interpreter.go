@@ -1,0 +1,407 @@
+// Package interpreter supervises one warm Python interpreter: it starts the
+// embedded REPL server, speaks JSON-RPC with it on pipes of their own (fd 3 and
+// 4), captures the user's fd 1 and 2, interrupts with SIGINT, and kills and
+// restarts the interpreter when it does not stop or dies.
+package interpreter
+
+import (
+	"bufio"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+)
+
+//go:embed replserver.py
+var replServer string
+
+// ErrBusy is returned when the interpreter already runs something.
+var ErrBusy = errors.New("the interpreter is busy with another execution; wait for it to finish or interrupt it")
+
+// Config of an interpreter.
+type Config struct {
+	// Python is the interpreter binary; default "python3".
+	Python string
+	// Preload lists modules imported before the interpreter is ready.
+	Preload []string
+	// Dir is the working directory of the code (the workspace).
+	Dir string
+	// Env is the interpreter's environment; default the agent's own.
+	Env []string
+	// ReadyTimeout bounds start-up including preloads; default 2 minutes.
+	ReadyTimeout time.Duration
+	// Defaults for requests that leave them zero.
+	DefaultTimeout        time.Duration
+	DefaultGrace          time.Duration
+	DefaultMaxOutputBytes int
+	DefaultMaxBridgeCalls int
+	// MaxResultChars bounds the repr or FINAL value of a result.
+	MaxResultChars int
+	Log            logr.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Python == "" {
+		c.Python = "python3"
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 2 * time.Minute
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 30 * time.Second
+	}
+	if c.DefaultGrace == 0 {
+		c.DefaultGrace = 5 * time.Second
+	}
+	if c.DefaultMaxOutputBytes == 0 {
+		c.DefaultMaxOutputBytes = 64 * 1024
+	}
+	if c.DefaultMaxBridgeCalls == 0 {
+		c.DefaultMaxBridgeCalls = 16
+	}
+	if c.MaxResultChars == 0 {
+		c.MaxResultChars = 64 * 1024
+	}
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+}
+
+// Hooks let a caller follow an execution as it runs.
+type Hooks struct {
+	// OnStdout and OnStderr see output as it arrives (within the byte limit).
+	OnStdout, OnStderr func([]byte)
+	// OnBridge answers llm_query/rlm_query. It runs in its own goroutine and
+	// should return when done is closed (the execution ended).
+	OnBridge func(call protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error)
+}
+
+// Interpreter is one supervised Python process, restarted when needed.
+type Interpreter struct {
+	cfg  Config
+	busy sync.Mutex // one execution (or variable read, or reset) at a time
+
+	mu        sync.Mutex
+	proc      *process
+	startErr  error
+	seq       int64
+	interrupt chan struct{} // non-nil while an execution runs
+}
+
+// New returns an interpreter; Start (or the first use) starts the process.
+func New(cfg Config) *Interpreter {
+	cfg.setDefaults()
+	return &Interpreter{cfg: cfg}
+}
+
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *struct {
+		Message string `json:"message"`
+	} `json:"error,omitempty"`
+}
+
+// ReadyInfo is what the interpreter reports once warm.
+type ReadyInfo struct {
+	Python    string            `json:"python"`
+	PID       int               `json:"pid"`
+	Preloaded []string          `json:"preloaded"`
+	Failed    map[string]string `json:"failed"`
+}
+
+type process struct {
+	cmd            *exec.Cmd
+	writeMu        sync.Mutex
+	req            *os.File
+	msgs           chan rpcMessage
+	exited         chan struct{}
+	waitErr        error
+	stdout, stderr stream
+	drained        sync.WaitGroup // the output readers hit EOF
+	info           ReadyInfo
+}
+
+func (p *process) send(msg any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	_, err = p.req.Write(append(b, '\n'))
+	return err
+}
+
+func (p *process) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill ends the interpreter and everything it started (its process group).
+func (p *process) kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+func (it *Interpreter) spawn() (*process, error) {
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	respR, respW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(it.cfg.Python, "-u", "-c", replServer)
+	cmd.Dir = it.cfg.Dir
+	cmd.Env = append(append([]string{}, it.cfg.Env...), "WARMPOOL_PRELOAD="+strings.Join(it.cfg.Preload, ","))
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
+	// Own process group: SIGKILL reaches subprocesses of the code too; Pdeathsig:
+	// the interpreter never outlives the agent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	for _, f := range []*os.File{reqR, respW, outW, errW} {
+		_ = f.Close()
+	}
+	if err != nil {
+		for _, f := range []*os.File{reqW, respR, outR, errR} {
+			_ = f.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", it.cfg.Python, err)
+	}
+	p := &process{cmd: cmd, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
+	p.drained.Add(2)
+	go func() { defer p.drained.Done(); p.stdout.run(outR); _ = outR.Close() }()
+	go func() { defer p.drained.Done(); p.stderr.run(errR); _ = errR.Close() }()
+	go func() {
+		defer close(p.msgs)
+		defer func() { _ = respR.Close() }()
+		r := bufio.NewReaderSize(respR, 64*1024)
+		for {
+			line, err := r.ReadBytes('\n')
+			if len(line) > 0 {
+				var m rpcMessage
+				if jerr := json.Unmarshal(line, &m); jerr != nil {
+					it.cfg.Log.Error(jerr, "bad message from the interpreter", "line", string(line))
+				} else {
+					p.msgs <- m
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		p.waitErr = cmd.Wait()
+		_ = reqW.Close()
+		close(p.exited)
+	}()
+
+	timer := time.NewTimer(it.cfg.ReadyTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case m, ok := <-p.msgs:
+			if !ok {
+				<-p.exited
+				return nil, fmt.Errorf("interpreter exited during start-up (%v); stderr is the pod's log", p.waitErr)
+			}
+			if m.Method == "ready" {
+				if err := json.Unmarshal(m.Params, &p.info); err != nil {
+					p.kill()
+					return nil, fmt.Errorf("bad ready message: %w", err)
+				}
+				return p, nil
+			}
+		case <-timer.C:
+			p.kill()
+			return nil, fmt.Errorf("interpreter not ready after %s (preloads: %v)", it.cfg.ReadyTimeout, it.cfg.Preload)
+		}
+	}
+}
+
+// Start starts the interpreter if it is not running and waits until it is warm.
+func (it *Interpreter) Start() error {
+	_, err := it.ensure()
+	return err
+}
+
+func (it *Interpreter) ensure() (*process, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.proc != nil && it.proc.alive() {
+		return it.proc, nil
+	}
+	start := time.Now()
+	p, err := it.spawn()
+	it.proc, it.startErr = p, err
+	if err != nil {
+		return nil, err
+	}
+	it.cfg.Log.V(1).Info("interpreter ready", "pid", p.info.PID, "python", p.info.Python,
+		"preloaded", p.info.Preloaded, "startup", time.Since(start))
+	if len(p.info.Failed) > 0 {
+		it.startErr = fmt.Errorf("preload failed: %v", p.info.Failed)
+	}
+	return p, nil
+}
+
+// Ready reports whether the interpreter is warm with all preloads imported.
+func (it *Interpreter) Ready() (ReadyInfo, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.startErr != nil {
+		return ReadyInfo{}, it.startErr
+	}
+	if it.proc == nil || !it.proc.alive() {
+		return ReadyInfo{}, errors.New("interpreter is starting")
+	}
+	return it.proc.info, nil
+}
+
+// Busy reports whether an execution runs.
+func (it *Interpreter) Busy() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.interrupt != nil
+}
+
+// restartAsync replaces a dead interpreter in the background, so the next
+// execution finds a warm one.
+func (it *Interpreter) restartAsync() {
+	go func() {
+		if _, err := it.ensure(); err != nil {
+			it.cfg.Log.Error(err, "restart interpreter")
+		}
+	}()
+}
+
+// Interrupt sends SIGINT to the running execution; false when nothing runs.
+func (it *Interpreter) Interrupt() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.interrupt == nil {
+		return false
+	}
+	select {
+	case it.interrupt <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Close kills the interpreter.
+func (it *Interpreter) Close() {
+	it.mu.Lock()
+	p := it.proc
+	it.proc = nil
+	it.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// Reset replaces the interpreter with a fresh one: all state is gone.
+func (it *Interpreter) Reset() error {
+	if !it.busy.TryLock() {
+		return ErrBusy
+	}
+	defer it.busy.Unlock()
+	it.Close()
+	_, err := it.ensure()
+	return err
+}
+
+// call sends one request and waits for its response (not for executions).
+func (it *Interpreter) call(method string, params any, timeout time.Duration) (json.RawMessage, error) {
+	p, err := it.ensure()
+	if err != nil {
+		return nil, err
+	}
+	it.mu.Lock()
+	it.seq++
+	id := it.seq
+	it.mu.Unlock()
+	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
+		return nil, fmt.Errorf("send %s: %w", method, err)
+	}
+	want := fmt.Sprint(id)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case m, ok := <-p.msgs:
+			if !ok {
+				return nil, errors.New("interpreter died")
+			}
+			if m.Method == "" && string(m.ID) == want {
+				if m.Error != nil {
+					return nil, errors.New(m.Error.Message)
+				}
+				return m.Result, nil
+			}
+		case <-timer.C:
+			return nil, fmt.Errorf("%s: no answer within %s", method, timeout)
+		}
+	}
+}
+
+// Variable returns a global of the interpreter: found, and its JSON or repr.
+func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
+	if !it.busy.TryLock() {
+		return nil, false, ErrBusy
+	}
+	defer it.busy.Unlock()
+	raw, err := it.call("get_variable", map[string]string{"name": name}, 10*time.Second)
+	if err != nil {
+		return nil, false, err
+	}
+	var v struct {
+		Found bool            `json:"found"`
+		JSON  json.RawMessage `json:"json"`
+		Repr  string          `json:"repr"`
+		Type  string          `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, false, err
+	}
+	if !v.Found {
+		return nil, false, nil
+	}
+	return &protocol.Variable{Name: name, Type: v.Type, JSON: v.JSON, Repr: v.Repr}, true, nil
+}
+
+func newMarker() []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return []byte("\x1ewarmpool-end-" + hex.EncodeToString(b) + "\x1e")
+}

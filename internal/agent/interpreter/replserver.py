@@ -1,0 +1,379 @@
+# warmpool REPL server: embedded in the agent binary and run as `python3 -u -c`.
+#
+# It talks JSON-RPC 2.0, one message per line, with the agent on fd 3 (requests
+# in) and fd 4 (responses and bridge calls out). fd 0 is /dev/null, so input()
+# raises EOFError; fd 1 and 2 are the user's stdout and stderr, which the agent
+# reads at the file-descriptor level, so os.write(1, ...), C extensions and
+# subprocesses are captured too. The user's output never shares a channel with
+# the protocol.
+import ast
+import builtins
+import ctypes
+import ctypes.util
+import importlib
+import json
+import linecache
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+
+SERVER_FILE = "<string>"  # co_filename of this file's frames when run with -c
+
+_rpc_in = os.fdopen(3, "rb", buffering=0)
+_rpc_out = os.fdopen(4, "wb", buffering=0)
+_in_buf = b""
+
+try:
+    _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+    _libc.fflush.argtypes = [ctypes.c_void_p]
+except Exception:  # pragma: no cover - no libc (unusual); C stdio is then not flushed
+    _libc = None
+
+
+def _send(msg):
+    _rpc_out.write(json.dumps(msg, separators=(",", ":"), default=repr).encode() + b"\n")
+
+
+def _recv():
+    """Reads one message from fd 3; None at EOF (the agent went away)."""
+    global _in_buf
+    while True:
+        nl = _in_buf.find(b"\n")
+        if nl >= 0:
+            line, _in_buf = _in_buf[:nl], _in_buf[nl + 1:]
+            if line.strip():
+                return json.loads(line)
+            continue
+        chunk = os.read(3, 1 << 16)
+        if not chunk:
+            return None
+        _in_buf += chunk
+
+
+class _State:
+    running = False        # SIGINT raises KeyboardInterrupt only while user code runs
+    final_called = False   # FINAL may be called once per interpreter (session)
+    exec_count = 0
+    bridge_calls = 0
+    max_bridge_calls = 0
+    bridge_enabled = False
+    bridge_seq = 0
+
+
+_state = _State()
+
+
+def _on_sigint(signum, frame):
+    if _state.running:
+        raise KeyboardInterrupt
+    # Outside user code an interrupt has nothing to stop: ignore it.
+
+
+signal.signal(signal.SIGINT, _on_sigint)
+
+
+class _Final(BaseException):
+    """Raised by FINAL to end the execution; BaseException so `except Exception` in user code does not stop it."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+
+def FINAL(answer):
+    """Ends the execution with `answer` as its result. Once per session."""
+    if _state.final_called:
+        raise RuntimeError("FINAL was already called in this session; it can be called only once")
+    _state.final_called = True
+    raise _Final(answer)
+
+
+def _bridge(method, params):
+    if not _state.bridge_enabled:
+        raise RuntimeError(
+            f"{method} is not available: the caller did not offer to answer bridge calls "
+            "(use the streaming execute API with bridge enabled)")
+    if _state.bridge_calls >= _state.max_bridge_calls:
+        raise RuntimeError(f"{method}: limit of {_state.max_bridge_calls} bridge calls per execution exceeded")
+    _state.bridge_calls += 1
+    _state.bridge_seq += 1
+    call_id = f"b{_state.exec_count}-{_state.bridge_seq}"
+    _send({"jsonrpc": "2.0", "id": call_id, "method": method, "params": params})
+    while True:
+        msg = _recv()
+        if msg is None:
+            raise RuntimeError(f"{method}: the agent went away")
+        if msg.get("id") != call_id or "method" in msg:
+            continue  # a stale answer to an interrupted call
+        if "error" in msg:
+            raise RuntimeError(f"{method} failed: {msg['error'].get('message', msg['error'])}")
+        return msg.get("result")
+
+
+def llm_query(prompt):
+    """Asks the caller's language model; returns its answer as a str."""
+    return _bridge("llm_query", {"prompt": str(prompt)})
+
+
+def rlm_query(task, ctx=None):
+    """Asks the caller to run a recursive sub-task; ctx defaults to the current context."""
+    if ctx is None:
+        ctx = _globals.get("context")
+    return _bridge("rlm_query", {"task": str(task), "context": ctx})
+
+
+def chunk_text(text, size=2000, overlap=200):
+    """Splits text into pieces of `size` characters that overlap by `overlap`."""
+    if size <= 0:
+        raise ValueError("size must be positive")
+    if overlap < 0 or overlap >= size:
+        raise ValueError("overlap must be at least 0 and less than size")
+    step = size - overlap
+    return [text[i:i + size] for i in range(0, max(len(text) - overlap, 1), step)]
+
+
+def _context_text():
+    ctx = _globals.get("context")
+    if ctx is None:
+        return ""
+    if isinstance(ctx, str):
+        return ctx
+    if isinstance(ctx, list) and all(isinstance(c, dict) and "text" in c for c in ctx):
+        return "\n".join(str(c["text"]) for c in ctx)
+    return json.dumps(ctx)
+
+
+def search_context(pattern, window=200):
+    """Finds a regex in the context; returns snippets with `window` characters on each side."""
+    text = _context_text()
+    out = []
+    for m in re.finditer(pattern, text):
+        start, end = max(m.start() - window, 0), min(m.end() + window, len(text))
+        out.append({"start": m.start(), "end": m.end(), "match": m.group(0), "snippet": text[start:end]})
+    return out
+
+
+def _chunks():
+    ctx = _globals.get("context")
+    if not isinstance(ctx, list):
+        raise TypeError("the context is not a list of chunks ({id, text, tags, links})")
+    return [c for c in ctx if isinstance(c, dict)]
+
+
+def read_chunk(chunk_id):
+    """Returns the chunk with this id, or None."""
+    for c in _chunks():
+        if c.get("id") == chunk_id:
+            return c
+    return None
+
+
+def search_chunks(pattern):
+    """Returns the chunks whose text matches the regex."""
+    rx = re.compile(pattern)
+    return [c for c in _chunks() if rx.search(str(c.get("text", "")))]
+
+
+def list_chunks_by_tag(tag):
+    """Returns the chunks tagged `tag`."""
+    return [c for c in _chunks() if tag in (c.get("tags") or [])]
+
+
+def get_linked_chunks(chunk_id):
+    """Returns the chunks the chunk `chunk_id` links to."""
+    c = read_chunk(chunk_id)
+    if c is None:
+        return []
+    links = set(c.get("links") or [])
+    return [o for o in _chunks() if o.get("id") in links]
+
+
+_HELPERS = {
+    "FINAL": FINAL, "llm_query": llm_query, "rlm_query": rlm_query, "chunk_text": chunk_text,
+    "search_context": search_context, "read_chunk": read_chunk, "search_chunks": search_chunks,
+    "list_chunks_by_tag": list_chunks_by_tag, "get_linked_chunks": get_linked_chunks,
+}
+_globals = {"__name__": "__main__", "__builtins__": builtins, "context": None, **_HELPERS}
+
+
+def _flush_output():
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    if _libc is not None:
+        try:
+            _libc.fflush(None)  # C extensions' stdio buffers
+        except Exception:
+            pass
+
+
+def _user_tb(tb):
+    while tb is not None and tb.tb_frame.f_code.co_filename == SERVER_FILE:
+        tb = tb.tb_next
+    return tb
+
+
+def _error(exc):
+    if isinstance(exc, SyntaxError):
+        lines = traceback.format_exception_only(type(exc), exc)
+    else:
+        lines = traceback.format_exception(type(exc), exc, _user_tb(exc.__traceback__))
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": "".join(lines)}
+
+
+def _safe_repr(value, limit):
+    try:
+        r = repr(value)
+    except BaseException as e:  # a broken __repr__ must not break the server
+        r = f"<repr failed: {type(e).__name__}: {e}>"
+    return r if len(r) <= limit else r[:limit] + f"... [{len(r) - limit} characters cut]"
+
+
+def _execute(params):
+    code = params["code"]
+    _state.exec_count += 1
+    filename = f"<exec-{_state.exec_count}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    if "context" in params:
+        _globals["context"] = params["context"]
+    env = params.get("env") or {}
+    saved_env = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    _state.bridge_calls = 0
+    _state.bridge_enabled = bool(params.get("bridge"))
+    _state.max_bridge_calls = int(params.get("max_bridge_calls", 16))
+    result_limit = int(params.get("max_result_chars", 65536))
+
+    status, result, error = "ok", None, None
+    try:
+        try:
+            tree = ast.parse(code, filename, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            body = compile(tree, filename, "exec")
+            tail = compile(last, filename, "eval") if last is not None else None
+            _state.running = True
+            try:
+                exec(body, _globals)
+                if tail is not None:
+                    value = eval(tail, _globals)
+                    if value is not None:
+                        result = _safe_repr(value, result_limit)
+            finally:
+                _state.running = False
+        except _Final as f:
+            result = f.value if isinstance(f.value, str) else _safe_repr(f.value, result_limit)
+            if len(result) > result_limit:
+                result = result[:result_limit] + f"... [{len(result) - result_limit} characters cut]"
+            status = "final"
+        except KeyboardInterrupt as e:
+            status, error = "interrupted", _error(e)
+        except SystemExit as e:
+            status, error = "error", {"type": "SystemExit", "message": f"the code called exit({e.code!r})",
+                                      "traceback": ""}
+        except BaseException as e:
+            status, error = "error", _error(e)
+    except KeyboardInterrupt as e:  # SIGINT landed between user code and this frame
+        status, error = "interrupted", _error(e)
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _state.bridge_enabled = False
+    _flush_output()
+    return {"status": status, "result": result, "error": error}
+
+
+def _get_variable(params):
+    name = params["name"]
+    if name not in _globals or name in _HELPERS or name.startswith("__"):
+        return {"found": False}
+    value = _globals[name]
+    try:
+        return {"found": True, "json": json.loads(json.dumps(value)), "type": type(value).__name__}
+    except (TypeError, ValueError):
+        return {"found": True, "repr": _safe_repr(value, 65536), "type": type(value).__name__}
+
+
+def _write_marker(marker):
+    """Marks the end of one execution's output on fd 1 and fd 2, so the agent
+    knows it has read everything the code wrote before the reply."""
+    if not marker:
+        return
+    m = marker.encode()
+    for fd in (1, 2):
+        view = memoryview(m)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except InterruptedError:
+                pass
+
+
+def main():
+    try:
+        os.nice(5)  # the agent must stay responsive while user code burns CPU
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # under memory pressure, the interpreter dies before the agent
+    except OSError:
+        pass
+    preload = [m for m in os.environ.get("WARMPOOL_PRELOAD", "").split(",") if m]
+    loaded, failed = [], {}
+    for mod in preload:
+        try:
+            importlib.import_module(mod)
+            top = mod.split(".")[0]
+            _globals[top] = sys.modules[top]
+            loaded.append(mod)
+        except Exception as e:
+            failed[mod] = f"{type(e).__name__}: {e}"
+    _flush_output()
+    _send({"jsonrpc": "2.0", "method": "ready", "params": {
+        "python": sys.version.split()[0], "pid": os.getpid(), "preloaded": loaded, "failed": failed}})
+
+    handlers = {"execute": _execute, "get_variable": _get_variable}
+    while True:
+        try:
+            msg = _recv()
+        except KeyboardInterrupt:
+            continue
+        except ValueError as e:
+            _send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"parse error: {e}"}})
+            continue
+        if msg is None:
+            return
+        method = msg.get("method")
+        if method is None:
+            continue  # a stale bridge answer
+        fn = handlers.get(method)
+        if fn is None:
+            _send({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32601, "message": f"unknown method {method}"}})
+            continue
+        try:
+            res = fn(msg.get("params") or {})
+        except KeyboardInterrupt:
+            res = {"status": "interrupted", "result": None, "error": {"type": "KeyboardInterrupt", "message": "", "traceback": ""}}
+        except Exception as e:
+            _send({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": f"{type(e).__name__}: {e}"}})
+            continue
+        try:
+            _write_marker((msg.get("params") or {}).get("marker"))
+        except KeyboardInterrupt:
+            _write_marker((msg.get("params") or {}).get("marker"))
+        except OSError:
+            pass  # the code closed fd 1 or 2; the agent stops waiting for the marker
+        _send({"jsonrpc": "2.0", "id": msg.get("id"), "result": res})
+
+
+main()

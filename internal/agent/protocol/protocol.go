@@ -1,0 +1,208 @@
+// Package protocol defines the agent's HTTP API (version /v1): the JSON bodies
+// the manager, the CLI and the agent exchange. It has no logic of its own.
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// API paths.
+const (
+	PathExecute   = "/v1/execute"
+	PathExecution = "/v1/executions/{id}"
+	PathInterrupt = "/v1/executions/{id}/interrupt"
+	PathBridge    = "/v1/executions/{id}/bridge/{call}"
+	PathVariable  = "/v1/variables/{name}"
+	PathReset     = "/v1/reset"
+	PathShell     = "/v1/shell"
+	PathFileRead  = "/v1/files/read"
+	PathFileWrite = "/v1/files/write"
+	PathFileList  = "/v1/files/list"
+	PathFileStat  = "/v1/files/stat"
+	PathHealthz   = "/v1/healthz"
+	PathReadyz    = "/v1/readyz"
+)
+
+// ContentTypeNDJSON asks execute for a stream of Events instead of one Result.
+const ContentTypeNDJSON = "application/x-ndjson"
+
+// Language of an execution.
+const (
+	LanguagePython = "python"
+	LanguageShell  = "shell"
+)
+
+// ExecuteRequest asks the agent to run code.
+type ExecuteRequest struct {
+	// ID makes the call idempotent: the same ID attaches to the execution
+	// already running (or returns its result) instead of running the code twice.
+	ID string `json:"id"`
+	// Code to run.
+	Code string `json:"code"`
+	// Language: python (default) or shell.
+	Language string `json:"language,omitempty"`
+	// Context is any JSON value; Python sees it as the variable `context`.
+	// Absent keeps the previous value.
+	Context json.RawMessage `json:"context,omitempty"`
+	// Env is set in os.environ for this run only.
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutMillis interrupts the code (SIGINT) this long after it started. 0: the agent's default.
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+	// GraceMillis is how long interrupted code may take to stop before the
+	// interpreter is killed and restarted. 0: the agent's default.
+	GraceMillis int64 `json:"graceMillis,omitempty"`
+	// MaxOutputBytes kept of each of stdout and stderr. 0: the agent's default.
+	MaxOutputBytes int `json:"maxOutputBytes,omitempty"`
+	// Stream asks for NDJSON events (same as Accept: application/x-ndjson).
+	Stream bool `json:"stream,omitempty"`
+	// Bridge says the caller answers llm_query/rlm_query calls sent as events
+	// (streaming only). Without it those functions raise a clear error.
+	Bridge bool `json:"bridge,omitempty"`
+	// MaxBridgeCalls per execution; 0: the agent's default.
+	MaxBridgeCalls int `json:"maxBridgeCalls,omitempty"`
+	// Session routes executions of one session to the same interpreter when the
+	// agent runs several (daemon mode with --workers).
+	Session string `json:"session,omitempty"`
+}
+
+// Status of a finished execution.
+type Status string
+
+const (
+	// StatusSucceeded: the code ran to its end (or called FINAL); shell: exit code 0.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed: the code raised, the interpreter died, or shell exited non-zero.
+	StatusFailed Status = "failed"
+	// StatusInterrupted: stopped by an interrupt request.
+	StatusInterrupted Status = "interrupted"
+	// StatusTimedOut: stopped at its timeout.
+	StatusTimedOut Status = "timed_out"
+)
+
+// Error types the agent reports itself (besides Python's exception names).
+const (
+	ErrorInterpreterDied   = "InterpreterDied"
+	ErrorInterpreterKilled = "InterpreterKilled"
+)
+
+// Error describes why the code failed.
+type Error struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// Result of an execution.
+type Result struct {
+	ID     string `json:"id"`
+	Status Status `json:"status"`
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// StdoutTruncated is true when stdout was cut to MaxOutputBytes; the cut is
+	// marked in Stdout with the number of bytes left out.
+	StdoutTruncated bool `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool `json:"stderrTruncated,omitempty"`
+	// Result is the FINAL() value or the repr of the trailing expression.
+	Result *string `json:"result,omitempty"`
+	// Final is true when the code called FINAL.
+	Final bool   `json:"final,omitempty"`
+	Error *Error `json:"error,omitempty"`
+	// ExitCode of a shell execution.
+	ExitCode *int `json:"exitCode,omitempty"`
+	// StateLost is true when the interpreter was killed or died, so variables
+	// and imports of earlier executions are gone.
+	StateLost      bool      `json:"stateLost,omitempty"`
+	StartedAt      time.Time `json:"startedAt"`
+	FinishedAt     time.Time `json:"finishedAt"`
+	DurationMillis float64   `json:"durationMillis"`
+}
+
+// Event types of a streamed execution.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventBridge = "bridge"
+	EventResult = "result"
+)
+
+// Event is one line of a streamed execution.
+type Event struct {
+	Type   string      `json:"type"`
+	Data   string      `json:"data,omitempty"`
+	Call   *BridgeCall `json:"call,omitempty"`
+	Result *Result     `json:"result,omitempty"`
+}
+
+// BridgeCall is a call from the code (llm_query, rlm_query) that the caller answers
+// with POST /v1/executions/{id}/bridge/{call}.
+type BridgeCall struct {
+	ID     string          `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// BridgeAnswer answers a BridgeCall: a result, or an error message that the code sees as RuntimeError.
+type BridgeAnswer struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// ExecutionInfo answers GET /v1/executions/{id}.
+type ExecutionInfo struct {
+	ID      string  `json:"id"`
+	Running bool    `json:"running"`
+	Result  *Result `json:"result,omitempty"`
+}
+
+// Variable answers GET /v1/variables/{name}: JSON where the value serialises, else its repr.
+type Variable struct {
+	Name string          `json:"name"`
+	Type string          `json:"type"`
+	JSON json.RawMessage `json:"json,omitempty"`
+	Repr string          `json:"repr,omitempty"`
+}
+
+// ShellRequest runs a command with /bin/sh -c in the workspace.
+type ShellRequest struct {
+	Command        string            `json:"command"`
+	Env            map[string]string `json:"env,omitempty"`
+	TimeoutMillis  int64             `json:"timeoutMillis,omitempty"`
+	MaxOutputBytes int               `json:"maxOutputBytes,omitempty"`
+}
+
+// ShellResult is the outcome of a shell command.
+type ShellResult struct {
+	ExitCode        int     `json:"exitCode"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool    `json:"stderrTruncated,omitempty"`
+	TimedOut        bool    `json:"timedOut,omitempty"`
+	DurationMillis  float64 `json:"durationMillis"`
+}
+
+// FileInfo describes a file or directory of the workspace.
+type FileInfo struct {
+	Path    string    `json:"path"`
+	Name    string    `json:"name"`
+	Size    int64     `json:"size"`
+	Dir     bool      `json:"dir"`
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"modTime"`
+}
+
+// Health answers /v1/healthz and /v1/readyz.
+type Health struct {
+	OK        bool     `json:"ok"`
+	Message   string   `json:"message,omitempty"`
+	Python    string   `json:"python,omitempty"`
+	Preloaded []string `json:"preloaded,omitempty"`
+	Workers   int      `json:"workers,omitempty"`
+	Busy      int      `json:"busy,omitempty"`
+}
+
+// ErrorBody is every non-2xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
