@@ -1,14 +1,313 @@
 // Command agent is the entrypoint of a sandbox pod's container: it supervises
-// a warm Python interpreter and serves the agent API. It is built out in the
-// agent issue; until then it only reports that it is a placeholder.
+// warm Python interpreters and serves the agent API (/v1). It also runs on a
+// laptop as a local daemon, and as a small CLI:
+//
+//	agent serve --listen :8080 --token-file /var/run/warmpool/token
+//	agent serve --socket ~/.rlm/daemon.sock --workers 4
+//	agent exec -c 'print(1)'          # against the daemon, or in-process without one
+//	agent exec script.py
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agent/interpreter"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/agent/reaper"
+	"github.com/warmpool/warmpool/internal/agent/server"
+	"github.com/warmpool/warmpool/internal/agent/workspace"
 )
 
+const usage = `usage:
+  agent serve [flags]    serve the agent API on TCP (--listen) or a Unix socket (--socket)
+  agent exec [flags] (-c CODE | FILE | -)
+                         run code against a running daemon, or in-process when none runs
+Run "agent serve -h" or "agent exec -h" for the flags.
+`
+
 func main() {
-	fmt.Fprintln(os.Stderr, "warmpool agent: not implemented yet")
-	os.Exit(2)
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	code := 0
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "exec":
+		code, err = execCmd(os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func defaultSocket() string {
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".rlm", "daemon.sock")
+}
+
+// interpFlags are the flags of the interpreters, shared by serve and in-process exec.
+type interpFlags struct {
+	python     string
+	preload    string
+	workspace  string
+	timeout    time.Duration
+	grace      time.Duration
+	maxOutput  int
+	maxTimeout time.Duration
+}
+
+func (f *interpFlags) register(fs *flag.FlagSet, defaultWorkspace string) {
+	fs.StringVar(&f.python, "python", "python3", "Python interpreter to run")
+	fs.StringVar(&f.preload, "preload", os.Getenv("WARMPOOL_PRELOAD"), "comma-separated modules to import before ready")
+	fs.StringVar(&f.workspace, "workspace", defaultWorkspace, "directory the code runs in and the file API serves")
+	fs.DurationVar(&f.timeout, "default-timeout", 30*time.Second, "timeout of executions that do not set one")
+	fs.DurationVar(&f.grace, "grace", 5*time.Second, "time interrupted code has to stop before the interpreter is killed")
+	fs.IntVar(&f.maxOutput, "max-output-bytes", 128*1024, "most bytes of stdout and of stderr kept per execution")
+	fs.DurationVar(&f.maxTimeout, "max-timeout", 24*time.Hour, "largest timeout a request may ask for")
+}
+
+func (f *interpFlags) interpreter(log logr.Logger) *interpreter.Interpreter {
+	var preload []string
+	for _, m := range strings.Split(f.preload, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			preload = append(preload, m)
+		}
+	}
+	return interpreter.New(interpreter.Config{
+		Python: f.python, Preload: preload, Dir: f.workspace, Log: log,
+		DefaultTimeout: f.timeout, DefaultGrace: f.grace, DefaultMaxOutputBytes: f.maxOutput,
+	})
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	listen := fs.String("listen", ":8080", "TCP address to serve on (ignored with --socket)")
+	socket := fs.String("socket", "", "serve on this Unix socket (mode 0600) instead of TCP")
+	tokenFile := fs.String("token-file", "", "file with the bearer token (else $WARMPOOL_AGENT_TOKEN)")
+	noAuth := fs.Bool("insecure-no-auth", false, "serve TCP without a token (never in a cluster)")
+	workers := fs.Int("workers", 1, "number of interpreters; requests go to a free one")
+	verbose := fs.Int("v", 0, "log verbosity")
+	var ifl interpFlags
+	ifl.register(fs, "/workspace")
+	_ = fs.Parse(args)
+
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbose)}))
+	token := os.Getenv("WARMPOOL_AGENT_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("read token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" && *socket == "" && !*noAuth {
+		return errors.New("serving TCP needs a token (--token-file or $WARMPOOL_AGENT_TOKEN), or --insecure-no-auth")
+	}
+	if *workers < 1 {
+		return errors.New("--workers must be at least 1")
+	}
+	if *socket != "" && ifl.workspace == "/workspace" {
+		ifl.workspace = filepath.Join(filepath.Dir(*socket), "workspace")
+	}
+	ws, err := workspace.Open(ifl.workspace)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if os.Getpid() == 1 {
+		go reaper.Run(ctx)
+	}
+
+	var interps []*interpreter.Interpreter
+	for i := 0; i < *workers; i++ {
+		it := ifl.interpreter(log.WithValues("worker", i))
+		interps = append(interps, it)
+		go func() {
+			// Readiness reports a failure; the agent keeps serving health and the API.
+			if err := it.Start(); err != nil {
+				log.Error(err, "interpreter start", "worker", i)
+			}
+		}()
+	}
+	defer func() {
+		for _, it := range interps {
+			it.Close()
+		}
+	}()
+
+	srv := server.New(server.Config{
+		Token: token, Workers: interps, Workspace: ws, DefaultTimeout: ifl.timeout, DefaultGrace: ifl.grace,
+		MaxOutputBytes: ifl.maxOutput, MaxTimeout: ifl.maxTimeout, Log: log,
+	})
+	var ln net.Listener
+	if *socket != "" {
+		if err := os.MkdirAll(filepath.Dir(*socket), 0o700); err != nil {
+			return err
+		}
+		_ = os.Remove(*socket)
+		old := syscall.Umask(0o177)
+		ln, err = net.Listen("unix", *socket)
+		syscall.Umask(old)
+		if err == nil {
+			err = os.Chmod(*socket, 0o600)
+		}
+	} else {
+		ln, err = net.Listen("tcp", *listen)
+	}
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("agent serving", "addr", ln.Addr().String(), "workers", *workers, "workspace", ifl.workspace)
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	if *socket != "" {
+		_ = os.Remove(*socket)
+	}
+	return nil
+}
+
+// execCmd runs code once and prints what it printed; the exit code says how it ended.
+func execCmd(args []string) (int, error) {
+	fs := flag.NewFlagSet("exec", flag.ExitOnError)
+	code := fs.String("c", "", "code to run")
+	socket := fs.String("socket", defaultSocket(), "daemon socket")
+	url := fs.String("url", "", "agent URL (http://host:port) instead of the socket")
+	tokenFile := fs.String("token-file", "", "bearer token file (else $WARMPOOL_AGENT_TOKEN)")
+	inProcess := fs.Bool("in-process", false, "run in a fresh interpreter in this process, even if a daemon runs")
+	shellLang := fs.Bool("shell", false, "run the code with /bin/sh instead of Python")
+	timeout := fs.Duration("timeout", 0, "timeout (default: the agent's)")
+	session := fs.String("session", "", "daemon session whose interpreter keeps state between calls")
+	var ifl interpFlags
+	cwd, _ := os.Getwd()
+	ifl.register(fs, cwd)
+	_ = fs.Parse(args)
+
+	src := *code
+	if src == "" {
+		if fs.NArg() != 1 {
+			return 2, errors.New("give code with -c, a file, or - for stdin")
+		}
+		var b []byte
+		var err error
+		if fs.Arg(0) == "-" {
+			b, err = io.ReadAll(os.Stdin)
+		} else {
+			b, err = os.ReadFile(fs.Arg(0))
+		}
+		if err != nil {
+			return 2, err
+		}
+		src = string(b)
+	}
+	req := protocol.ExecuteRequest{ID: fmt.Sprintf("cli-%d", time.Now().UnixNano()), Code: src,
+		TimeoutMillis: timeout.Milliseconds(), Session: *session}
+	if *shellLang {
+		req.Language = protocol.LanguageShell
+	}
+	token := os.Getenv("WARMPOOL_AGENT_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return 2, err
+		}
+		token = strings.TrimSpace(string(b))
+	}
+
+	printEvent := func(ev protocol.Event) {
+		switch ev.Type {
+		case protocol.EventStdout:
+			_, _ = os.Stdout.WriteString(ev.Data)
+		case protocol.EventStderr:
+			_, _ = os.Stderr.WriteString(ev.Data)
+		}
+	}
+	var res *protocol.Result
+	var err error
+	var c *client.Client
+	switch {
+	case *url != "":
+		c = client.New(*url, token)
+	case !*inProcess:
+		if _, serr := os.Stat(*socket); serr == nil {
+			c = client.NewUnix(*socket, token)
+		}
+	}
+	if c != nil {
+		res, err = c.ExecuteStream(context.Background(), req, printEvent)
+	} else {
+		if req.Language == protocol.LanguageShell {
+			return 2, errors.New("--shell needs a daemon")
+		}
+		it := ifl.interpreter(logr.Discard())
+		defer it.Close()
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
+		defer stop()
+		go func() { <-ctx.Done(); it.Interrupt() }()
+		res, err = it.Execute(req, interpreter.Hooks{
+			OnStdout: func(b []byte) { _, _ = os.Stdout.Write(b) },
+			OnStderr: func(b []byte) { _, _ = os.Stderr.Write(b) },
+		})
+	}
+	if err != nil {
+		return 1, err
+	}
+	if res.Result != nil {
+		fmt.Println(*res.Result)
+	}
+	if res.Error != nil {
+		if res.Error.Traceback != "" {
+			fmt.Fprint(os.Stderr, res.Error.Traceback)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", res.Error.Type, res.Error.Message)
+		}
+	}
+	switch res.Status {
+	case protocol.StatusSucceeded:
+		return 0, nil
+	case protocol.StatusTimedOut:
+		return 124, nil
+	case protocol.StatusInterrupted:
+		return 130, nil
+	}
+	if res.ExitCode != nil {
+		return *res.ExitCode, nil
+	}
+	return 1, nil
 }

@@ -350,4 +350,3 @@ func TestBadPreloadIsNotReady(t *testing.T) {
 		t.Fatalf("ready err = %v", err)
 	}
 }
-

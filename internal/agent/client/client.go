@@ -1,0 +1,214 @@
+// Package client calls the agent's HTTP API, over TCP or a Unix socket. The
+// manager and the agent's own CLI use it.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+)
+
+// Client talks to one agent.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client for baseURL (http://host:port) with a bearer token.
+func New(baseURL, token string) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 16
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, http: &http.Client{Transport: tr}}
+}
+
+// NewUnix returns a client for an agent serving on a Unix socket.
+func NewUnix(socket, token string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConnsPerHost: 16,
+	}
+	return &Client{base: "http://agent", token: token, http: &http.Client{Transport: tr}}
+}
+
+// APIError is a non-2xx answer of the agent.
+type APIError struct {
+	Code    int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("agent: %d: %s", e.Code, e.Message) }
+
+// IsStatus reports whether err is an APIError with this HTTP status.
+func IsStatus(err error, code int) bool {
+	ae, ok := err.(*APIError)
+	return ok && ae.Code == code
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer func() { _ = resp.Body.Close() }()
+		var eb protocol.ErrorBody
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+		if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
+			eb.Error = strings.TrimSpace(string(data))
+		}
+		return nil, &APIError{Code: resp.StatusCode, Message: eb.Error}
+	}
+	return resp, nil
+}
+
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.do(ctx, method, path, body, "")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Execute runs code and waits for the result. Calling it again with the same
+// ID attaches to the same execution.
+func (c *Client) Execute(ctx context.Context, req protocol.ExecuteRequest) (*protocol.Result, error) {
+	req.Stream = false
+	var res protocol.Result
+	if err := c.call(ctx, http.MethodPost, protocol.PathExecute, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// ExecuteStream runs code and calls onEvent for each event, the final result last.
+func (c *Client) ExecuteStream(ctx context.Context, req protocol.ExecuteRequest, onEvent func(protocol.Event)) (*protocol.Result, error) {
+	req.Stream = true
+	resp, err := c.do(ctx, http.MethodPost, protocol.PathExecute, req, protocol.ContentTypeNDJSON)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 16<<20)
+	for sc.Scan() {
+		var ev protocol.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("decode event: %w", err)
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+		if ev.Type == protocol.EventResult {
+			return ev.Result, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("stream ended without a result")
+}
+
+// AnswerBridge answers a bridge call of a streamed execution.
+func (c *Client) AnswerBridge(ctx context.Context, execID, callID string, a protocol.BridgeAnswer) error {
+	return c.call(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(execID)+"/bridge/"+url.PathEscape(callID), a, nil)
+}
+
+// Execution returns what the agent knows of an execution; an APIError 404 when nothing.
+func (c *Client) Execution(ctx context.Context, id string) (*protocol.ExecutionInfo, error) {
+	var info protocol.ExecutionInfo
+	if err := c.call(ctx, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Interrupt sends SIGINT to a running execution.
+func (c *Client) Interrupt(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/interrupt", nil, nil)
+}
+
+// Variable reads a global of the interpreter.
+func (c *Client) Variable(ctx context.Context, name string) (*protocol.Variable, error) {
+	var v protocol.Variable
+	if err := c.call(ctx, http.MethodGet, "/v1/variables/"+url.PathEscape(name), nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Reset replaces the interpreter with a fresh one.
+func (c *Client) Reset(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, protocol.PathReset, nil, nil)
+}
+
+// Shell runs a command in the workspace.
+func (c *Client) Shell(ctx context.Context, req protocol.ShellRequest) (*protocol.ShellResult, error) {
+	var res protocol.ShellResult
+	if err := c.call(ctx, http.MethodPost, protocol.PathShell, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Ready returns the agent's readiness; an APIError 503 while not ready.
+func (c *Client) Ready(ctx context.Context) (*protocol.Health, error) {
+	var h protocol.Health
+	if err := c.call(ctx, http.MethodGet, protocol.PathReadyz, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// WaitReady polls readiness until the agent is ready or ctx ends.
+func (c *Client) WaitReady(ctx context.Context) error {
+	for {
+		if _, err := c.Ready(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent not ready: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

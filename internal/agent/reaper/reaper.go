@@ -1,0 +1,71 @@
+// Package reaper reaps orphaned zombie processes when the agent is PID 1 of its
+// container: user code can start processes that outlive their parent, and
+// nobody else would wait for them.
+package reaper
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Run reaps zombies that are the agent's children but were not started by the
+// agent itself, until ctx ends. The agent starts every child (interpreters,
+// shell commands) as the leader of its own process group and waits for it
+// through exec.Cmd; an orphan of user code lives in such a group without
+// leading it. (An orphan that made itself a group leader is left alone: it is
+// indistinguishable from the agent's own children here.)
+func Run(ctx context.Context) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigs:
+		case <-tick.C:
+		}
+		reapOrphans()
+	}
+}
+
+func reapOrphans() {
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: state ppid pgrp ...
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(stat[i+1:])
+		if len(f) < 3 || string(f[0]) != "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(string(f[1]))
+		pgrp, _ := strconv.Atoi(string(f[2]))
+		if ppid != self || pgrp == pid {
+			continue
+		}
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+}

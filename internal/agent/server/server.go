@@ -1,0 +1,556 @@
+// Package server serves the agent's HTTP API (/v1) over one or more
+// interpreters: execute (blocking or NDJSON stream), interrupt, bridge answers,
+// variables, reset, workspace files, shell, health and readiness.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/warmpool/warmpool/internal/agent/interpreter"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/agent/shell"
+	"github.com/warmpool/warmpool/internal/agent/workspace"
+)
+
+// Config of a Server.
+type Config struct {
+	// Token every request but health and readiness must carry as a bearer token.
+	// Empty turns authentication off (only for a Unix socket only its owner can open).
+	Token string
+	// Workers are the interpreters; requests go to a free one.
+	Workers   []*interpreter.Interpreter
+	Workspace *workspace.Workspace
+	// KeepResults is how many finished executions are remembered by ID.
+	KeepResults    int
+	DefaultTimeout time.Duration
+	DefaultGrace   time.Duration
+	MaxOutputBytes int
+	// MaxTimeout bounds a request's timeout.
+	MaxTimeout time.Duration
+	// MaxRequestBytes bounds request bodies (code, context) other than file writes.
+	MaxRequestBytes int64
+	// MaxFileBytes bounds a file write.
+	MaxFileBytes int64
+	Log          logr.Logger
+}
+
+type worker struct {
+	interp *interpreter.Interpreter
+	busy   bool
+}
+
+// Server is the agent's HTTP API.
+type Server struct {
+	cfg      Config
+	reg      *registry
+	mu       sync.Mutex
+	workers  []*worker
+	sessions map[string]int // session -> worker index
+}
+
+// New returns a Server; call Handler to serve it.
+func New(cfg Config) *Server {
+	if cfg.KeepResults == 0 {
+		cfg.KeepResults = 256
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 30 * time.Second
+	}
+	if cfg.DefaultGrace == 0 {
+		cfg.DefaultGrace = 5 * time.Second
+	}
+	if cfg.MaxOutputBytes == 0 {
+		cfg.MaxOutputBytes = 64 * 1024
+	}
+	if cfg.MaxTimeout == 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = 4 << 20
+	}
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes = 64 << 20
+	}
+	s := &Server{cfg: cfg, reg: newRegistry(cfg.KeepResults), sessions: map[string]int{}}
+	for _, it := range cfg.Workers {
+		s.workers = append(s.workers, &worker{interp: it})
+	}
+	return s
+}
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+protocol.PathHealthz, s.healthz)
+	mux.HandleFunc("GET "+protocol.PathReadyz, s.readyz)
+	auth := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if s.cfg.Token != "" {
+				got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="warmpool-agent"`)
+					writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+					return
+				}
+			}
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("POST "+protocol.PathExecute, auth(s.execute))
+	mux.HandleFunc("GET "+protocol.PathExecution, auth(s.getExecution))
+	mux.HandleFunc("POST "+protocol.PathInterrupt, auth(s.interrupt))
+	mux.HandleFunc("POST "+protocol.PathBridge, auth(s.answerBridge))
+	mux.HandleFunc("GET "+protocol.PathVariable, auth(s.variable))
+	mux.HandleFunc("POST "+protocol.PathReset, auth(s.reset))
+	mux.HandleFunc("POST "+protocol.PathShell, auth(s.shell))
+	mux.HandleFunc("GET "+protocol.PathFileRead, auth(s.fileRead))
+	mux.HandleFunc("PUT "+protocol.PathFileWrite, auth(s.fileWrite))
+	mux.HandleFunc("GET "+protocol.PathFileList, auth(s.fileList))
+	mux.HandleFunc("GET "+protocol.PathFileStat, auth(s.fileStat))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, protocol.ErrorBody{Error: msg})
+}
+
+// decode reads a JSON body strictly: unknown fields and trailing data are errors.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", s.cfg.MaxRequestBytes))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: more than one JSON value")
+		return false
+	}
+	return true
+}
+
+// acquire reserves a free worker, the session's own when it has one.
+func (s *Server) acquire(session string) (*worker, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, ok := s.sessions[session]; ok && session != "" {
+		if s.workers[i].busy {
+			return nil, fmt.Errorf("session %q is busy with another execution; executions of one session run one at a time", session)
+		}
+		s.workers[i].busy = true
+		return s.workers[i], nil
+	}
+	taken := map[int]bool{}
+	for _, i := range s.sessions {
+		taken[i] = true
+	}
+	// Prefer a worker no session holds, so sessions keep their state.
+	for pass := 0; pass < 2; pass++ {
+		for i, w := range s.workers {
+			if w.busy || (pass == 0 && taken[i]) {
+				continue
+			}
+			w.busy = true
+			if session != "" {
+				s.sessions[session] = i
+			}
+			return w, nil
+		}
+	}
+	if len(s.workers) == 1 {
+		return nil, errors.New("an execution is already running; one runs at a time: wait for it or interrupt it")
+	}
+	return nil, fmt.Errorf("all %d interpreters are busy; retry later or interrupt one", len(s.workers))
+}
+
+func (s *Server) release(w *worker) {
+	s.mu.Lock()
+	w.busy = false
+	s.mu.Unlock()
+}
+
+// sessionWorker is the worker of a session, or the first one.
+func (s *Server) sessionWorker(session string) *worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, ok := s.sessions[session]; ok {
+		return s.workers[i]
+	}
+	return s.workers[0]
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+func (s *Server) validate(req *protocol.ExecuteRequest) error {
+	if req.ID == "" {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		req.ID = hex.EncodeToString(b)
+	}
+	switch {
+	case !idPattern.MatchString(req.ID):
+		return errors.New("id must be 1-128 letters, digits, '.', '_', ':' or '-'")
+	case strings.TrimSpace(req.Code) == "":
+		return errors.New("code is required")
+	case req.Language != "" && req.Language != protocol.LanguagePython && req.Language != protocol.LanguageShell:
+		return fmt.Errorf("language %q is not supported: use python or shell", req.Language)
+	case req.TimeoutMillis < 0 || req.GraceMillis < 0 || req.MaxOutputBytes < 0 || req.MaxBridgeCalls < 0:
+		return errors.New("timeoutMillis, graceMillis, maxOutputBytes and maxBridgeCalls must not be negative")
+	case time.Duration(req.TimeoutMillis)*time.Millisecond > s.cfg.MaxTimeout:
+		return fmt.Errorf("timeoutMillis is above the maximum of %s", s.cfg.MaxTimeout)
+	case req.MaxOutputBytes > s.cfg.MaxOutputBytes:
+		return fmt.Errorf("maxOutputBytes is above this agent's maximum of %d", s.cfg.MaxOutputBytes)
+	case len(req.Context) > 0 && !json.Valid(req.Context):
+		return errors.New("context is not valid JSON")
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("env name %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	var req protocol.ExecuteRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if err := s.validate(&req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	stream := req.Stream || strings.Contains(r.Header.Get("Accept"), protocol.ContentTypeNDJSON)
+	if req.Bridge && !stream {
+		writeError(w, http.StatusBadRequest, "bridge needs a streaming execute: bridge calls are sent as events")
+		return
+	}
+	e, created := s.reg.getOrCreate(req.ID)
+	if created {
+		wk, err := s.acquire(req.Session)
+		if err != nil {
+			s.reg.forget(req.ID)
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		s.start(e, wk, req, stream)
+	} else {
+		s.cfg.Log.V(1).Info("attaching to execution", "id", req.ID)
+	}
+	if !stream {
+		select {
+		case <-e.done:
+			writeJSON(w, http.StatusOK, e.result)
+		case <-r.Context().Done():
+		}
+		return
+	}
+	s.streamEvents(w, r, e, created)
+}
+
+// start runs the execution on the worker, independent of the HTTP request: a
+// caller that goes away does not stop the code, and can attach again by ID.
+func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, stream bool) {
+	onOut := func(kind string) func([]byte) {
+		if !stream {
+			return nil
+		}
+		return func(b []byte) { e.emit(protocol.Event{Type: kind, Data: string(b)}) }
+	}
+	if req.Language == protocol.LanguageShell {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.setInterrupt(func() bool { cancel(); return true })
+		go func() {
+			defer cancel()
+			defer s.release(wk)
+			res := s.runShell(ctx, req, onOut(protocol.EventStdout), onOut(protocol.EventStderr))
+			s.reg.finish(e, res)
+		}()
+		return
+	}
+	e.setInterrupt(wk.interp.Interrupt)
+	hooks := interpreter.Hooks{OnStdout: onOut(protocol.EventStdout), OnStderr: onOut(protocol.EventStderr)}
+	if req.Bridge {
+		hooks.OnBridge = func(call protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error) {
+			ch := make(chan protocol.BridgeAnswer, 1)
+			e.mu.Lock()
+			e.bridges[call.ID] = ch
+			e.mu.Unlock()
+			e.emit(protocol.Event{Type: protocol.EventBridge, Call: &call})
+			select {
+			case a := <-ch:
+				if a.Error != "" {
+					return nil, errors.New(a.Error)
+				}
+				return a.Result, nil
+			case <-done:
+				return nil, errors.New("execution ended")
+			}
+		}
+	}
+	if req.TimeoutMillis == 0 {
+		req.TimeoutMillis = s.cfg.DefaultTimeout.Milliseconds()
+	}
+	go func() {
+		defer s.release(wk)
+		res, err := wk.interp.Execute(req, hooks)
+		if err != nil {
+			res = &protocol.Result{ID: req.ID, Status: protocol.StatusFailed, StartedAt: time.Now(), FinishedAt: time.Now(),
+				Error: &protocol.Error{Type: "AgentError", Message: err.Error()}}
+		}
+		s.reg.finish(e, res)
+	}()
+}
+
+func (s *Server) runShell(ctx context.Context, req protocol.ExecuteRequest, onOut, onErr func([]byte)) *protocol.Result {
+	started := time.Now()
+	limit := req.MaxOutputBytes
+	if limit == 0 {
+		limit = s.cfg.MaxOutputBytes
+	}
+	sr, err := shell.Run(ctx, req.Code, shell.Options{
+		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env),
+		Timeout: durationOr(req.TimeoutMillis, s.cfg.DefaultTimeout), Grace: durationOr(req.GraceMillis, s.cfg.DefaultGrace),
+		MaxOutputBytes: limit, OnStdout: onOut, OnStderr: onErr,
+	})
+	res := &protocol.Result{ID: req.ID, StartedAt: started}
+	switch {
+	case err != nil:
+		res.Status = protocol.StatusFailed
+		res.Error = &protocol.Error{Type: "ShellError", Message: err.Error()}
+	default:
+		res.Stdout, res.Stderr = sr.Stdout, sr.Stderr
+		res.StdoutTruncated, res.StderrTruncated = sr.StdoutTruncated, sr.StderrTruncated
+		code := sr.ExitCode
+		res.ExitCode = &code
+		switch {
+		case sr.TimedOut:
+			res.Status = protocol.StatusTimedOut
+		case ctx.Err() != nil:
+			res.Status = protocol.StatusInterrupted
+		case code == 0:
+			res.Status = protocol.StatusSucceeded
+		default:
+			res.Status = protocol.StatusFailed
+			res.Error = &protocol.Error{Type: "NonZeroExit", Message: fmt.Sprintf("the command exited with code %d", code)}
+		}
+	}
+	res.FinishedAt = time.Now()
+	res.DurationMillis = float64(res.FinishedAt.Sub(started).Microseconds()) / 1000
+	return res
+}
+
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, e *execution, owner bool) {
+	w.Header().Set("Content-Type", protocol.ContentTypeNDJSON)
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	send := func(evs []protocol.Event) bool {
+		for i := range evs {
+			if err := enc.Encode(&evs[i]); err != nil {
+				return false
+			}
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	for {
+		var evs []protocol.Event
+		if owner { // only the caller that started it gets the live events
+			evs = e.take()
+		}
+		select {
+		case <-e.done:
+			if owner {
+				evs = append(evs, e.take()...)
+			}
+			send(append(evs, protocol.Event{Type: protocol.EventResult, Result: e.result}))
+			return
+		default:
+		}
+		if len(evs) > 0 && !send(evs) {
+			return
+		}
+		select {
+		case <-e.notify:
+		case <-e.done:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
+	e := s.reg.get(r.PathValue("id"))
+	if e == nil {
+		writeError(w, http.StatusNotFound, "no execution with this id (unknown, or its result was evicted)")
+		return
+	}
+	select {
+	case <-e.done:
+		writeJSON(w, http.StatusOK, protocol.ExecutionInfo{ID: e.id, Result: e.result})
+	default:
+		writeJSON(w, http.StatusOK, protocol.ExecutionInfo{ID: e.id, Running: true})
+	}
+}
+
+func (s *Server) interrupt(w http.ResponseWriter, r *http.Request) {
+	e := s.reg.get(r.PathValue("id"))
+	if e == nil {
+		writeError(w, http.StatusNotFound, "no execution with this id")
+		return
+	}
+	select {
+	case <-e.done:
+		writeJSON(w, http.StatusOK, protocol.ExecutionInfo{ID: e.id, Result: e.result})
+		return
+	default:
+	}
+	e.doInterrupt()
+	writeJSON(w, http.StatusAccepted, protocol.ExecutionInfo{ID: e.id, Running: true})
+}
+
+func (s *Server) answerBridge(w http.ResponseWriter, r *http.Request) {
+	e := s.reg.get(r.PathValue("id"))
+	if e == nil {
+		writeError(w, http.StatusNotFound, "no execution with this id")
+		return
+	}
+	var a protocol.BridgeAnswer
+	if !s.decode(w, r, &a) {
+		return
+	}
+	e.mu.Lock()
+	ch, ok := e.bridges[r.PathValue("call")]
+	delete(e.bridges, r.PathValue("call"))
+	e.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, "no pending bridge call with this id (already answered, or the execution ended)")
+		return
+	}
+	ch <- a
+	writeJSON(w, http.StatusOK, map[string]bool{"delivered": true})
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (s *Server) variable(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !identifier.MatchString(name) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a Python identifier", name))
+		return
+	}
+	v, found, err := s.sessionWorker(r.URL.Query().Get("session")).interp.Variable(name)
+	switch {
+	case errors.Is(err, interpreter.ErrBusy):
+		writeError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case !found:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no variable %q in the interpreter", name))
+	default:
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	err := s.sessionWorker(r.URL.Query().Get("session")).interp.Reset()
+	switch {
+	case errors.Is(err, interpreter.ErrBusy):
+		writeError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
+	}
+}
+
+func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
+	var req protocol.ShellRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if strings.TrimSpace(req.Command) == "" {
+		writeError(w, http.StatusBadRequest, "command is required")
+		return
+	}
+	if req.TimeoutMillis < 0 || req.MaxOutputBytes < 0 || req.MaxOutputBytes > s.cfg.MaxOutputBytes {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeoutMillis must not be negative and maxOutputBytes must be 0-%d", s.cfg.MaxOutputBytes))
+		return
+	}
+	limit := req.MaxOutputBytes
+	if limit == 0 {
+		limit = s.cfg.MaxOutputBytes
+	}
+	res, err := shell.Run(r.Context(), req.Command, shell.Options{
+		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env), Timeout: durationOr(req.TimeoutMillis, s.cfg.DefaultTimeout),
+		Grace: s.cfg.DefaultGrace, MaxOutputBytes: limit,
+	})
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "run command: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, protocol.Health{OK: true, Workers: len(s.workers)})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	h := protocol.Health{OK: true, Workers: len(s.workers)}
+	for i, wk := range s.workers {
+		info, err := wk.interp.Ready()
+		if err != nil {
+			h.OK = false
+			h.Message = fmt.Sprintf("interpreter %d: %v", i, err)
+			break
+		}
+		h.Python, h.Preloaded = info.Python, info.Preloaded
+		if wk.interp.Busy() {
+			h.Busy++
+		}
+	}
+	code := http.StatusOK
+	if !h.OK {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+func durationOr(millis int64, def time.Duration) time.Duration {
+	if millis > 0 {
+		return time.Duration(millis) * time.Millisecond
+	}
+	return def
+}
+
