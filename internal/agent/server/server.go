@@ -553,4 +553,3 @@ func durationOr(millis int64, def time.Duration) time.Duration {
 	}
 	return def
 }
-

@@ -212,7 +212,9 @@ func TestExecuteIsIdempotentByID(t *testing.T) {
 func TestConcurrentExecuteGets409(t *testing.T) {
 	a := startAgent(t, 1)
 	ctx := context.Background()
-	go func() { _, _ = a.c.Execute(ctx, protocol.ExecuteRequest{ID: "slow", Code: "import time; time.sleep(0.5)"}) }()
+	go func() {
+		_, _ = a.c.Execute(ctx, protocol.ExecuteRequest{ID: "slow", Code: "import time; time.sleep(0.5)"})
+	}()
 	waitRunning(t, a, "slow")
 	_, err := a.c.Execute(ctx, protocol.ExecuteRequest{ID: "other", Code: "1"})
 	if !client.IsStatus(err, http.StatusConflict) || !strings.Contains(err.Error(), "already running") {
