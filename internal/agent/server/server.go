@@ -289,8 +289,9 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 		e.setInterrupt(func() bool { cancel(); return true })
 		go func() {
 			defer cancel()
-			defer s.release(wk)
 			res := s.runShell(ctx, req, onOut(protocol.EventStdout), onOut(protocol.EventStderr))
+			// Free the worker before anyone sees the result, so the caller's next request finds it free.
+			s.release(wk)
 			s.reg.finish(e, res)
 		}()
 		return
@@ -319,8 +320,8 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 		req.TimeoutMillis = s.cfg.DefaultTimeout.Milliseconds()
 	}
 	go func() {
-		defer s.release(wk)
 		res, err := wk.interp.Execute(req, hooks)
+		s.release(wk) // before the result is visible: see the shell case
 		if err != nil {
 			res = &protocol.Result{ID: req.ID, Status: protocol.StatusFailed, StartedAt: time.Now(), FinishedAt: time.Now(),
 				Error: &protocol.Error{Type: "AgentError", Message: err.Error()}}

@@ -39,12 +39,12 @@ func startAgent(t testing.TB, workers int, preload ...string) *agent {
 	}
 	var interps []*interpreter.Interpreter
 	for i := 0; i < workers; i++ {
-		it := interpreter.New(interpreter.Config{Dir: dir, Preload: preload, DefaultGrace: time.Second, Log: testr.New(t.(*testing.T))})
+		it := interpreter.New(interpreter.Config{Dir: dir, Preload: preload, DefaultGrace: time.Second, Log: testr.NewWithInterface(t, testr.Options{})})
 		_ = it.Start()
 		t.Cleanup(it.Close)
 		interps = append(interps, it)
 	}
-	srv := New(Config{Token: token, Workers: interps, Workspace: ws, Log: testr.New(t.(*testing.T))})
+	srv := New(Config{Token: token, Workers: interps, Workspace: ws, Log: testr.NewWithInterface(t, testr.Options{})})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &agent{url: hs.URL, c: client.New(hs.URL, token), ws: dir}
@@ -371,5 +371,21 @@ func TestWorkersRunInParallelAndSessionsStick(t *testing.T) {
 	wg.Wait()
 	if d := time.Since(start); d > 750*time.Millisecond {
 		t.Fatalf("two workers ran two executions in %s: not in parallel", d)
+	}
+}
+
+// A caller that sends its next request as soon as it has a result must never
+// find the interpreter still marked busy.
+func TestBackToBackExecutionsKeepState(t *testing.T) {
+	a := startAgent(t, 1)
+	ctx := context.Background()
+	if _, err := a.c.Execute(ctx, protocol.ExecuteRequest{Code: "n = 0"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		res, err := a.c.Execute(ctx, protocol.ExecuteRequest{Code: "n += 1\nn"})
+		if err != nil || *res.Result != fmt.Sprint(i) {
+			t.Fatalf("run %d: %+v %v", i, res, err)
+		}
 	}
 }
