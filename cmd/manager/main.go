@@ -18,6 +18,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 var (
@@ -38,6 +41,7 @@ func main() {
 		leaderElectionNS     string
 		secureMetrics        bool
 		enableHTTP2          bool
+		agentPort            int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 turns it off.")
@@ -50,6 +54,7 @@ func main() {
 		"Serve metrics over HTTPS with authentication and authorization by the API server.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics over HTTP/2 too; off by default because of the HTTP/2 rapid reset CVEs.")
+	flag.IntVar(&agentPort, "agent-port", sandboxpod.AgentPort, "Port of the sandbox agents in their pods.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -83,6 +88,23 @@ func main() {
 		os.Exit(1)
 	}
 
+	ctx := ctrl.SetupSignalHandler()
+	if err := controller.SetupIndexes(ctx, mgr); err != nil {
+		setupLog.Error(err, "unable to set up cache indexes")
+		os.Exit(1)
+	}
+	if err := (&controller.SandboxPoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "unable to create controller", "controller", "SandboxPool")
+		os.Exit(1)
+	}
+	if err := (&controller.ExecutionReconciler{
+		Client:   mgr.GetClient(),
+		Resolver: runner.PodIPResolver{Port: agentPort},
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "unable to create controller", "controller", "Execution")
+		os.Exit(1)
+	}
+
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		setupLog.Error(err, "unable to set up health check")
 		os.Exit(1)
@@ -93,7 +115,7 @@ func main() {
 	}
 
 	setupLog.Info("starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)
 	}

@@ -1,0 +1,98 @@
+// Package claim hands sandbox pods to Executions. A claim is written on the
+// pod itself (a label and annotations) with an update that carries the pod's
+// resourceVersion, so the API server refuses the second of two concurrent
+// claims: two workers or two managers can never hand one pod to two Executions,
+// and a restarted manager rebuilds every claim from the pods.
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// ErrNotClaimable is returned for a pod that is not free for this Execution.
+var ErrNotClaimable = errors.New("pod is not free for this execution")
+
+// ClaimedBy returns the UID of the Execution running on the pod, if any.
+func ClaimedBy(pod *corev1.Pod) types.UID {
+	return types.UID(pod.Annotations[sandboxpod.AnnotationClaimedUID])
+}
+
+// Session returns the session that holds the pod, if any.
+func Session(pod *corev1.Pod) string { return pod.Labels[sandboxpod.LabelSession] }
+
+// claimable reports whether ex may take pod: an idle fresh pod, or its own
+// session's pod while no other Execution runs on it.
+func claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
+	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) {
+		return false
+	}
+	if s := Session(pod); s != "" {
+		return s == ex.Spec.Session && ClaimedBy(pod) == ""
+	}
+	return sandboxpod.IsIdle(pod) && ClaimedBy(pod) == ""
+}
+
+// Claim marks pod as running ex. It fails with a Conflict error when the pod
+// changed since it was read (someone else claimed it first), and with
+// ErrNotClaimable when it is not free. On success pod holds the updated object.
+func Claim(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution) error {
+	if !claimable(pod, ex) {
+		return ErrNotClaimable
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	if ex.Spec.Session != "" {
+		pod.Labels[sandboxpod.LabelSession] = ex.Spec.Session
+	}
+	pod.Annotations[sandboxpod.AnnotationClaimedBy] = ex.Name
+	pod.Annotations[sandboxpod.AnnotationClaimedUID] = string(ex.UID)
+	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
+	// Update (not a merge patch) sends metadata.resourceVersion: the optimistic lock.
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("claim pod %s for execution %s: %w", pod.Name, ex.Name, err)
+	}
+	return nil
+}
+
+// ReleaseToSession frees a session's pod for the session's next Execution and
+// records when it was last used, for the session idle timeout.
+func ReleaseToSession(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution, now time.Time) error {
+	if ClaimedBy(pod) != ex.UID {
+		return nil // already released, or never ours
+	}
+	delete(pod.Annotations, sandboxpod.AnnotationClaimedBy)
+	delete(pod.Annotations, sandboxpod.AnnotationClaimedUID)
+	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("release pod %s to session %s: %w", pod.Name, ex.Spec.Session, err)
+	}
+	return nil
+}
+
+// ReleaseToPool returns a pod with a fresh interpreter to the pool's idle pods
+// (reusePolicy FreshInterpreter).
+func ReleaseToPool(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution) error {
+	if ClaimedBy(pod) != ex.UID {
+		return nil
+	}
+	delete(pod.Annotations, sandboxpod.AnnotationClaimedBy)
+	delete(pod.Annotations, sandboxpod.AnnotationClaimedUID)
+	delete(pod.Labels, sandboxpod.LabelSession)
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateIdle
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("return pod %s to its pool: %w", pod.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,532 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// executionFinalizer lets a deleted running Execution interrupt its code and free its pod.
+const executionFinalizer = "sandbox.warmpool.dev/interrupt-on-delete"
+
+// claimRetry is how soon an Execution that lost a claim race tries again.
+const claimRetry = 20 * time.Millisecond
+
+// ExecutionReconciler runs Executions: queue, claim a pod, run, timeout, status.
+type ExecutionReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Runner   *runner.Runner
+	Resolver runner.Resolver
+}
+
+func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ex := &sandboxv1alpha1.Execution{}
+	if err := r.Get(ctx, req.NamespacedName, ex); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ex.DeletionTimestamp != nil {
+		return ctrl.Result{}, r.finalize(ctx, ex)
+	}
+	if ex.Status.Phase.IsFinished() {
+		return r.reconcileFinished(ctx, ex)
+	}
+	if !controllerutil.ContainsFinalizer(ex, executionFinalizer) {
+		patch := client.MergeFrom(ex.DeepCopy())
+		controllerutil.AddFinalizer(ex, executionFinalizer)
+		if err := r.Patch(ctx, ex, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer to execution %s: %w", ex.Name, err)
+		}
+	}
+
+	orig := ex.DeepCopy()
+	var result ctrl.Result
+	var err error
+	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning {
+		result, err = r.reconcileRunning(ctx, ex)
+	} else {
+		result, err = r.reconcilePending(ctx, ex)
+	}
+	ex.Status.ObservedGeneration = ex.Generation
+	if !equality.Semantic.DeepEqual(orig.Status, ex.Status) {
+		if perr := r.Status().Patch(ctx, ex, client.MergeFrom(orig)); perr != nil {
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
+		}
+	}
+	return result, err
+}
+
+// reconcileFinished forgets the run, drops the finalizer and applies the TTL.
+func (r *ExecutionReconciler) reconcileFinished(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	r.Runner.Forget(ex.UID)
+	if controllerutil.ContainsFinalizer(ex, executionFinalizer) {
+		patch := client.MergeFrom(ex.DeepCopy())
+		controllerutil.RemoveFinalizer(ex, executionFinalizer)
+		if err := r.Patch(ctx, ex, patch); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if ex.Spec.TTLSecondsAfterFinished == nil || ex.Status.CompletionTime == nil {
+		return ctrl.Result{}, nil
+	}
+	expire := ex.Status.CompletionTime.Add(time.Duration(*ex.Spec.TTLSecondsAfterFinished) * time.Second)
+	if left := time.Until(expire); left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	logf.FromContext(ctx).V(1).Info("deleting finished execution after its TTL")
+	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, ex, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+}
+
+func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	if ex.Status.Phase == "" {
+		ex.Status.Phase = sandboxv1alpha1.PhasePending
+		r.Recorder.Eventf(ex, nil, corev1.EventTypeNormal, "Queued", "Queue", "waiting for a pod of pool %s", ex.Spec.PoolRef.Name)
+	}
+	if ex.Spec.Cancel {
+		r.end(ex, sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "cancelled before it ran", nil)
+		return ctrl.Result{}, nil
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.waiting(ex, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
+			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ex.Spec.PoolRef.Name, ex.Namespace))
+		return ctrl.Result{}, nil
+	}
+	code, err := r.code(ctx, ex)
+	if err != nil {
+		r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonCodeSourceNotFound, err.Error(),
+			&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonCodeSourceNotFound, Message: err.Error()})
+		return ctrl.Result{}, nil
+	}
+
+	var podList corev1.PodList
+	if err := r.List(ctx, &podList, client.InNamespace(ex.Namespace), client.MatchingLabels{sandboxpod.LabelPool: pool.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", pool.Name, err)
+	}
+	var sessionPod *corev1.Pod
+	sessionPods := map[string]bool{}
+	for i := range podList.Items {
+		p := &podList.Items[i]
+		if claim.ClaimedBy(p) == ex.UID && !sandboxpod.IsTerminal(p) {
+			// Claimed earlier, but the status write was lost: carry on with it.
+			return r.start(ctx, ex, pool, p, code)
+		}
+		if s := claim.Session(p); s != "" && !sandboxpod.IsTerminal(p) {
+			sessionPods[s] = true
+			if s == ex.Spec.Session {
+				sessionPod = p
+			}
+		}
+	}
+	var execs sandboxv1alpha1.ExecutionList
+	if err := r.List(ctx, &execs, client.InNamespace(ex.Namespace), client.MatchingFields{indexPoolRef: pool.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
+	}
+
+	if s := ex.Spec.Session; s != "" {
+		if !firstOfSession(execs.Items, ex) {
+			r.waiting(ex, "SessionBusy", fmt.Sprintf("waiting for earlier Executions of session %s to finish", s))
+			return ctrl.Result{}, nil
+		}
+		if sessionPod != nil {
+			if claim.ClaimedBy(sessionPod) != "" || !sandboxpod.IsReady(sessionPod) {
+				r.waiting(ex, "SessionBusy", fmt.Sprintf("session %s's pod %s is busy", s, sessionPod.Name))
+				return ctrl.Result{}, nil
+			}
+			return r.claimAndStart(ctx, ex, pool, sessionPod, code)
+		}
+		if lost := lostSessionPod(execs.Items, s); lost != "" {
+			msg := fmt.Sprintf("session %s's pod %s is gone (lost, timed out, or idle longer than the pool's sessionIdleTimeout), "+
+				"and with it the session's state: start a new session", s, lost)
+			r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSessionLost, msg,
+				&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonSessionLost, Message: msg})
+			return ctrl.Result{}, nil
+		}
+	}
+
+	q := queue(execs.Items, func(s string) bool { return sessionPods[s] })
+	pos := position(q, ex)
+	idle := idlePods(pool, podList.Items)
+	if pos < 0 || pos >= len(idle) {
+		reason, msg := sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
+			"no idle pod in pool %s: %d Executions ahead in the queue; the pool is adding pods", pool.Name, max(pos, 0))
+		if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady); c != nil &&
+			c.Reason == sandboxv1alpha1.ReasonMaxPodsReached {
+			reason, msg = sandboxv1alpha1.ReasonMaxPodsReached, c.Message
+		}
+		r.waiting(ex, reason, msg)
+		return ctrl.Result{}, nil
+	}
+	return r.claimAndStart(ctx, ex, pool, idle[pos], code)
+}
+
+// idlePods are the pool's claimable pods, current template first, by name.
+func idlePods(pool *sandboxv1alpha1.SandboxPool, pods []corev1.Pod) []*corev1.Pod {
+	hash := sandboxpod.TemplateHash(pool)
+	var out []*corev1.Pod
+	for i := range pods {
+		if sandboxpod.IsIdle(&pods[i]) && claim.ClaimedBy(&pods[i]) == "" && claim.Session(&pods[i]) == "" {
+			out = append(out, &pods[i])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ci, cj := out[i].Labels[sandboxpod.LabelTemplateHash] == hash, out[j].Labels[sandboxpod.LabelTemplateHash] == hash
+		if ci != cj {
+			return ci
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// lostSessionPod returns the pod an earlier Execution of the session ran on,
+// when the session has no pod any more.
+func lostSessionPod(all []sandboxv1alpha1.Execution, session string) string {
+	for i := range all {
+		if all[i].Spec.Session == session && all[i].Status.PodName != "" {
+			return all[i].Status.PodName
+		}
+	}
+	return ""
+}
+
+func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, code string) (ctrl.Result, error) {
+	pod = pod.DeepCopy()
+	if err := claim.Claim(ctx, r.Client, pod, ex); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || errors.Is(err, claim.ErrNotClaimable) {
+			logf.FromContext(ctx).V(4).Info("lost a claim race, retrying", "pod", pod.Name)
+			return ctrl.Result{RequeueAfter: claimRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	metrics.QueueWait.Observe(time.Since(ex.CreationTimestamp.Time).Seconds())
+	return r.start(ctx, ex, pool, pod, code)
+}
+
+// start marks the Execution Running on pod and hands it to the runner.
+func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, code string) (ctrl.Result, error) {
+	now := metav1.Now()
+	ex.Status.Phase = sandboxv1alpha1.PhaseRunning
+	ex.Status.PodName = pod.Name
+	ex.Status.StartTime = &now
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed, Message: "running on pod " + pod.Name})
+	r.Recorder.Eventf(ex, pod, corev1.EventTypeNormal, "Started", "Run", "running on pod %s", pod.Name)
+	job, err := r.job(ctx, ex, pool, pod, code)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Runner.Start(job)
+	return ctrl.Result{}, nil
+}
+
+func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, code string) (runner.Job, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return runner.Job{}, err
+	}
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool)}, secret); err != nil {
+		return runner.Job{}, fmt.Errorf("read agent token of pool %s: %w", pool.Name, err)
+	}
+	req := protocol.ExecuteRequest{
+		Code:           code,
+		Language:       string(ex.Spec.Language),
+		MaxOutputBytes: int(pool.Spec.ExecutionDefaults.MaxOutputBytes),
+	}
+	if ex.Spec.Context != nil {
+		if ex.Spec.ContextFormat == sandboxv1alpha1.ContextJSON {
+			req.Context = json.RawMessage(*ex.Spec.Context)
+		} else {
+			req.Context, _ = json.Marshal(*ex.Spec.Context)
+		}
+	}
+	if len(ex.Spec.Env) > 0 {
+		req.Env = map[string]string{}
+		for _, e := range ex.Spec.Env {
+			req.Env[e.Name] = e.Value
+		}
+	}
+	return runner.Job{
+		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Address: addr,
+		Token: string(secret.Data[sandboxpod.TokenKey]), Request: req,
+		Deadline: ex.Status.StartTime.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
+	}, nil
+}
+
+func timeoutOf(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if ex.Spec.Timeout != nil {
+		return ex.Spec.Timeout.Duration
+	}
+	if pool.Spec.ExecutionDefaults.Timeout != nil {
+		return pool.Spec.ExecutionDefaults.Timeout.Duration
+	}
+	return 30 * time.Second
+}
+
+func graceOf(pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if g := pool.Spec.ExecutionDefaults.InterruptGracePeriod; g != nil {
+		return g.Duration
+	}
+	return 5 * time.Second
+}
+
+// code returns the code to run, reading spec.codeFrom when set.
+func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Execution) (string, error) {
+	if ex.Spec.Code != nil {
+		return *ex.Spec.Code, nil
+	}
+	from := ex.Spec.CodeFrom
+	if from == nil {
+		return "", errors.New("neither spec.code nor spec.codeFrom is set")
+	}
+	if ref := from.ConfigMapKeyRef; ref != nil {
+		cm := &corev1.ConfigMap{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, cm); err != nil {
+			return "", fmt.Errorf("spec.codeFrom: ConfigMap %s: %w", ref.Name, err)
+		}
+		if v, ok := cm.Data[ref.Key]; ok {
+			return v, nil
+		}
+		return "", fmt.Errorf("spec.codeFrom: ConfigMap %s has no key %q", ref.Name, ref.Key)
+	}
+	ref := from.SecretKeyRef
+	s := &corev1.Secret{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, s); err != nil {
+		return "", fmt.Errorf("spec.codeFrom: Secret %s: %w", ref.Name, err)
+	}
+	if v, ok := s.Data[ref.Key]; ok {
+		return string(v), nil
+	}
+	return "", fmt.Errorf("spec.codeFrom: Secret %s has no key %q", ref.Name, ref.Key)
+}
+
+func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	poolErr := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool)
+	if poolErr != nil && !apierrors.IsNotFound(poolErr) {
+		return ctrl.Result{}, poolErr
+	}
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, pod); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		pod = nil
+	}
+	if o, ok := r.Runner.Outcome(ex.UID); ok {
+		return ctrl.Result{}, r.finish(ctx, ex, pool, pod, o)
+	}
+	if pod == nil || sandboxpod.IsTerminal(pod) || claim.ClaimedBy(pod) != ex.UID || poolErr != nil {
+		r.Runner.Cancel(ex.UID)
+		msg := fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName)
+		if pod != nil && pod.Status.Message != "" {
+			msg += ": " + pod.Status.Message
+		}
+		r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSandboxLost, msg,
+			&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonSandboxLost, Message: msg})
+		if pod != nil {
+			return ctrl.Result{}, r.deletePod(ctx, pod)
+		}
+		return ctrl.Result{}, nil
+	}
+	if !r.Runner.Tracked(ex.UID) {
+		// A restarted manager: attach to the run in the agent by the Execution's UID.
+		code, err := r.code(ctx, ex)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		job, err := r.job(ctx, ex, pool, pod, code)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		logf.FromContext(ctx).Info("re-attaching to a running execution", "pod", pod.Name)
+		r.Runner.Start(job)
+	}
+	if ex.Spec.Cancel {
+		r.Runner.Cancel(ex.UID)
+	}
+	// The runner wakes this Execution when the run ends; this is the backstop.
+	backstop := time.Until(ex.Status.StartTime.Add(timeoutOf(ex, pool) + graceOf(pool) + 2*runner.Slack))
+	return ctrl.Result{RequeueAfter: max(backstop, time.Second)}, nil
+}
+
+// waiting records that the Execution waits for a pod.
+func (r *ExecutionReconciler) waiting(ex *sandboxv1alpha1.Execution, reason, msg string) {
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: ex.Generation})
+}
+
+// end sets a final phase with its Complete condition.
+func (r *ExecutionReconciler) end(ex *sandboxv1alpha1.Execution, phase sandboxv1alpha1.ExecutionPhase, reason, msg string,
+	execErr *sandboxv1alpha1.ExecutionError) {
+	now := metav1.Now()
+	ex.Status.Phase = phase
+	ex.Status.CompletionTime = &now
+	if execErr != nil {
+		ex.Status.Error = execErr
+	}
+	if c := meta.FindStatusCondition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox); c != nil && c.Status == metav1.ConditionTrue {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, reason, "no longer waiting: "+string(phase)
+	}
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionComplete,
+		Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: ex.Generation})
+	evType := corev1.EventTypeNormal
+	if phase != sandboxv1alpha1.PhaseSucceeded {
+		evType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ex, nil, evType, reason, "Finish", "%s: %s", phase, msg)
+	metrics.ExecutionsTotal.WithLabelValues(string(phase)).Inc()
+	metrics.EndToEnd.Observe(now.Sub(ex.CreationTimestamp.Time).Seconds())
+}
+
+func (r *ExecutionReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// finalize interrupts the code of a deleted running Execution and frees its pod.
+func (r *ExecutionReconciler) finalize(ctx context.Context, ex *sandboxv1alpha1.Execution) error {
+	if !controllerutil.ContainsFinalizer(ex, executionFinalizer) {
+		return nil
+	}
+	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning || ex.Status.Phase == sandboxv1alpha1.PhasePending || ex.Status.Phase == "" {
+		r.Runner.Cancel(ex.UID)
+		var pods corev1.PodList
+		if err := r.List(ctx, &pods, client.InNamespace(ex.Namespace), client.MatchingLabels{sandboxpod.LabelPool: ex.Spec.PoolRef.Name}); err != nil {
+			return err
+		}
+		for i := range pods.Items {
+			if claim.ClaimedBy(&pods.Items[i]) == ex.UID {
+				// The interrupted code's pod is suspect: it goes, and the pool replaces it.
+				if err := r.deletePod(ctx, &pods.Items[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	r.Runner.Forget(ex.UID)
+	patch := client.MergeFrom(ex.DeepCopy())
+	controllerutil.RemoveFinalizer(ex, executionFinalizer)
+	return client.IgnoreNotFound(r.Patch(ctx, ex, patch))
+}
+
+// SetupWithManager registers the reconciler: Executions, the runner's
+// wake-ups, pods (claimed ones wake their Execution, idle ones the queue) and pools.
+func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("execution-controller")
+	}
+	if r.Resolver == nil {
+		r.Resolver = runner.PodIPResolver{}
+	}
+	if r.Runner == nil {
+		r.Runner = NewRunner()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1alpha1.Execution{}).
+		WatchesRawSource(source.Channel(r.Runner.Events, &handler.EnqueueRequestForObject{})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToExecutions)).
+		Watches(&sandboxv1alpha1.SandboxPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToExecutions)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		Named("execution").
+		Complete(r)
+}
+
+// NewRunner returns a runner whose wake-ups name Executions.
+func NewRunner() *runner.Runner {
+	return runner.New(func(namespace, name string) event.GenericEvent {
+		return event.GenericEvent{Object: &sandboxv1alpha1.Execution{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}
+	})
+}
+
+func (r *ExecutionReconciler) podToExecutions(ctx context.Context, o client.Object) []ctrl.Request {
+	pod := o.(*corev1.Pod)
+	pool := pod.Labels[sandboxpod.LabelPool]
+	if pool == "" {
+		return nil
+	}
+	if name := pod.Annotations[sandboxpod.AnnotationClaimedBy]; name != "" {
+		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
+	}
+	if s := claim.Session(pod); s != "" {
+		return r.waitingExecutions(ctx, pod.Namespace, pool, s, 1)
+	}
+	if !sandboxpod.IsIdle(pod) {
+		return nil
+	}
+	return r.waitingExecutions(ctx, pod.Namespace, pool, "", 0)
+}
+
+func (r *ExecutionReconciler) poolToExecutions(ctx context.Context, o client.Object) []ctrl.Request {
+	return r.waitingExecutions(ctx, o.GetNamespace(), o.GetName(), "", 0)
+}
+
+// waitingExecutions returns the first waiting Executions of a pool (of one
+// session, when given): only those can take a pod that just became free, so
+// waking the whole queue is not needed. limit 0 wakes as many as the pool has idle pods.
+func (r *ExecutionReconciler) waitingExecutions(ctx context.Context, namespace, pool, session string, limit int) []ctrl.Request {
+	var list sandboxv1alpha1.ExecutionList
+	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexPoolRef: pool}); err != nil {
+		return nil
+	}
+	var waiting []*sandboxv1alpha1.Execution
+	for i := range list.Items {
+		ex := &list.Items[i]
+		if isWaiting(ex) && (session == "" || ex.Spec.Session == session) {
+			waiting = append(waiting, ex)
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool { return fifoLess(waiting[i], waiting[j]) })
+	if limit == 0 {
+		var pods corev1.PodList
+		if err := r.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{
+			sandboxpod.LabelPool: pool, sandboxpod.LabelState: sandboxpod.StateIdle}); err != nil {
+			return nil
+		}
+		// Session Executions may sit ahead of others in the queue without taking an idle pod.
+		limit = len(pods.Items) + 8
+	}
+	var out []ctrl.Request
+	for _, ex := range waiting {
+		if len(out) >= limit {
+			break
+		}
+		out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Name}})
+	}
+	return out
+}

@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/runner"
+)
+
+// finish turns a run's outcome into the final status and decides the pod's
+// fate: a session keeps its pod while the interpreter's state is intact; a
+// pool that reuses pods gets it back with a fresh interpreter; otherwise (and
+// whenever the code did not end cleanly) the pod is deleted and the pool
+// replaces it.
+func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, o runner.Outcome) error {
+	clean := false
+	switch {
+	case o.Err != nil:
+		var phase sandboxv1alpha1.ExecutionPhase
+		var reason string
+		switch {
+		case o.Cancelled:
+			phase, reason = sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled
+		case errors.Is(o.Err, runner.ErrNoAnswer) && ex.Status.StartTime != nil &&
+			time.Now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))):
+			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
+		default:
+			phase, reason = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSandboxLost
+		}
+		msg := o.Err.Error() + "; the pod was deleted"
+		r.end(ex, phase, reason, msg, &sandboxv1alpha1.ExecutionError{Type: reason, Message: msg})
+	default:
+		res := o.Result
+		r.copyResult(ex, res)
+		var phase sandboxv1alpha1.ExecutionPhase
+		reason, msg := "", ""
+		switch res.Status {
+		case protocol.StatusSucceeded:
+			phase, reason, msg = sandboxv1alpha1.PhaseSucceeded, sandboxv1alpha1.ReasonSucceeded, "the code ran to its end"
+		case protocol.StatusTimedOut:
+			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
+			msg = fmt.Sprintf("interrupted (KeyboardInterrupt) at the timeout of %s", timeoutOf(ex, pool))
+		case protocol.StatusInterrupted:
+			phase, reason, msg = sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "interrupted on request"
+		default:
+			phase, reason, msg = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonError, "the code failed"
+			if res.Error != nil {
+				msg = fmt.Sprintf("%s: %s", res.Error.Type, res.Error.Message)
+				if res.Error.Type == protocol.ErrorInterpreterDied {
+					reason = protocol.ErrorInterpreterDied
+				}
+			}
+		}
+		if res.StateLost {
+			msg += "; the interpreter was killed or died, so the pod was deleted"
+		}
+		r.end(ex, phase, reason, msg, nil)
+		clean = !res.StateLost
+	}
+	if o.Result != nil {
+		metrics.RunDuration.Observe(o.Result.DurationMillis / 1000)
+	}
+	if pod == nil {
+		return nil
+	}
+	// A timeout always costs the pod unless a session keeps its (cleanly interrupted) interpreter.
+	if ex.Status.Phase == sandboxv1alpha1.PhaseTimedOut && ex.Spec.Session == "" {
+		clean = false
+	}
+	switch {
+	case clean && ex.Spec.Session != "":
+		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToSession(ctx, r.Client, p, ex, time.Now()) })
+	case clean && pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter:
+		addr, err := r.Resolver.Address(pod)
+		if err == nil {
+			job, jerr := r.job(ctx, ex, pool, pod, "")
+			if err = jerr; err == nil {
+				err = r.Runner.Reset(ctx, addr, job.Token)
+			}
+		}
+		if err != nil {
+			logf.FromContext(ctx).Info("could not reset the interpreter for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
+			return r.deletePod(ctx, pod)
+		}
+		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToPool(ctx, r.Client, p, ex) })
+	default:
+		return r.deletePod(ctx, pod)
+	}
+}
+
+// retryOnConflict applies a pod update, re-reading the pod when it changed.
+func (r *ExecutionReconciler) retryOnConflict(ctx context.Context, pod *corev1.Pod, update func(*corev1.Pod) error) error {
+	p := pod.DeepCopy()
+	for i := 0; ; i++ {
+		err := update(p)
+		if err == nil || i == 3 {
+			return err
+		}
+		if err := r.Get(ctx, clientKey(pod), p); err != nil {
+			return err
+		}
+	}
+}
+
+// copyResult writes the agent's result into the status; the agent already cut
+// stdout and stderr to the pool's maxOutputBytes.
+func (r *ExecutionReconciler) copyResult(ex *sandboxv1alpha1.Execution, res *protocol.Result) {
+	st := &ex.Status
+	st.Stdout, st.Stderr = res.Stdout, res.Stderr
+	st.StdoutTruncated, st.StderrTruncated = res.StdoutTruncated, res.StderrTruncated
+	if res.Result != nil {
+		v := *res.Result
+		if len(v) > sandboxv1alpha1.MaxResultBytes {
+			v = v[:sandboxv1alpha1.MaxResultBytes] + fmt.Sprintf("... [%d bytes cut]", len(v)-sandboxv1alpha1.MaxResultBytes)
+		}
+		st.Result = v
+	}
+	if res.Error != nil {
+		st.Error = &sandboxv1alpha1.ExecutionError{Type: res.Error.Type, Message: cut(res.Error.Message, 16384), Traceback: cut(res.Error.Traceback, 16384)}
+	}
+	if res.ExitCode != nil {
+		c := int32(*res.ExitCode)
+		st.ExitCode = &c
+	}
+	ms := int64(res.DurationMillis)
+	st.DurationMillis = &ms
+	st.Duration = (time.Duration(res.DurationMillis*1000) * time.Microsecond).Round(time.Millisecond).String()
+	if res.DurationMillis < 1 {
+		st.Duration = (time.Duration(res.DurationMillis*1000) * time.Microsecond).Round(time.Microsecond).String()
+	}
+}
+
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + fmt.Sprintf("... [%d bytes cut]", len(s)-n)
+}

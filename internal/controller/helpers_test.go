@@ -1,0 +1,86 @@
+package controller_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+func getPool(ns, name string) *sandboxv1alpha1.SandboxPool {
+	p := &sandboxv1alpha1.SandboxPool{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p)).To(Succeed())
+	return p
+}
+
+func getExec(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
+	got := &sandboxv1alpha1.Execution{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), got)).To(Succeed())
+	return got
+}
+
+// poolPods lists the live pods of a pool.
+func poolPods(ns, pool string) []corev1.Pod {
+	var list corev1.PodList
+	Expect(k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{sandboxpod.LabelPool: pool})).To(Succeed())
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// idleReady counts the pool's idle Ready pods.
+func idleReady(ns, pool string) int {
+	n := 0
+	for _, p := range poolPods(ns, pool) {
+		if sandboxpod.IsIdle(&p) {
+			n++
+		}
+	}
+	return n
+}
+
+// createPoolAndWait creates a pool and waits until it has replicas idle Ready pods.
+func createPoolAndWait(pool *sandboxv1alpha1.SandboxPool) *sandboxv1alpha1.SandboxPool {
+	Expect(k8s.Create(ctx, pool)).To(Succeed())
+	want := int(pool.Spec.Replicas)
+	Eventually(func() int { return idleReady(pool.Namespace, pool.Name) }).Should(Equal(want))
+	Eventually(func() int32 { return getPool(pool.Namespace, pool.Name).Status.IdleReplicas }).Should(BeEquivalentTo(want))
+	return getPool(pool.Namespace, pool.Name)
+}
+
+// finished waits for the Execution to end and returns it.
+func finished(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
+	var got *sandboxv1alpha1.Execution
+	Eventually(func() bool {
+		got = getExec(ex)
+		return got.Status.Phase.IsFinished()
+	}).Should(BeTrue(), func() string { return fmt.Sprintf("execution %s status: %+v", ex.Name, got.Status) })
+	return got
+}
+
+// run creates an Execution and waits for it to end.
+func run(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
+	Expect(k8s.Create(ctx, ex)).To(Succeed())
+	return finished(ex)
+}
+
+// metaCondition is a condition reduced to what tests compare.
+type metaCondition struct{ Status, Reason, Message string }
+
+func condition(conds []metav1.Condition, t string) *metaCondition {
+	c := meta.FindStatusCondition(conds, t)
+	if c == nil {
+		return nil
+	}
+	return &metaCondition{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+}

@@ -1,0 +1,419 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// maxCreatesPerReconcile bounds one reconcile's burst of pod creations.
+const maxCreatesPerReconcile = 50
+
+// SandboxPoolReconciler keeps spec.replicas idle Ready pods per pool, plus one
+// for each Execution waiting for a pod, within spec.maxPods.
+type SandboxPoolReconciler struct {
+	client.Client
+	Recorder     events.EventRecorder
+	expectations *expectations
+	readySeen    sync.Map // pod UID -> struct{}: pod start latency observed once
+}
+
+// poolPods is a pool's pods sorted by what the reconciler does with them.
+type poolPods struct {
+	idle, warming, busy    []*corev1.Pod // current template; busy includes session pods between executions
+	staleIdle, staleWarm   []*corev1.Pod // built from an older spec, unclaimed
+	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
+	nextSessionExpiry      time.Duration
+	degradedReason, degMsg string
+}
+
+func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expectations.Forget(req.NamespacedName)
+			metrics.ForgetPool(req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pool.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // owner references delete the pods and the Secret
+	}
+	if err := r.ensureToken(ctx, pool); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	var podList corev1.PodList
+	if err := r.List(ctx, &podList, client.InNamespace(pool.Namespace), client.MatchingLabels{sandboxpod.LabelPool: pool.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", pool.Name, err)
+	}
+	seen := map[string]bool{}
+	for i := range podList.Items {
+		seen[podList.Items[i].Name] = podList.Items[i].DeletionTimestamp != nil
+	}
+	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, time.Now())
+	pods := r.classify(pool, podList.Items, deleting, time.Now())
+	demand, pending, err := r.demand(ctx, pool, podList.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// How many unclaimed pods the pool wants, and how many it has or will have.
+	want := int(pool.Spec.Replicas) + demand
+	have := len(pods.idle) + len(pods.warming) + pendingCreates
+	total := have + len(pods.busy) + len(pods.staleIdle) + len(pods.staleWarm)
+	create := want - have
+	if pool.Spec.MaxPods != nil {
+		room := int(*pool.Spec.MaxPods) - total
+		if create > room {
+			// At the cap, stale pods make room for current ones.
+			stale := append(append([]*corev1.Pod{}, pods.staleWarm...), pods.staleIdle...)
+			for len(stale) > 0 && create > room {
+				pods.failed = append(pods.failed, stale[0])
+				stale = stale[1:]
+				room++
+			}
+			create = min(create, room)
+		}
+	}
+	var errs []error
+	if create > 0 {
+		create = min(create, maxCreatesPerReconcile)
+		for i := 0; i < create; i++ {
+			if err := r.createPod(ctx, pool); err != nil {
+				// Say why in the status: a missing RuntimeClass, a quota, a policy...
+				pods.degradedReason, pods.degMsg = "CreatePodFailed", err.Error()
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	// Surplus unclaimed pods (scale down): unready ones first, then the newest.
+	var toDelete []*corev1.Pod
+	if surplus := have - want; surplus > 0 && pendingCreates == 0 {
+		candidates := append(append([]*corev1.Pod{}, pods.warming...), newestFirst(pods.idle)...)
+		toDelete = append(toDelete, candidates[:min(surplus, len(candidates))]...)
+	}
+	// Stale pods go once enough current pods are ready to take their place.
+	if len(pods.idle) >= want {
+		toDelete = append(toDelete, pods.staleIdle...)
+	}
+	toDelete = append(toDelete, pods.staleWarm...)
+	toDelete = append(toDelete, pods.failed...)
+	toDelete = append(toDelete, pods.expired...)
+	for _, p := range toDelete {
+		if err := r.deletePod(ctx, pool, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(pods.failed) > 0 {
+		log.V(1).Info("replaced ended or stale pods", "count", len(pods.failed))
+	}
+
+	status := r.status(pool, pods, pending)
+	r.recordMetrics(pool, pods, pending)
+	if !equality.Semantic.DeepEqual(status, pool.Status) {
+		patch := client.MergeFrom(pool.DeepCopy())
+		pool.Status = status
+		if err := r.Status().Patch(ctx, pool, patch); err != nil {
+			errs = append(errs, fmt.Errorf("update status of pool %s: %w", pool.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return ctrl.Result{}, errs[0]
+	}
+	if pods.nextSessionExpiry > 0 {
+		return ctrl.Result{RequeueAfter: pods.nextSessionExpiry}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, items []corev1.Pod, deleting map[string]bool, now time.Time) poolPods {
+	var out poolPods
+	hash := sandboxpod.TemplateHash(pool)
+	idleTimeout := 10 * time.Minute
+	if pool.Spec.SessionIdleTimeout != nil {
+		idleTimeout = pool.Spec.SessionIdleTimeout.Duration
+	}
+	for i := range items {
+		p := &items[i]
+		if p.DeletionTimestamp != nil || deleting[p.Name] {
+			continue
+		}
+		if reason, msg := podTrouble(p); reason != "" && out.degradedReason == "" {
+			out.degradedReason, out.degMsg = reason, fmt.Sprintf("pod %s: %s", p.Name, msg)
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			out.failed = append(out.failed, p)
+			continue
+		}
+		if sandboxpod.IsReady(p) {
+			r.observeStart(p)
+		}
+		if s := claim.Session(p); s != "" && claim.ClaimedBy(p) == "" {
+			last, err := time.Parse(time.RFC3339Nano, p.Annotations[sandboxpod.AnnotationLastUsed])
+			if err != nil {
+				last = p.CreationTimestamp.Time
+			}
+			if left := last.Add(idleTimeout).Sub(now); left <= 0 {
+				out.expired = append(out.expired, p)
+			} else {
+				out.busy = append(out.busy, p)
+				if out.nextSessionExpiry == 0 || left < out.nextSessionExpiry {
+					out.nextSessionExpiry = left
+				}
+			}
+			continue
+		}
+		if p.Labels[sandboxpod.LabelState] == sandboxpod.StateBusy || claim.ClaimedBy(p) != "" {
+			out.busy = append(out.busy, p)
+			continue
+		}
+		ready := sandboxpod.IsReady(p)
+		switch {
+		case p.Labels[sandboxpod.LabelTemplateHash] != hash && ready:
+			out.staleIdle = append(out.staleIdle, p)
+		case p.Labels[sandboxpod.LabelTemplateHash] != hash:
+			out.staleWarm = append(out.staleWarm, p)
+		case ready:
+			out.idle = append(out.idle, p)
+		default:
+			out.warming = append(out.warming, p)
+		}
+	}
+	return out
+}
+
+// podTrouble returns a reason a user can act on when the pod cannot start.
+func podTrouble(p *corev1.Pod) (reason, message string) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ImagePullBackOff", "ErrImagePull", "InvalidImageName":
+				return sandboxv1alpha1.ReasonImagePullBackOff, fmt.Sprintf("%s: %s", w.Reason, w.Message)
+			case "CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return sandboxv1alpha1.ReasonCrashLoopBackOff, fmt.Sprintf("%s: %s", w.Reason, w.Message)
+			}
+		}
+	}
+	if p.Status.Phase == corev1.PodFailed && claim.ClaimedBy(p) == "" {
+		return "PodFailed", fmt.Sprintf("failed before it ran code: %s %s", p.Status.Reason, p.Status.Message)
+	}
+	return "", ""
+}
+
+func (r *SandboxPoolReconciler) observeStart(p *corev1.Pod) {
+	if _, loaded := r.readySeen.LoadOrStore(p.UID, struct{}{}); loaded {
+		return
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			metrics.PodStart.Observe(c.LastTransitionTime.Sub(p.CreationTimestamp.Time).Seconds())
+		}
+	}
+}
+
+// demand counts the pool's waiting Executions that need a fresh pod: those
+// without a session, and one per session that has no pod yet.
+func (r *SandboxPoolReconciler) demand(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, pods []corev1.Pod) (int, int32, error) {
+	var list sandboxv1alpha1.ExecutionList
+	if err := r.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexPoolRef: pool.Name}); err != nil {
+		return 0, 0, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
+	}
+	sessionPods := map[string]bool{}
+	for i := range pods {
+		if s := claim.Session(&pods[i]); s != "" && !sandboxpod.IsTerminal(&pods[i]) {
+			sessionPods[s] = true
+		}
+	}
+	demand := 0
+	var pending int32
+	sessions := map[string]bool{}
+	for i := range list.Items {
+		ex := &list.Items[i]
+		if !isWaiting(ex) {
+			continue
+		}
+		pending++
+		switch s := ex.Spec.Session; {
+		case s == "":
+			demand++
+		case !sessionPods[s] && !sessions[s] && !sessionStarted(&list, s):
+			sessions[s] = true
+			demand++
+		}
+	}
+	return demand, pending, nil
+}
+
+// isWaiting reports whether an Execution waits for a pod.
+func isWaiting(ex *sandboxv1alpha1.Execution) bool {
+	return (ex.Status.Phase == "" || ex.Status.Phase == sandboxv1alpha1.PhasePending) && ex.Status.PodName == "" &&
+		!ex.Spec.Cancel && ex.DeletionTimestamp == nil
+}
+
+// sessionStarted reports whether an Execution of the session already got a pod.
+func sessionStarted(list *sandboxv1alpha1.ExecutionList, session string) bool {
+	for i := range list.Items {
+		if list.Items[i].Spec.Session == session && list.Items[i].Status.PodName != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func newestFirst(pods []*corev1.Pod) []*corev1.Pod {
+	out := append([]*corev1.Pod{}, pods...)
+	sort.Slice(out, func(i, j int) bool { return out[j].CreationTimestamp.Before(&out[i].CreationTimestamp) })
+	return out
+}
+
+func (r *SandboxPoolReconciler) createPod(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
+	pod := sandboxpod.New(pool)
+	if err := controllerutil.SetControllerReference(pool, pod, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, pod); err != nil {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "CreatePodFailed", "Create", "create sandbox pod: %v", err)
+		return fmt.Errorf("create pod for pool %s: %w", pool.Name, err)
+	}
+	r.expectations.Created(client.ObjectKeyFromObject(pool), pod.Name)
+	return nil
+}
+
+func (r *SandboxPoolReconciler) deletePod(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) error {
+	// Preconditions: never delete a pod that was claimed since we read it.
+	err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return nil // changed since read; the next reconcile sees it as it is now
+		}
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	r.expectations.Deleted(client.ObjectKeyFromObject(pool), pod.Name)
+	return nil
+}
+
+func (r *SandboxPoolReconciler) ensureToken(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
+	secret := &corev1.Secret{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool)}, secret)
+	if err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	secret = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool),
+			Labels: map[string]string{sandboxpod.LabelPool: pool.Name}},
+		Type:      corev1.SecretTypeOpaque,
+		Immutable: ptrTo(true),
+		Data:      map[string][]byte{sandboxpod.TokenKey: []byte(hex.EncodeToString(b))},
+	}
+	if err := controllerutil.SetControllerReference(pool, secret, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create agent token secret for pool %s: %w", pool.Name, err)
+	}
+	return nil
+}
+
+func (r *SandboxPoolReconciler) status(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pending int32) sandboxv1alpha1.SandboxPoolStatus {
+	st := *pool.Status.DeepCopy()
+	idle := int32(len(pods.idle) + len(pods.staleIdle))
+	unclaimed := idle + int32(len(pods.warming)+len(pods.staleWarm))
+	ready := idle
+	for _, p := range pods.busy {
+		if sandboxpod.IsReady(p) {
+			ready++
+		}
+	}
+	st.Replicas, st.ReadyReplicas, st.IdleReplicas = unclaimed, ready, idle
+	st.BusyReplicas = int32(len(pods.busy))
+	st.PendingExecutions = pending
+	st.Selector = sandboxpod.Selector(pool)
+	st.ObservedGeneration = pool.Generation
+
+	readyCond := metav1.Condition{Type: sandboxv1alpha1.PoolConditionReady, ObservedGeneration: pool.Generation}
+	switch {
+	case idle >= pool.Spec.Replicas:
+		readyCond.Status, readyCond.Reason = metav1.ConditionTrue, sandboxv1alpha1.ReasonIdleReplicasReady
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready", idle, pool.Spec.Replicas)
+	case pool.Spec.MaxPods != nil && int32(len(pods.busy))+unclaimed >= *pool.Spec.MaxPods:
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonMaxPodsReached
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready; maxPods %d reached: raise spec.maxPods or wait for busy pods to finish",
+			idle, pool.Spec.Replicas, *pool.Spec.MaxPods)
+	default:
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonPodsStarting
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready", idle, pool.Spec.Replicas)
+	}
+	meta.SetStatusCondition(&st.Conditions, readyCond)
+	deg := metav1.Condition{Type: sandboxv1alpha1.PoolConditionDegraded, ObservedGeneration: pool.Generation,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonPodsHealthy, Message: "sandbox pods start normally"}
+	if pods.degradedReason != "" {
+		deg.Status, deg.Reason, deg.Message = metav1.ConditionTrue, pods.degradedReason, pods.degMsg
+		if pool.Status.Conditions == nil || !meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, deg)
+	return st
+}
+
+func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pending int32) {
+	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "idle").Set(float64(len(pods.idle) + len(pods.staleIdle)))
+	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "warming").Set(float64(len(pods.warming) + len(pods.staleWarm)))
+	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "busy").Set(float64(len(pods.busy)))
+	metrics.PoolPending.WithLabelValues(pool.Namespace, pool.Name).Set(float64(pending))
+}
+
+// SetupWithManager registers the reconciler: pools, their pods and Secrets,
+// and the Executions that name them (their demand).
+func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.expectations = newExpectations()
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("sandboxpool-controller")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Secret{}).
+		Watches(&sandboxv1alpha1.Execution{}, handler.EnqueueRequestsFromMapFunc(
+			func(_ context.Context, o client.Object) []ctrl.Request {
+				ex := o.(*sandboxv1alpha1.Execution)
+				return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}}
+			})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Named("sandboxpool").
+		Complete(r)
+}
+
+func ptrTo[T any](v T) *T { return &v }

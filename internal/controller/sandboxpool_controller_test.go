@@ -1,0 +1,149 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/testing/localkubelet"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+var _ = Describe("SandboxPool", func() {
+	It("fills to replicas with locked-down pods and reports its status", func() {
+		ns := newNamespace()
+		pool := createPoolAndWait(wrappers.Pool(ns, "python").Replicas(3).MaxPods(5).Obj())
+
+		Expect(pool.Status.Replicas).To(BeEquivalentTo(3))
+		Expect(pool.Status.ReadyReplicas).To(BeEquivalentTo(3))
+		Expect(pool.Status.BusyReplicas).To(BeEquivalentTo(0))
+		Expect(pool.Status.Selector).To(Equal("sandbox.warmpool.dev/pool=python"))
+		Expect(pool.Status.ObservedGeneration).To(Equal(pool.Generation))
+		Expect(meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady)).To(BeTrue())
+		Expect(meta.IsStatusConditionFalse(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded)).To(BeTrue())
+
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "python-agent-token"}, secret)).To(Succeed())
+		Expect(secret.Data[sandboxpod.TokenKey]).To(HaveLen(64))
+		Expect(secret.OwnerReferences).To(HaveLen(1))
+
+		for _, p := range poolPods(ns, "python") {
+			s := p.Spec
+			Expect(p.OwnerReferences).To(HaveLen(1))
+			Expect(*p.OwnerReferences[0].Controller).To(BeTrue())
+			Expect(s.RuntimeClassName).To(HaveValue(Equal("gvisor")), "gVisor by default")
+			Expect(s.AutomountServiceAccountToken).To(HaveValue(BeFalse()), "no service-account token")
+			Expect(s.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+			Expect(s.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+			c := s.Containers[0]
+			Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
+			Expect(c.SecurityContext.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
+			Expect(c.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
+			Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceCPU))
+			Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory))
+			Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/v1/readyz"))
+			var ws *corev1.Volume
+			for i := range s.Volumes {
+				if s.Volumes[i].Name == "workspace" {
+					ws = &s.Volumes[i]
+				}
+			}
+			Expect(ws).NotTo(BeNil())
+			Expect(ws.EmptyDir.SizeLimit).NotTo(BeNil(), "the writable workspace is size-limited")
+		}
+	})
+
+	It("lets a pool opt out of gVisor", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "trusted").RuntimeClass("").Obj())
+		Expect(poolPods(ns, "trusted")[0].Spec.RuntimeClassName).To(BeNil())
+	})
+
+	It("scales up and down through /scale, never removing busy pods", func() {
+		ns := newNamespace()
+		pool := createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		busy := wrappers.Execution(ns, "busy").Code("import time; time.sleep(30)").Obj()
+		Expect(k8s.Create(ctx, busy)).To(Succeed())
+		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(busy).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+
+		// As kubectl scale does: read the Scale, set replicas, write it back (again on a conflict).
+		scaleTo := func(n int32) {
+			Eventually(func() error {
+				scale := &autoscalingv1.Scale{}
+				if err := k8s.SubResource("scale").Get(ctx, pool, scale); err != nil {
+					return err
+				}
+				scale.Spec.Replicas = n
+				return k8s.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale))
+			}).Should(Succeed())
+		}
+		scaleTo(4)
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(4))
+
+		scaleTo(0)
+		Eventually(func() int { return len(poolPods(ns, "python")) }).Should(Equal(1))
+		Expect(getExec(busy).Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning), "the busy pod must survive the scale-down")
+		Eventually(func() int32 { return getPool(ns, "python").Status.BusyReplicas }).Should(BeEquivalentTo(1))
+	})
+
+	It("replaces idle pods built from an older spec", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		old := map[string]bool{}
+		for _, p := range poolPods(ns, "python") {
+			old[p.Name] = true
+		}
+		pool := getPool(ns, "python")
+		pool.Spec.Env = []corev1.EnvVar{{Name: "NEW", Value: "1"}}
+		Expect(k8s.Update(ctx, pool)).To(Succeed())
+		Eventually(func() bool {
+			pods := poolPods(ns, "python")
+			if len(pods) != 2 {
+				return false
+			}
+			for _, p := range pods {
+				if old[p.Name] || !sandboxpod.IsReady(&p) {
+					return false
+				}
+			}
+			return true
+		}).Should(BeTrue())
+		Expect(poolPods(ns, "python")[0].Spec.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "NEW", Value: "1"}))
+	})
+
+	It("replaces a pod that fails or is deleted", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		victim := poolPods(ns, "python")[0]
+		Expect(k8s.Delete(ctx, &victim)).To(Succeed())
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(2))
+		for _, p := range poolPods(ns, "python") {
+			Expect(p.Name).NotTo(Equal(victim.Name))
+		}
+	})
+
+	It("reports Degraded with the reason when pods cannot pull their image", func() {
+		ns := newNamespace()
+		pool := wrappers.Pool(ns, "broken").Image("registry.invalid/nope:1").Obj()
+		pool.Spec.Template = &sandboxv1alpha1.SandboxPodTemplate{Metadata: sandboxv1alpha1.SandboxPodMetadata{
+			Annotations: map[string]string{localkubelet.AnnotationImagePullBackOff: ""}}}
+		Expect(k8s.Create(ctx, pool)).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getPool(ns, "broken").Status.Conditions, sandboxv1alpha1.PoolConditionDegraded)
+		}).Should(And(
+			HaveField("Status", Equal("True")),
+			HaveField("Reason", Equal(sandboxv1alpha1.ReasonImagePullBackOff)),
+			HaveField("Message", ContainSubstring("registry.invalid/nope:1")),
+		))
+		Consistently(func() int { return len(poolPods(ns, "broken")) }, 300*time.Millisecond).Should(Equal(1),
+			"a pod that cannot start is not multiplied")
+	})
+})

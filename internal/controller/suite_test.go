@@ -1,0 +1,122 @@
+package controller_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/testing/localkubelet"
+	"github.com/warmpool/warmpool/internal/testing/testenv"
+)
+
+var (
+	env     *testenv.Env
+	k8s     client.Client
+	kubelet *localkubelet.Kubelet
+	ctx     = context.Background()
+
+	stopManager context.CancelFunc
+	managerDone chan struct{}
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
+	RunSpecs(t, "Controller suite (envtest, real agents)")
+}
+
+func managerOptions() ctrl.Options {
+	return ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// The suite starts the manager again to test restarts.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	// Cleanups run last-in first-out: the control plane stops after everything else.
+	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
+	k8s = env.Client
+
+	// The RuntimeClass that config/ installs; the API server refuses pods naming a missing one.
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "runtimeclass", "runtimeclass.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	rc := &nodev1.RuntimeClass{}
+	Expect(yaml.Unmarshal(data, rc)).To(Succeed())
+	Expect(k8s.Create(ctx, rc)).To(Succeed())
+
+	dir, err := os.MkdirTemp("", "warmpool-kubelet-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, dir)
+	agent := filepath.Join(dir, "agent")
+	build := exec.Command("go", "build", "-o", agent, "./cmd/agent")
+	build.Dir = testenv.RepoRoot()
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+
+	// The kubelet stand-in runs in a manager of its own, so that stopping the
+	// warmpool manager leaves the "pods" running, as on a real cluster.
+	kmgr, err := ctrl.NewManager(env.Config, managerOptions())
+	Expect(err).NotTo(HaveOccurred())
+	kubelet = &localkubelet.Kubelet{Client: kmgr.GetClient(), AgentBinary: agent, Dir: dir, Log: ctrl.Log.WithName("kubelet")}
+	Expect(kubelet.SetupWithManager(kmgr)).To(Succeed())
+	kctx, kcancel := context.WithCancel(context.Background())
+	go func() { defer GinkgoRecover(); Expect(kmgr.Start(kctx)).To(Succeed()) }()
+	DeferCleanup(func() { kcancel(); kubelet.StopAll() })
+
+	startManager()
+	DeferCleanup(func() {
+		stopManager()
+		<-managerDone
+	})
+})
+
+// startManager starts the warmpool manager, as cmd/manager does.
+func startManager() {
+	mgr, err := ctrl.NewManager(env.Config, managerOptions())
+	Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(context.Background())
+	Expect(controller.SetupIndexes(mctx, mgr)).To(Succeed())
+	Expect((&controller.SandboxPoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
+	Expect((&controller.ExecutionReconciler{Client: mgr.GetClient(), Resolver: kubelet}).SetupWithManager(mgr)).To(Succeed())
+	done := make(chan struct{})
+	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
+	stopManager, managerDone = cancel, done
+}
+
+func restartManager() {
+	stopManager()
+	<-managerDone
+	startManager()
+}
+
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "wp-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}

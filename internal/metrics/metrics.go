@@ -1,0 +1,61 @@
+// Package metrics holds warmpool's Prometheus metrics, registered with
+// controller-runtime's registry (served on the manager's /metrics). Labels are
+// bounded: phases and reasons are fixed sets; pools are named per namespace,
+// like kube-state-metrics does for workloads.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// ExecutionsTotal counts finished Executions by phase.
+	ExecutionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_executions_total",
+		Help: "Finished Executions by final phase.",
+	}, []string{"phase"})
+
+	latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+
+	// QueueWait is the time from an Execution's creation until it claimed a pod.
+	QueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "warmpool_execution_queue_wait_seconds", Help: "Time from creation until a sandbox pod was claimed.",
+		Buckets: latencyBuckets,
+	})
+	// RunDuration is how long code ran in the sandbox.
+	RunDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "warmpool_execution_run_duration_seconds", Help: "Time the code ran in the sandbox.",
+		Buckets: latencyBuckets,
+	})
+	// EndToEnd is the time from creation until the final status was written.
+	EndToEnd = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "warmpool_execution_end_to_end_seconds", Help: "Time from an Execution's creation until its final status.",
+		Buckets: latencyBuckets,
+	})
+	// PodStart is the time from a sandbox pod's creation until it was Ready.
+	PodStart = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "warmpool_pod_start_seconds", Help: "Time from a sandbox pod's creation until Ready.",
+		Buckets: []float64{0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120},
+	})
+	// PoolPods counts a pool's pods by state (idle, busy, warming).
+	PoolPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_pods", Help: "Pods of a SandboxPool by state.",
+	}, []string{"namespace", "pool", "state"})
+	// PoolPending counts a pool's Executions waiting for a pod.
+	PoolPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_pending_executions", Help: "Executions waiting for a pod of a SandboxPool.",
+	}, []string{"namespace", "pool"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending)
+}
+
+// ForgetPool removes a deleted pool's series.
+func ForgetPool(namespace, pool string) {
+	for _, s := range []string{"idle", "busy", "warming"} {
+		PoolPods.DeleteLabelValues(namespace, pool, s)
+	}
+	PoolPending.DeleteLabelValues(namespace, pool)
+}

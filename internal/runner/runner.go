@@ -1,0 +1,225 @@
+// Package runner runs Executions on their sandbox pods' agents without holding
+// a reconcile worker: each run is a goroutine that calls the agent, enforces
+// the timeout from the manager's side too, and reports its outcome by
+// triggering a reconcile of the Execution.
+//
+// The timeout story: the agent gets the deadline and the grace period with the
+// request and stops the code itself (SIGINT, then kill), so code stops even if
+// the manager is down. At the deadline the runner also asks the agent to
+// interrupt. If the agent has not answered by deadline + grace + slack, the run
+// ends with ErrNoAnswer and the controller deletes the pod.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// Slack is how long after deadline + grace the runner still waits for the agent.
+const Slack = 3 * time.Second
+
+// ErrNoAnswer: the agent did not answer in time (unreachable, or the code did not stop).
+var ErrNoAnswer = errors.New("the sandbox agent did not answer")
+
+// Resolver finds the agent of a pod. Production uses the pod IP; the envtest
+// harness maps pods to local agent processes.
+type Resolver interface {
+	Address(pod *corev1.Pod) (string, error)
+}
+
+// PodIPResolver reaches agents at http://<pod IP>:<port>.
+type PodIPResolver struct{ Port int }
+
+// Address implements Resolver.
+func (r PodIPResolver) Address(pod *corev1.Pod) (string, error) {
+	if pod.Status.PodIP == "" {
+		return "", fmt.Errorf("pod %s has no IP yet", pod.Name)
+	}
+	port := r.Port
+	if port == 0 {
+		port = sandboxpod.AgentPort
+	}
+	return fmt.Sprintf("http://%s:%d", pod.Status.PodIP, port), nil
+}
+
+// Job is one run.
+type Job struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+	Address   string
+	Token     string
+	Request   protocol.ExecuteRequest
+	Deadline  time.Time
+	Grace     time.Duration
+}
+
+// Outcome of a run: a Result from the agent, or Err when there is none.
+type Outcome struct {
+	Result *protocol.Result
+	Err    error
+	// Cancelled is true when Cancel was called.
+	Cancelled bool
+}
+
+type run struct {
+	job       Job
+	cancel    context.CancelFunc
+	cancelled bool
+	done      bool
+	outcome   Outcome
+}
+
+// Runner tracks the runs of one manager.
+type Runner struct {
+	mu      sync.Mutex
+	runs    map[types.UID]*run
+	clients map[string]*client.Client
+	// Events receives an event for the Execution whenever a run ends.
+	Events chan event.GenericEvent
+	// newObject builds the object an event names.
+	newObject func(namespace, name string) event.GenericEvent
+}
+
+// New returns a Runner; newEvent makes the event that wakes the Execution's reconcile.
+func New(newEvent func(namespace, name string) event.GenericEvent) *Runner {
+	return &Runner{
+		runs: map[types.UID]*run{}, clients: map[string]*client.Client{},
+		Events: make(chan event.GenericEvent, 1024), newObject: newEvent,
+	}
+}
+
+func (r *Runner) client(addr, token string) *client.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := addr + "\x00" + token
+	c, ok := r.clients[key]
+	if !ok {
+		c = client.New(addr, token)
+		r.clients[key] = c
+	}
+	return c
+}
+
+// Start runs the job unless a run of this UID is already tracked. Starting the
+// same Execution again after a manager restart attaches to the run in the
+// agent (the request ID is the UID), so the code never runs twice.
+func (r *Runner) Start(job Job) {
+	r.mu.Lock()
+	if _, ok := r.runs[job.UID]; ok {
+		r.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), job.Deadline.Add(job.Grace+Slack))
+	rn := &run{job: job, cancel: cancel}
+	r.runs[job.UID] = rn
+	r.mu.Unlock()
+
+	c := r.client(job.Address, job.Token)
+	req := job.Request
+	req.ID = string(job.UID)
+	req.TimeoutMillis = max(time.Until(job.Deadline).Milliseconds(), 1)
+	req.GraceMillis = job.Grace.Milliseconds()
+	go func() {
+		defer cancel()
+		// The manager's own interrupt at the deadline, in case the agent's timer did not fire.
+		timer := time.AfterFunc(time.Until(job.Deadline), func() {
+			ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer icancel()
+			_ = c.Interrupt(ictx, req.ID)
+		})
+		defer timer.Stop()
+		res, err := c.Execute(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w by %s after the deadline: %v", ErrNoAnswer, job.Grace+Slack, err)
+			} else {
+				err = fmt.Errorf("%w: %v", ErrNoAnswer, err)
+			}
+		}
+		r.finish(job.UID, Outcome{Result: res, Err: err})
+	}()
+}
+
+func (r *Runner) finish(uid types.UID, o Outcome) {
+	r.mu.Lock()
+	rn, ok := r.runs[uid]
+	if !ok || rn.done {
+		r.mu.Unlock()
+		return
+	}
+	o.Cancelled = rn.cancelled
+	rn.done, rn.outcome = true, o
+	job := rn.job
+	r.mu.Unlock()
+	r.Events <- r.newObject(job.Namespace, job.Name)
+}
+
+// Cancel interrupts a run (spec.cancel, or the Execution deleted). If the code
+// has not stopped after the grace period, the run ends with ErrNoAnswer.
+func (r *Runner) Cancel(uid types.UID) {
+	r.mu.Lock()
+	rn, ok := r.runs[uid]
+	if !ok || rn.done || rn.cancelled {
+		r.mu.Unlock()
+		return
+	}
+	rn.cancelled = true
+	job := rn.job
+	r.mu.Unlock()
+	c := r.client(job.Address, job.Token)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = c.Interrupt(ctx, string(uid))
+		time.AfterFunc(job.Grace+time.Second, func() {
+			r.finish(uid, Outcome{Err: fmt.Errorf("%w: the code did not stop within %s after the interrupt", ErrNoAnswer, job.Grace)})
+			rn.cancel()
+		})
+	}()
+}
+
+// Outcome returns the outcome of a finished run.
+func (r *Runner) Outcome(uid types.UID) (Outcome, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rn, ok := r.runs[uid]
+	if !ok || !rn.done {
+		return Outcome{}, false
+	}
+	return rn.outcome, true
+}
+
+// Tracked reports whether a run of this UID is known (running or finished).
+func (r *Runner) Tracked(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.runs[uid]
+	return ok
+}
+
+// Forget drops a finished run once its status is written.
+func (r *Runner) Forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rn, ok := r.runs[uid]; ok {
+		rn.cancel()
+		delete(r.runs, uid)
+	}
+}
+
+// Reset gives a pod's agent a fresh interpreter (reusePolicy FreshInterpreter).
+func (r *Runner) Reset(ctx context.Context, addr, token string) error {
+	return r.client(addr, token).Reset(ctx)
+}

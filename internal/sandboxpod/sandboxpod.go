@@ -1,0 +1,235 @@
+// Package sandboxpod builds the pods of a SandboxPool and names the labels and
+// annotations that carry a pod's state. The security defaults of every sandbox
+// live here, in one place.
+package sandboxpod
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+)
+
+// Labels and annotations on sandbox pods.
+const (
+	// LabelPool names the pod's SandboxPool.
+	LabelPool = "sandbox.warmpool.dev/pool"
+	// LabelState is StateIdle or StateBusy.
+	LabelState = "sandbox.warmpool.dev/state"
+	// LabelTemplateHash identifies the pool spec the pod was built from.
+	LabelTemplateHash = "sandbox.warmpool.dev/template-hash"
+	// LabelSession names the session that holds the pod.
+	LabelSession = "sandbox.warmpool.dev/session"
+
+	// AnnotationClaimedBy is the name of the Execution that runs on the pod.
+	AnnotationClaimedBy = "sandbox.warmpool.dev/claimed-by"
+	// AnnotationClaimedUID is the UID of that Execution.
+	AnnotationClaimedUID = "sandbox.warmpool.dev/claimed-uid"
+	// AnnotationLastUsed is when the last Execution on the pod finished (RFC 3339), for session idle timeouts.
+	AnnotationLastUsed = "sandbox.warmpool.dev/last-used"
+	// AnnotationUsed marks a pod that has run code; it is never handed to another claim unless the pool reuses pods.
+	AnnotationUsed = "sandbox.warmpool.dev/used"
+
+	StateIdle = "idle"
+	StateBusy = "busy"
+
+	// ContainerName of the sandbox container.
+	ContainerName = "sandbox"
+	// AgentPort is where the agent listens in the pod.
+	AgentPort = 8080
+	// TokenKey is the key of the agent token in the pool's Secret.
+	TokenKey = "token"
+	// TokenDir is where the token Secret is mounted.
+	TokenDir = "/var/run/warmpool"
+	// WorkspaceDir is the code's writable working directory.
+	WorkspaceDir = "/workspace"
+	// RunAsUser is the non-root user of sandbox containers.
+	RunAsUser = 65532
+)
+
+// Defaults applied when the pool's resources leave a limit out: every sandbox has limits.
+var (
+	DefaultCPULimit       = resource.MustParse("1")
+	DefaultMemoryLimit    = resource.MustParse("512Mi")
+	WorkspaceSizeLimit    = resource.MustParse("1Gi")
+	TmpSizeLimit          = resource.MustParse("256Mi")
+	terminationGraceInPod = int64(5)
+)
+
+// TokenSecretName is the name of the pool's agent token Secret.
+func TokenSecretName(pool *sandboxv1alpha1.SandboxPool) string {
+	return pool.Name + "-agent-token"
+}
+
+// Selector is the label selector of a pool's pods, as the scale subresource reports it.
+func Selector(pool *sandboxv1alpha1.SandboxPool) string {
+	return LabelPool + "=" + pool.Name
+}
+
+// TemplateHash hashes what the pool's pods are built from, so pods built from
+// an older spec can be found and replaced.
+func TemplateHash(pool *sandboxv1alpha1.SandboxPool) string {
+	s := pool.Spec
+	b, _ := json.Marshal(struct {
+		Image, PullPolicy string
+		Resources         corev1.ResourceRequirements
+		Env               []corev1.EnvVar
+		Template          *sandboxv1alpha1.SandboxPodTemplate
+		RuntimeClass      *string
+		Python            sandboxv1alpha1.PythonSpec
+	}{s.Image, string(s.ImagePullPolicy), s.Resources, s.Env, s.Template, s.RuntimeClassName, s.Python})
+	h := fnv.New32a()
+	_, _ = h.Write(b)
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// New builds an idle sandbox pod of the pool (without owner reference; the caller sets it).
+func New(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
+	s := pool.Spec
+	labels := map[string]string{}
+	annotations := map[string]string{}
+	var tmplSpec sandboxv1alpha1.SandboxPodSpec
+	if s.Template != nil {
+		for k, v := range s.Template.Metadata.Labels {
+			labels[k] = v
+		}
+		for k, v := range s.Template.Metadata.Annotations {
+			annotations[k] = v
+		}
+		tmplSpec = s.Template.Spec
+	}
+	labels[LabelPool] = pool.Name
+	labels[LabelState] = StateIdle
+	labels[LabelTemplateHash] = TemplateHash(pool)
+
+	resources := *s.Resources.DeepCopy()
+	if resources.Limits == nil {
+		resources.Limits = corev1.ResourceList{}
+	}
+	if _, ok := resources.Limits[corev1.ResourceCPU]; !ok {
+		resources.Limits[corev1.ResourceCPU] = DefaultCPULimit
+	}
+	if _, ok := resources.Limits[corev1.ResourceMemory]; !ok {
+		resources.Limits[corev1.ResourceMemory] = DefaultMemoryLimit
+	}
+
+	args := []string{"serve",
+		"--listen", fmt.Sprintf(":%d", AgentPort),
+		"--token-file", TokenDir + "/" + TokenKey,
+		"--workspace", WorkspaceDir,
+	}
+	if len(s.Python.Preload) > 0 {
+		args = append(args, "--preload", strings.Join(s.Python.Preload, ","))
+	}
+	if d := s.ExecutionDefaults.Timeout; d != nil {
+		args = append(args, "--default-timeout", d.Duration.String())
+	}
+	args = append(args, "--max-output-bytes", fmt.Sprint(sandboxv1alpha1.MaxOutputBytesLimit))
+
+	env := append([]corev1.EnvVar{
+		{Name: "HOME", Value: WorkspaceDir},
+		{Name: "TMPDIR", Value: "/tmp"},
+	}, s.Env...)
+
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromString("agent"),
+			}},
+			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
+		}
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    pool.Namespace,
+			GenerateName: pool.Name + "-",
+			Labels:       labels,
+			Annotations:  annotations,
+		},
+		Spec: corev1.PodSpec{
+			// A crashed agent means a lost interpreter: the pod fails and the pool replaces it.
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: &terminationGraceInPod,
+			NodeSelector:                  tmplSpec.NodeSelector,
+			Tolerations:                   tmplSpec.Tolerations,
+			Affinity:                      tmplSpec.Affinity,
+			TopologySpreadConstraints:     tmplSpec.TopologySpreadConstraints,
+			PriorityClassName:             tmplSpec.PriorityClassName,
+			ImagePullSecrets:              tmplSpec.ImagePullSecrets,
+			SchedulerName:                 tmplSpec.SchedulerName,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](RunAsUser),
+				RunAsGroup:     ptr.To[int64](RunAsUser),
+				FSGroup:        ptr.To[int64](RunAsUser),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           s.Image,
+				ImagePullPolicy: s.ImagePullPolicy,
+				Args:            args,
+				Env:             env,
+				Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: AgentPort, Protocol: corev1.ProtocolTCP}},
+				Resources:       resources,
+				ReadinessProbe:  probe("/v1/readyz", 1, 1),
+				LivenessProbe:   probe("/v1/healthz", 10, 3),
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					RunAsNonRoot:             ptr.To(true),
+					Privileged:               ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "workspace", MountPath: WorkspaceDir},
+					{Name: "tmp", MountPath: "/tmp"},
+					{Name: "agent-token", MountPath: TokenDir, ReadOnly: true},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &WorkspaceSizeLimit}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &TmpSizeLimit}}},
+				{Name: "agent-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+					SecretName: TokenSecretName(pool), DefaultMode: ptr.To[int32](0o440),
+				}}},
+			},
+		},
+	}
+	if rc := s.RuntimeClassName; rc != nil && *rc != "" {
+		pod.Spec.RuntimeClassName = ptr.To(*rc)
+	}
+	return pod
+}
+
+// IsReady reports whether the pod's Ready condition is true.
+func IsReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// IsTerminal reports whether the pod has ended or is being deleted.
+func IsTerminal(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+}
+
+// IsIdle reports whether the pod may be claimed: ready, unclaimed, not ending.
+func IsIdle(pod *corev1.Pod) bool {
+	return pod.Labels[LabelState] == StateIdle && !IsTerminal(pod) && IsReady(pod)
+}

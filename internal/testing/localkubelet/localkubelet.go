@@ -1,0 +1,285 @@
+// Package localkubelet plays the kubelet for sandbox pods in envtest, which has
+// no kubelet: for each sandbox pod it starts the real agent binary (with a real
+// python3) as a local process on a free loopback port, marks the pod Running
+// and Ready, and stops the process when the pod is deleted. It also resolves
+// pods to their agents' addresses for the manager (runner.Resolver), so the
+// manager has no test-only code paths.
+package localkubelet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// AnnotationImagePullBackOff on a pod makes the kubelet report ImagePullBackOff instead of starting it.
+const AnnotationImagePullBackOff = "localkubelet.warmpool.dev/image-pull-backoff"
+
+// Kubelet runs sandbox pods as local agent processes.
+type Kubelet struct {
+	client.Client
+	// AgentBinary is the path of the built cmd/agent.
+	AgentBinary string
+	// Dir holds the pods' workspaces and token files.
+	Dir string
+	Log logr.Logger
+
+	mu    sync.Mutex
+	procs map[types.NamespacedName]*proc
+	// Started counts agent processes started.
+	started int
+}
+
+type proc struct {
+	uid      types.UID
+	cmd      *exec.Cmd
+	addr     string
+	stopping bool
+	exited   chan struct{}
+}
+
+// Address implements runner.Resolver.
+func (k *Kubelet) Address(pod *corev1.Pod) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.procs[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}]
+	if !ok || p.uid != pod.UID {
+		return "", fmt.Errorf("no agent runs for pod %s", pod.Name)
+	}
+	return p.addr, nil
+}
+
+// Started returns how many agent processes were started.
+func (k *Kubelet) Started() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.started
+}
+
+// SetupWithManager registers the kubelet as a controller of sandbox pods.
+func (k *Kubelet) SetupWithManager(mgr ctrl.Manager) error {
+	k.procs = map[types.NamespacedName]*proc{}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&corev1.Pod{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		Named("localkubelet").
+		Complete(k)
+}
+
+// Reconcile starts or stops the agent of one pod.
+func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	err := k.Get(ctx, req.NamespacedName, pod)
+	if apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil) {
+		k.stop(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	if err != nil || pod.Labels[sandboxpod.LabelPool] == "" {
+		return ctrl.Result{}, err
+	}
+	k.mu.Lock()
+	p, running := k.procs[req.NamespacedName]
+	k.mu.Unlock()
+	if running && p.uid != pod.UID { // a new pod of the same name
+		k.stop(req.NamespacedName)
+		running = false
+	}
+	if running || pod.Status.Phase == corev1.PodFailed {
+		return ctrl.Result{}, nil
+	}
+	if _, ok := pod.Annotations[AnnotationImagePullBackOff]; ok {
+		return ctrl.Result{}, k.setStatus(ctx, pod, func(st *corev1.PodStatus) {
+			st.Phase = corev1.PodPending
+			st.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, Image: pod.Spec.Containers[0].Image,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff",
+					Message: fmt.Sprintf("Back-off pulling image %q", pod.Spec.Containers[0].Image)}}}}
+		})
+	}
+	return ctrl.Result{}, k.start(ctx, pod)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	dir := filepath.Join(k.Dir, pod.Namespace, pod.Name)
+	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o755); err != nil {
+		return err
+	}
+	// The token, as the Secret volume would mount it.
+	var secretName string
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil {
+			secretName = v.Secret.SecretName
+		}
+	}
+	secret := &corev1.Secret{}
+	if err := k.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: secretName}, secret); err != nil {
+		return fmt.Errorf("pod %s: token secret %s: %w", pod.Name, secretName, err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, secret.Data[sandboxpod.TokenKey], 0o600); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	// The container's own args, with the kubelet's local paths and port.
+	args := append([]string{}, pod.Spec.Containers[0].Args...)
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--listen":
+			args[i+1] = fmt.Sprintf("127.0.0.1:%d", port)
+		case "--token-file":
+			args[i+1] = tokenFile
+		case "--workspace":
+			args[i+1] = filepath.Join(dir, "workspace")
+		}
+	}
+	cmd := exec.Command(k.AgentBinary, args...)
+	cmd.Env = os.Environ()
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name != "HOME" && e.Name != "TMPDIR" {
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
+	cmd.Stderr = &prefixWriter{log: k.Log.WithValues("pod", pod.Name)}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start agent for pod %s: %w", pod.Name, err)
+	}
+	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://127.0.0.1:%d", port), exited: make(chan struct{})}
+	k.mu.Lock()
+	k.procs[key] = p
+	k.started++
+	k.mu.Unlock()
+	go k.watch(key, p)
+
+	c := agentclient.New(p.addr, string(secret.Data[sandboxpod.TokenKey]))
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := c.WaitReady(rctx); err != nil {
+		return fmt.Errorf("agent of pod %s: %w", pod.Name, err)
+	}
+	now := metav1.Now()
+	return k.setStatus(ctx, pod, func(st *corev1.PodStatus) {
+		st.Phase = corev1.PodRunning
+		st.PodIP, st.HostIP = "127.0.0.1", "127.0.0.1"
+		st.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+		st.StartTime = &now
+		st.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, Ready: true, Started: ptrTrue(),
+			Image: pod.Spec.Containers[0].Image, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	})
+}
+
+// watch marks the pod Failed when its agent exits on its own.
+func (k *Kubelet) watch(key types.NamespacedName, p *proc) {
+	err := p.cmd.Wait()
+	close(p.exited)
+	k.mu.Lock()
+	stopping := p.stopping
+	if k.procs[key] == p {
+		delete(k.procs, key)
+	}
+	k.mu.Unlock()
+	if stopping {
+		return
+	}
+	pod := &corev1.Pod{}
+	if k.Get(context.Background(), key, pod) != nil || pod.UID != p.uid {
+		return
+	}
+	_ = k.setStatus(context.Background(), pod, func(st *corev1.PodStatus) {
+		st.Phase = corev1.PodFailed
+		st.Reason, st.Message = "Error", fmt.Sprintf("the agent exited: %v", err)
+		for i := range st.Conditions {
+			if st.Conditions[i].Type == corev1.PodReady || st.Conditions[i].Type == corev1.ContainersReady {
+				st.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+	})
+}
+
+func (k *Kubelet) stop(key types.NamespacedName) {
+	k.mu.Lock()
+	p, ok := k.procs[key]
+	if ok {
+		p.stopping = true
+		delete(k.procs, key)
+	}
+	k.mu.Unlock()
+	if ok {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// StopAll kills every agent.
+func (k *Kubelet) StopAll() {
+	k.mu.Lock()
+	keys := make([]types.NamespacedName, 0, len(k.procs))
+	for key := range k.procs {
+		keys = append(keys, key)
+	}
+	k.mu.Unlock()
+	for _, key := range keys {
+		k.stop(key)
+	}
+}
+
+func (k *Kubelet) setStatus(ctx context.Context, pod *corev1.Pod, mutate func(*corev1.PodStatus)) error {
+	for i := 0; i < 5; i++ {
+		mutate(&pod.Status)
+		err := k.Status().Update(ctx, pod)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		if err := k.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("update status of pod %s: too many conflicts", pod.Name)
+}
+
+func ptrTrue() *bool { b := true; return &b }
+
+// prefixWriter sends an agent's log lines to the test log.
+type prefixWriter struct{ log logr.Logger }
+
+func (w *prefixWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		w.log.V(1).Info(line)
+	}
+	return len(b), nil
+}
