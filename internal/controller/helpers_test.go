@@ -2,12 +2,17 @@ package controller_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -83,4 +88,26 @@ func condition(conds []metav1.Condition, t string) *metaCondition {
 		return nil
 	}
 	return &metaCondition{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+}
+
+// applySamples creates every object of the YAML files in dir, as kubectl apply -f would.
+func applySamples(ns, dir string) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		Expect(err).NotTo(HaveOccurred())
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			obj := &unstructured.Unstructured{}
+			Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+			if len(obj.Object) == 0 {
+				continue
+			}
+			obj.SetNamespace(ns)
+			Expect(k8s.Create(ctx, obj)).To(Succeed(), f)
+		}
+	}
 }
