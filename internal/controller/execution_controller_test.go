@@ -316,4 +316,3 @@ while True:
 		Expect(step2.Status.Result).To(Equal("42"))
 	})
 })
-
