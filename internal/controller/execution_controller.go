@@ -41,6 +41,9 @@ const claimRetry = 20 * time.Millisecond
 // ExecutionReconciler runs Executions: queue, claim a pod, run, timeout, status.
 type ExecutionReconciler struct {
 	client.Client
+	// APIReader reads around the cache, to confirm a lost pod before failing an
+	// Execution for it: the pod informer can lag behind the Execution informer.
+	APIReader client.Reader
 	Recorder events.EventRecorder
 	Runner   *runner.Runner
 	Resolver runner.Resolver
@@ -349,6 +352,21 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 	if o, ok := r.Runner.Outcome(ex.UID); ok {
 		return ctrl.Result{}, r.finish(ctx, ex, pool, pod, o)
 	}
+	if pod == nil || sandboxpod.IsTerminal(pod) || claim.ClaimedBy(pod) != ex.UID {
+		live := &corev1.Pod{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, live)
+		switch {
+		case err != nil && !apierrors.IsNotFound(err):
+			return ctrl.Result{}, err
+		case err == nil && !sandboxpod.IsTerminal(live) && claim.ClaimedBy(live) == ex.UID:
+			pod = live // the cache lags; the run is fine
+		default:
+			pod = nil
+			if err == nil {
+				pod = live
+			}
+		}
+	}
 	if pod == nil || sandboxpod.IsTerminal(pod) || claim.ClaimedBy(pod) != ex.UID || poolErr != nil {
 		r.Runner.Cancel(ex.UID)
 		msg := fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName)
@@ -456,6 +474,9 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Runner == nil {
 		r.Runner = NewRunner()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Execution{}).

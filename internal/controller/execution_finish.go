@@ -51,7 +51,12 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
 			msg = fmt.Sprintf("interrupted (KeyboardInterrupt) at the timeout of %s", timeoutOf(ex, pool))
 		case protocol.StatusInterrupted:
+			// Only two parties interrupt: a cancel, and the runner at the deadline.
 			phase, reason, msg = sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "interrupted on request"
+			if !o.Cancelled {
+				phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
+				msg = fmt.Sprintf("interrupted (KeyboardInterrupt) at the timeout of %s", timeoutOf(ex, pool))
+			}
 		default:
 			phase, reason, msg = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonError, "the code failed"
 			if res.Error != nil {

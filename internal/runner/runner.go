@@ -133,8 +133,9 @@ func (r *Runner) Start(job Job) {
 	req.GraceMillis = job.Grace.Milliseconds()
 	go func() {
 		defer cancel()
-		// The manager's own interrupt at the deadline, in case the agent's timer did not fire.
-		timer := time.AfterFunc(time.Until(job.Deadline), func() {
+		// The manager's own interrupt just after the deadline, in case the agent's
+		// timer did not fire; the agent's own one, a moment earlier, names it a timeout.
+		timer := time.AfterFunc(time.Until(job.Deadline)+250*time.Millisecond, func() {
 			ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer icancel()
 			_ = c.Interrupt(ictx, req.ID)
