@@ -44,9 +44,9 @@ type ExecutionReconciler struct {
 	// APIReader reads around the cache, to confirm a lost pod before failing an
 	// Execution for it: the pod informer can lag behind the Execution informer.
 	APIReader client.Reader
-	Recorder events.EventRecorder
-	Runner   *runner.Runner
-	Resolver runner.Resolver
+	Recorder  events.EventRecorder
+	Runner    *runner.Runner
+	Resolver  runner.Resolver
 }
 
 func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
