@@ -35,6 +35,9 @@ import (
 // executionFinalizer lets a deleted running Execution interrupt its code and free its pod.
 const executionFinalizer = "sandbox.warmpool.dev/interrupt-on-delete"
 
+// sessionBackstop re-checks an Execution waiting for its session, in case a wake-up was missed.
+const sessionBackstop = 5 * time.Second
+
 // claimRetry is how soon an Execution that lost a claim race tries again.
 const claimRetry = 20 * time.Millisecond
 
@@ -156,14 +159,15 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 	}
 
 	if s := ex.Spec.Session; s != "" {
+		// Wake-ups come from the session's pod and Executions; the requeue is a backstop.
 		if !firstOfSession(execs.Items, ex) {
 			r.waiting(ex, "SessionBusy", fmt.Sprintf("waiting for earlier Executions of session %s to finish", s))
-			return ctrl.Result{}, nil
+			return ctrl.Result{RequeueAfter: sessionBackstop}, nil
 		}
 		if sessionPod != nil {
 			if claim.ClaimedBy(sessionPod) != "" || !sandboxpod.IsReady(sessionPod) {
 				r.waiting(ex, "SessionBusy", fmt.Sprintf("session %s's pod %s is busy", s, sessionPod.Name))
-				return ctrl.Result{}, nil
+				return ctrl.Result{RequeueAfter: sessionBackstop}, nil
 			}
 			return r.claimAndStart(ctx, ex, pool, sessionPod, code)
 		}
@@ -349,23 +353,22 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 		}
 		pod = nil
 	}
-	if o, ok := r.Runner.Outcome(ex.UID); ok {
-		return ctrl.Result{}, r.finish(ctx, ex, pool, pod, o)
-	}
 	if pod == nil || sandboxpod.IsTerminal(pod) || claim.ClaimedBy(pod) != ex.UID {
+		// The pod informer can lag behind the Execution informer (a run can end
+		// before the claim is in the cache): read the pod itself before acting on it.
 		live := &corev1.Pod{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, live)
 		switch {
-		case err != nil && !apierrors.IsNotFound(err):
-			return ctrl.Result{}, err
-		case err == nil && !sandboxpod.IsTerminal(live) && claim.ClaimedBy(live) == ex.UID:
-			pod = live // the cache lags; the run is fine
-		default:
+		case apierrors.IsNotFound(err):
 			pod = nil
-			if err == nil {
-				pod = live
-			}
+		case err != nil:
+			return ctrl.Result{}, err
+		default:
+			pod = live
 		}
+	}
+	if o, ok := r.Runner.Outcome(ex.UID); ok {
+		return ctrl.Result{}, r.finish(ctx, ex, pool, pod, o)
 	}
 	if pod == nil || sandboxpod.IsTerminal(pod) || claim.ClaimedBy(pod) != ex.UID || poolErr != nil {
 		r.Runner.Cancel(ex.UID)
@@ -483,6 +486,7 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.Runner.Events, &handler.EnqueueRequestForObject{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToExecutions)).
 		Watches(&sandboxv1alpha1.SandboxPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToExecutions)).
+		Watches(&sandboxv1alpha1.Execution{}, handler.EnqueueRequestsFromMapFunc(r.nextOfSession)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
 		Named("execution").
 		Complete(r)
@@ -511,6 +515,16 @@ func (r *ExecutionReconciler) podToExecutions(ctx context.Context, o client.Obje
 		return nil
 	}
 	return r.waitingExecutions(ctx, pod.Namespace, pool, "", 0)
+}
+
+// nextOfSession wakes the next Execution of a session when one ends: its pod
+// may have been released before the end was visible in the cache.
+func (r *ExecutionReconciler) nextOfSession(ctx context.Context, o client.Object) []ctrl.Request {
+	ex := o.(*sandboxv1alpha1.Execution)
+	if ex.Spec.Session == "" || !ex.Status.Phase.IsFinished() {
+		return nil
+	}
+	return r.waitingExecutions(ctx, ex.Namespace, ex.Spec.PoolRef.Name, ex.Spec.Session, 1)
 }
 
 func (r *ExecutionReconciler) poolToExecutions(ctx context.Context, o client.Object) []ctrl.Request {

@@ -111,7 +111,7 @@ func (r *ExecutionReconciler) retryOnConflict(ctx context.Context, pod *corev1.P
 		if err == nil || i == 3 {
 			return err
 		}
-		if err := r.Get(ctx, clientKey(pod), p); err != nil {
+		if err := r.APIReader.Get(ctx, clientKey(pod), p); err != nil {
 			return err
 		}
 	}

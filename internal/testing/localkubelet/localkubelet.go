@@ -40,7 +40,9 @@ type Kubelet struct {
 	AgentBinary string
 	// Dir holds the pods' workspaces and token files.
 	Dir string
-	Log logr.Logger
+	// Python is the interpreter the agents run; empty means the agent's default (python3).
+	Python string
+	Log    logr.Logger
 
 	mu    sync.Mutex
 	procs map[types.NamespacedName]*proc
@@ -161,6 +163,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		case "--workspace":
 			args[i+1] = filepath.Join(dir, "workspace")
 		}
+	}
+	if k.Python != "" {
+		args = append(args, "--python", k.Python)
 	}
 	cmd := exec.Command(k.AgentBinary, args...)
 	cmd.Env = os.Environ()
