@@ -18,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -31,9 +30,6 @@ import (
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
-
-// executionFinalizer lets a deleted running Execution interrupt its code and free its pod.
-const executionFinalizer = "sandbox.warmpool.dev/interrupt-on-delete"
 
 // sessionBackstop re-checks an Execution waiting for its session, in case a wake-up was missed.
 const sessionBackstop = 5 * time.Second
@@ -55,20 +51,13 @@ type ExecutionReconciler struct {
 func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ex := &sandboxv1alpha1.Execution{}
 	if err := r.Get(ctx, req.NamespacedName, ex); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if ex.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.finalize(ctx, ex)
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.deleted(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
 	}
 	if ex.Status.Phase.IsFinished() {
 		return r.reconcileFinished(ctx, ex)
-	}
-	if !controllerutil.ContainsFinalizer(ex, executionFinalizer) {
-		patch := client.MergeFrom(ex.DeepCopy())
-		controllerutil.AddFinalizer(ex, executionFinalizer)
-		if err := r.Patch(ctx, ex, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer to execution %s: %w", ex.Name, err)
-		}
 	}
 
 	orig := ex.DeepCopy()
@@ -88,16 +77,9 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return result, err
 }
 
-// reconcileFinished forgets the run, drops the finalizer and applies the TTL.
+// reconcileFinished forgets the run and applies the TTL.
 func (r *ExecutionReconciler) reconcileFinished(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
 	r.Runner.Forget(ex.UID)
-	if controllerutil.ContainsFinalizer(ex, executionFinalizer) {
-		patch := client.MergeFrom(ex.DeepCopy())
-		controllerutil.RemoveFinalizer(ex, executionFinalizer)
-		if err := r.Patch(ctx, ex, patch); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-	}
 	if ex.Spec.TTLSecondsAfterFinished == nil || ex.Status.CompletionTime == nil {
 		return ctrl.Result{}, nil
 	}
@@ -112,7 +94,6 @@ func (r *ExecutionReconciler) reconcileFinished(ctx context.Context, ex *sandbox
 func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
 	if ex.Status.Phase == "" {
 		ex.Status.Phase = sandboxv1alpha1.PhasePending
-		r.Recorder.Eventf(ex, nil, corev1.EventTypeNormal, "Queued", "Queue", "waiting for a pod of pool %s", ex.Spec.PoolRef.Name)
 	}
 	if ex.Spec.Cancel {
 		r.end(ex, sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "cancelled before it ran", nil)
@@ -249,7 +230,6 @@ func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Exe
 	ex.Status.StartTime = &now
 	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
 		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed, Message: "running on pod " + pod.Name})
-	r.Recorder.Eventf(ex, pod, corev1.EventTypeNormal, "Started", "Run", "running on pod %s", pod.Name)
 	job, err := r.job(ctx, ex, pool, pod, code)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -440,30 +420,30 @@ func (r *ExecutionReconciler) deletePod(ctx context.Context, pod *corev1.Pod) er
 	return nil
 }
 
-// finalize interrupts the code of a deleted running Execution and frees its pod.
-func (r *ExecutionReconciler) finalize(ctx context.Context, ex *sandboxv1alpha1.Execution) error {
-	if !controllerutil.ContainsFinalizer(ex, executionFinalizer) {
+// deleted stops the run of an Execution that was deleted while it ran and
+// deletes its pod: the interrupted code's pod is suspect. There is no
+// finalizer (it would cost two API writes per Execution and leave Executions
+// stuck in deletion without the operator); if the manager misses the delete, the
+// pool controller deletes pods claimed by Executions that no longer exist.
+func (r *ExecutionReconciler) deleted(ctx context.Context, key types.NamespacedName) error {
+	uid, ok := r.Runner.UIDOf(key.Namespace, key.Name)
+	if !ok {
 		return nil
 	}
-	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning || ex.Status.Phase == sandboxv1alpha1.PhasePending || ex.Status.Phase == "" {
-		r.Runner.Cancel(ex.UID)
-		var pods corev1.PodList
-		if err := r.List(ctx, &pods, client.InNamespace(ex.Namespace), client.MatchingLabels{sandboxpod.LabelPool: ex.Spec.PoolRef.Name}); err != nil {
-			return err
-		}
-		for i := range pods.Items {
-			if claim.ClaimedBy(&pods.Items[i]) == ex.UID {
-				// The interrupted code's pod is suspect: it goes, and the pool replaces it.
-				if err := r.deletePod(ctx, &pods.Items[i]); err != nil {
-					return err
-				}
+	r.Runner.Cancel(uid)
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{sandboxpod.LabelState: sandboxpod.StateBusy}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		if claim.ClaimedBy(&pods.Items[i]) == uid {
+			if err := r.deletePod(ctx, &pods.Items[i]); err != nil {
+				return err
 			}
 		}
 	}
-	r.Runner.Forget(ex.UID)
-	patch := client.MergeFrom(ex.DeepCopy())
-	controllerutil.RemoveFinalizer(ex, executionFinalizer)
-	return client.IgnoreNotFound(r.Patch(ctx, ex, patch))
+	r.Runner.Forget(uid)
+	return nil
 }
 
 // SetupWithManager registers the reconciler: Executions, the runner's

@@ -64,7 +64,6 @@ var _ = Describe("Execution", func() {
 			pods := poolPods(ns, "python")
 			return len(pods) == 1 && pods[0].Name != before && sandboxpod.IsReady(&pods[0])
 		}).Should(BeTrue())
-		Expect(getExec(ex).Finalizers).To(BeEmpty())
 	})
 
 	It("fails with the traceback of the user's code", func() {
@@ -297,6 +296,21 @@ while True:
 		pod := getExec(ex).Status.PodName
 		Expect(k8s.Delete(ctx, ex)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)) }).Should(BeTrue())
+		Eventually(func() []corev1.Pod { return poolPods(ns, "python") }).ShouldNot(ContainElement(HaveField("Name", pod)))
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1))
+	})
+
+	It("frees the pod of an Execution deleted while the manager was down", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		ex := wrappers.Execution(ns, "deleted-offline").Code("import time; time.sleep(60)").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+		pod := getExec(ex).Status.PodName
+		stopManager()
+		<-managerDone
+		Expect(k8s.Delete(ctx, ex)).To(Succeed())
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex))).To(BeTrue(), "no finalizer holds the Execution")
+		startManager()
 		Eventually(func() []corev1.Pod { return poolPods(ns, "python") }).ShouldNot(ContainElement(HaveField("Name", pod)))
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1))
 	})

@@ -38,6 +38,8 @@ const maxCreatesPerReconcile = 50
 // for each Execution waiting for a pod, within spec.maxPods.
 type SandboxPoolReconciler struct {
 	client.Client
+	// APIReader confirms, around the cache, that an Execution is gone before its pod is deleted.
+	APIReader    client.Reader
 	Recorder     events.EventRecorder
 	expectations *expectations
 	readySeen    sync.Map // pod UID -> struct{}: pod start latency observed once
@@ -78,11 +80,16 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		seen[podList.Items[i].Name] = podList.Items[i].DeletionTimestamp != nil
 	}
 	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, time.Now())
+	var execs sandboxv1alpha1.ExecutionList
+	if err := r.List(ctx, &execs, client.InNamespace(pool.Namespace), client.MatchingFields{indexPoolRef: pool.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
+	}
 	pods := r.classify(pool, podList.Items, deleting, time.Now())
-	demand, pending, err := r.demand(ctx, pool, podList.Items)
+	orphans, err := r.orphans(ctx, pods.busy, &execs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	demand, pending := demand(&execs, podList.Items)
 
 	// How many unclaimed pods the pool wants, and how many it has or will have.
 	want := int(pool.Spec.Replicas) + demand
@@ -127,6 +134,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	toDelete = append(toDelete, pods.staleWarm...)
 	toDelete = append(toDelete, pods.failed...)
 	toDelete = append(toDelete, pods.expired...)
+	toDelete = append(toDelete, orphans...)
 	for _, p := range toDelete {
 		if err := r.deletePod(ctx, pool, p); err != nil {
 			errs = append(errs, err)
@@ -241,18 +249,14 @@ func (r *SandboxPoolReconciler) observeStart(p *corev1.Pod) {
 
 // demand counts the pool's waiting Executions that need a fresh pod: those
 // without a session, and one per session that has no pod yet.
-func (r *SandboxPoolReconciler) demand(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, pods []corev1.Pod) (int, int32, error) {
-	var list sandboxv1alpha1.ExecutionList
-	if err := r.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexPoolRef: pool.Name}); err != nil {
-		return 0, 0, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
-	}
+func demand(list *sandboxv1alpha1.ExecutionList, pods []corev1.Pod) (int, int32) {
 	sessionPods := map[string]bool{}
 	for i := range pods {
 		if s := claim.Session(&pods[i]); s != "" && !sandboxpod.IsTerminal(&pods[i]) {
 			sessionPods[s] = true
 		}
 	}
-	demand := 0
+	n := 0
 	var pending int32
 	sessions := map[string]bool{}
 	for i := range list.Items {
@@ -263,13 +267,38 @@ func (r *SandboxPoolReconciler) demand(ctx context.Context, pool *sandboxv1alpha
 		pending++
 		switch s := ex.Spec.Session; {
 		case s == "":
-			demand++
-		case !sessionPods[s] && !sessions[s] && !sessionStarted(&list, s):
+			n++
+		case !sessionPods[s] && !sessions[s] && !sessionStarted(list, s):
 			sessions[s] = true
-			demand++
+			n++
 		}
 	}
-	return demand, pending, nil
+	return n, pending
+}
+
+// orphans returns busy pods claimed by an Execution that no longer exists (it
+// was deleted while the manager was down, or its delete was missed).
+func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod, list *sandboxv1alpha1.ExecutionList) ([]*corev1.Pod, error) {
+	known := map[types.UID]bool{}
+	for i := range list.Items {
+		known[list.Items[i].UID] = true
+	}
+	var out []*corev1.Pod
+	for _, p := range busy {
+		uid := claim.ClaimedBy(p)
+		if uid == "" || known[uid] {
+			continue
+		}
+		ex := &sandboxv1alpha1.Execution{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && ex.UID != uid):
+			out = append(out, p)
+		case err != nil:
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // isWaiting reports whether an Execution waits for a pod.
@@ -399,6 +428,9 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 // and the Executions that name them (their demand).
 func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations = newExpectations()
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("sandboxpool-controller")
 	}

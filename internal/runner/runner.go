@@ -191,6 +191,18 @@ func (r *Runner) Cancel(uid types.UID) {
 	}()
 }
 
+// UIDOf returns the UID of the tracked run of an Execution, by name.
+func (r *Runner) UIDOf(namespace, name string) (types.UID, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, rn := range r.runs {
+		if rn.job.Namespace == namespace && rn.job.Name == name {
+			return uid, true
+		}
+	}
+	return "", false
+}
+
 // Outcome returns the outcome of a finished run.
 func (r *Runner) Outcome(uid types.UID) (Outcome, bool) {
 	r.mu.Lock()

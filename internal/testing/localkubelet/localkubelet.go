@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -175,6 +176,8 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	cmd.Stderr = &prefixWriter{log: k.Log.WithValues("pod", pod.Name)}
+	// A test process that dies must not leave agents behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start agent for pod %s: %w", pod.Name, err)
 	}
