@@ -16,11 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -438,14 +440,37 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Secret{}).
-		Watches(&sandboxv1alpha1.Execution{}, handler.EnqueueRequestsFromMapFunc(
-			func(_ context.Context, o client.Object) []ctrl.Request {
-				ex := o.(*sandboxv1alpha1.Execution)
-				return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}}
-			})).
+		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("sandboxpool").
 		Complete(r)
+}
+
+// demandDebounce batches the pool reconciles that Execution changes cause: a
+// burst of Executions becomes one reconcile (and one status write) instead of
+// one per transition.
+const demandDebounce = 250 * time.Millisecond
+
+// demandHandler enqueues an Execution's pool, a little later, when the
+// Execution appears, changes phase or goes.
+func demandHandler() handler.EventHandler {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+		ex := o.(*sandboxv1alpha1.Execution)
+		q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}, demandDebounce)
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+			enqueue(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+			if isWaiting(e.ObjectOld.(*sandboxv1alpha1.Execution)) != isWaiting(e.ObjectNew.(*sandboxv1alpha1.Execution)) {
+				enqueue(e.ObjectNew, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+			enqueue(e.Object, q)
+		},
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }
