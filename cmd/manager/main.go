@@ -76,6 +76,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         controller.CacheOptions(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                enableLeaderElection,

@@ -290,7 +290,8 @@ func graceOf(pool *sandboxv1alpha1.SandboxPool) time.Duration {
 	return 5 * time.Second
 }
 
-// code returns the code to run, reading spec.codeFrom when set.
+// code returns the code to run, reading spec.codeFrom when set (uncached: the
+// manager does not watch every ConfigMap and Secret of the cluster).
 func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Execution) (string, error) {
 	if ex.Spec.Code != nil {
 		return *ex.Spec.Code, nil
@@ -301,7 +302,7 @@ func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Exec
 	}
 	if ref := from.ConfigMapKeyRef; ref != nil {
 		cm := &corev1.ConfigMap{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, cm); err != nil {
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, cm); err != nil {
 			return "", fmt.Errorf("spec.codeFrom: ConfigMap %s: %w", ref.Name, err)
 		}
 		if v, ok := cm.Data[ref.Key]; ok {
@@ -311,7 +312,7 @@ func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Exec
 	}
 	ref := from.SecretKeyRef
 	s := &corev1.Secret{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, s); err != nil {
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, s); err != nil {
 		return "", fmt.Errorf("spec.codeFrom: Secret %s: %w", ref.Name, err)
 	}
 	if v, ok := s.Data[ref.Key]; ok {

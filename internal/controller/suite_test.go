@@ -98,7 +98,9 @@ var _ = BeforeSuite(func() {
 
 // startManager starts the warmpool manager, as cmd/manager does.
 func startManager() {
-	mgr, err := ctrl.NewManager(env.Config, managerOptions())
+	opts := managerOptions()
+	opts.Cache = controller.CacheOptions()
+	mgr, err := ctrl.NewManager(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
 	mctx, cancel := context.WithCancel(context.Background())
 	Expect(controller.SetupIndexes(mctx, mgr)).To(Succeed())

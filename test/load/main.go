@@ -98,7 +98,9 @@ func run(n, poolSize, concurrency int, mode, python string) error {
 	defer kubelet.StopAll()
 	go func() { _ = kmgr.Start(ctx) }()
 
-	mgr, err := ctrl.NewManager(env.Config, opts(env))
+	mopts := opts(env)
+	mopts.Cache = controller.CacheOptions()
+	mgr, err := ctrl.NewManager(env.Config, mopts)
 	if err != nil {
 		return err
 	}
