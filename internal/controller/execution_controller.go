@@ -135,7 +135,7 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 		}
 	}
 	var execs sandboxv1alpha1.ExecutionList
-	if err := r.List(ctx, &execs, client.InNamespace(ex.Namespace), client.MatchingFields{indexPoolRef: pool.Name}); err != nil {
+	if err := r.List(ctx, &execs, client.InNamespace(ex.Namespace), client.MatchingFields{indexActive: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
 	}
 
@@ -152,7 +152,11 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 			}
 			return r.claimAndStart(ctx, ex, pool, sessionPod, code)
 		}
-		if lost := lostSessionPod(execs.Items, s); lost != "" {
+		var history sandboxv1alpha1.ExecutionList
+		if err := r.List(ctx, &history, client.InNamespace(ex.Namespace), client.MatchingFields{indexSession: s}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list executions of session %s: %w", s, err)
+		}
+		if lost := lostSessionPod(history.Items, s); lost != "" {
 			msg := fmt.Sprintf("session %s's pod %s is gone (lost, timed out, or idle longer than the pool's sessionIdleTimeout), "+
 				"and with it the session's state: start a new session", s, lost)
 			r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSessionLost, msg,
@@ -517,7 +521,7 @@ func (r *ExecutionReconciler) poolToExecutions(ctx context.Context, o client.Obj
 // waking the whole queue is not needed. limit 0 wakes as many as the pool has idle pods.
 func (r *ExecutionReconciler) waitingExecutions(ctx context.Context, namespace, pool, session string, limit int) []ctrl.Request {
 	var list sandboxv1alpha1.ExecutionList
-	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexPoolRef: pool}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexActive: pool}); err != nil {
 		return nil
 	}
 	var waiting []*sandboxv1alpha1.Execution

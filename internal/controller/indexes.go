@@ -15,13 +15,32 @@ import (
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
-// indexPoolRef indexes Executions by spec.poolRef.name.
-const indexPoolRef = "spec.poolRef.name"
+// Cache indexes of Executions. Reconciles list only what they need: finished
+// Executions pile up (until their TTL), and the hot paths must not scan them.
+const (
+	// indexActive: pool name, for Executions not finished yet (waiting or running).
+	indexActive = "warmpool.active.pool"
+	// indexSession: session name, for Executions of a session, finished ones too.
+	indexSession = "spec.session"
+)
 
 // SetupIndexes registers the cache indexes the reconcilers query.
 func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
-	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1alpha1.Execution{}, indexPoolRef, func(o client.Object) []string {
-		return []string{o.(*sandboxv1alpha1.Execution).Spec.PoolRef.Name}
+	fi := mgr.GetFieldIndexer()
+	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexActive, func(o client.Object) []string {
+		ex := o.(*sandboxv1alpha1.Execution)
+		if ex.Status.Phase.IsFinished() {
+			return nil
+		}
+		return []string{ex.Spec.PoolRef.Name}
+	}); err != nil {
+		return err
+	}
+	return fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexSession, func(o client.Object) []string {
+		if s := o.(*sandboxv1alpha1.Execution).Spec.Session; s != "" {
+			return []string{s}
+		}
+		return nil
 	})
 }
 

@@ -83,7 +83,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, time.Now())
 	var execs sandboxv1alpha1.ExecutionList
-	if err := r.List(ctx, &execs, client.InNamespace(pool.Namespace), client.MatchingFields{indexPoolRef: pool.Name}); err != nil {
+	if err := r.List(ctx, &execs, client.InNamespace(pool.Namespace), client.MatchingFields{indexActive: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
 	}
 	pods := r.classify(pool, podList.Items, deleting, time.Now())
@@ -279,7 +279,9 @@ func demand(list *sandboxv1alpha1.ExecutionList, pods []corev1.Pod) (int, int32)
 }
 
 // orphans returns busy pods claimed by an Execution that no longer exists (it
-// was deleted while the manager was down, or its delete was missed).
+// was deleted while the manager was down, or its delete was missed) or has
+// finished (a finishing Execution frees its pod before it writes its final
+// status). list holds the pool's unfinished Executions.
 func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod, list *sandboxv1alpha1.ExecutionList) ([]*corev1.Pod, error) {
 	known := map[types.UID]bool{}
 	for i := range list.Items {
@@ -294,7 +296,7 @@ func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod,
 		ex := &sandboxv1alpha1.Execution{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
 		switch {
-		case apierrors.IsNotFound(err) || (err == nil && ex.UID != uid):
+		case apierrors.IsNotFound(err) || (err == nil && (ex.UID != uid || ex.Status.Phase.IsFinished())):
 			out = append(out, p)
 		case err != nil:
 			return nil, err
@@ -309,7 +311,7 @@ func isWaiting(ex *sandboxv1alpha1.Execution) bool {
 		!ex.Spec.Cancel && ex.DeletionTimestamp == nil
 }
 
-// sessionStarted reports whether an Execution of the session already got a pod.
+// sessionStarted reports whether an unfinished Execution of the session already got a pod.
 func sessionStarted(list *sandboxv1alpha1.ExecutionList, session string) bool {
 	for i := range list.Items {
 		if list.Items[i].Spec.Session == session && list.Items[i].Status.PodName != "" {
