@@ -70,8 +70,17 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	ex.Status.ObservedGeneration = ex.Generation
 	if !equality.Semantic.DeepEqual(orig.Status, ex.Status) {
-		if perr := r.Status().Patch(ctx, ex, client.MergeFrom(orig)); perr != nil {
+		// The optimistic lock makes a reconcile that worked from a stale cache
+		// fail here instead of overwriting a newer status.
+		patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+		if perr := r.Status().Patch(ctx, ex, patch); perr != nil {
+			if apierrors.IsConflict(perr) {
+				return ctrl.Result{Requeue: true}, err
+			}
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
+		}
+		if !orig.Status.Phase.IsFinished() && ex.Status.Phase.IsFinished() {
+			r.recordEnd(ex)
 		}
 	}
 	return result, err
@@ -92,6 +101,12 @@ func (r *ExecutionReconciler) reconcileFinished(ctx context.Context, ex *sandbox
 }
 
 func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	if job, ok := r.Runner.Job(ex.UID); ok {
+		// It claimed a pod and started, but the cache does not show it yet (or
+		// writing Running lost a race): claiming again would take a second pod.
+		r.markRunning(ex, job.Pod, metav1.NewTime(job.StartTime))
+		return ctrl.Result{}, nil
+	}
 	if ex.Status.Phase == "" {
 		ex.Status.Phase = sandboxv1alpha1.PhasePending
 	}
@@ -228,18 +243,21 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 // start marks the Execution Running on pod and hands it to the runner.
 func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
 	pod *corev1.Pod, code string) (ctrl.Result, error) {
-	now := metav1.Now()
-	ex.Status.Phase = sandboxv1alpha1.PhaseRunning
-	ex.Status.PodName = pod.Name
-	ex.Status.StartTime = &now
-	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
-		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed, Message: "running on pod " + pod.Name})
+	r.markRunning(ex, pod.Name, metav1.Now())
 	job, err := r.job(ctx, ex, pool, pod, code)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.Runner.Start(job)
 	return ctrl.Result{}, nil
+}
+
+func (r *ExecutionReconciler) markRunning(ex *sandboxv1alpha1.Execution, pod string, start metav1.Time) {
+	ex.Status.Phase = sandboxv1alpha1.PhaseRunning
+	ex.Status.PodName = pod
+	ex.Status.StartTime = &start
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed, Message: "running on pod " + pod})
 }
 
 func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
@@ -271,7 +289,7 @@ func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execu
 		}
 	}
 	return runner.Job{
-		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Address: addr,
+		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, StartTime: ex.Status.StartTime.Time, Address: addr,
 		Token: string(secret.Data[sandboxpod.TokenKey]), Request: req,
 		Deadline: ex.Status.StartTime.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
 	}, nil
@@ -409,13 +427,24 @@ func (r *ExecutionReconciler) end(ex *sandboxv1alpha1.Execution, phase sandboxv1
 	}
 	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionComplete,
 		Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: ex.Generation})
+}
+
+// recordEnd emits the event and metrics of an Execution whose final status was written.
+func (r *ExecutionReconciler) recordEnd(ex *sandboxv1alpha1.Execution) {
+	c := meta.FindStatusCondition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)
+	if c == nil {
+		return
+	}
 	evType := corev1.EventTypeNormal
-	if phase != sandboxv1alpha1.PhaseSucceeded {
+	if ex.Status.Phase != sandboxv1alpha1.PhaseSucceeded {
 		evType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(ex, nil, evType, reason, "Finish", "%s: %s", phase, msg)
-	metrics.ExecutionsTotal.WithLabelValues(string(phase)).Inc()
-	metrics.EndToEnd.Observe(now.Sub(ex.CreationTimestamp.Time).Seconds())
+	r.Recorder.Eventf(ex, nil, evType, c.Reason, "Finish", "%s: %s", ex.Status.Phase, c.Message)
+	metrics.ExecutionsTotal.WithLabelValues(string(ex.Status.Phase)).Inc()
+	metrics.EndToEnd.Observe(ex.Status.CompletionTime.Sub(ex.CreationTimestamp.Time).Seconds())
+	if ex.Status.DurationMillis != nil {
+		metrics.RunDuration.Observe(float64(*ex.Status.DurationMillis) / 1000)
+	}
 }
 
 func (r *ExecutionReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/claim"
-	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
 )
 
@@ -72,12 +72,20 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		r.end(ex, phase, reason, msg, nil)
 		clean = !res.StateLost
 	}
-	if o.Result != nil {
-		metrics.RunDuration.Observe(o.Result.DurationMillis / 1000)
-	}
 	if pod == nil {
 		return nil
 	}
+	// Only the Execution that holds the pod decides its fate: a reconcile from a
+	// stale cache must not release, reset or delete a pod that was released
+	// already, or claimed by the session's next Execution.
+	live := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, clientKey(pod), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if claim.ClaimedBy(live) != ex.UID {
+		return nil
+	}
+	pod = live
 	// A timeout always costs the pod unless a session keeps its (cleanly interrupted) interpreter.
 	if ex.Status.Phase == sandboxv1alpha1.PhaseTimedOut && ex.Spec.Session == "" {
 		clean = false

@@ -253,9 +253,13 @@ func (r *SandboxPoolReconciler) observeStart(p *corev1.Pod) {
 // without a session, and one per session that has no pod yet.
 func demand(list *sandboxv1alpha1.ExecutionList, pods []corev1.Pod) (int, int32) {
 	sessionPods := map[string]bool{}
+	claimed := map[types.UID]bool{}
 	for i := range pods {
 		if s := claim.Session(&pods[i]); s != "" && !sandboxpod.IsTerminal(&pods[i]) {
 			sessionPods[s] = true
+		}
+		if uid := claim.ClaimedBy(&pods[i]); uid != "" {
+			claimed[uid] = true
 		}
 	}
 	n := 0
@@ -263,7 +267,9 @@ func demand(list *sandboxv1alpha1.ExecutionList, pods []corev1.Pod) (int, int32)
 	sessions := map[string]bool{}
 	for i := range list.Items {
 		ex := &list.Items[i]
-		if !isWaiting(ex) {
+		// An Execution that claimed a pod but whose status the cache has not
+		// shown yet is not waiting: counting it would create a pod too many.
+		if !isWaiting(ex) || claimed[ex.UID] {
 			continue
 		}
 		pending++

@@ -58,6 +58,9 @@ type Job struct {
 	UID       types.UID
 	Namespace string
 	Name      string
+	// Pod runs the job; StartTime is when the Execution was marked Running.
+	Pod       string
+	StartTime time.Time
 	Address   string
 	Token     string
 	Request   protocol.ExecuteRequest
@@ -216,10 +219,19 @@ func (r *Runner) Outcome(uid types.UID) (Outcome, bool) {
 
 // Tracked reports whether a run of this UID is known (running or finished).
 func (r *Runner) Tracked(uid types.UID) bool {
+	_, ok := r.Job(uid)
+	return ok
+}
+
+// Job returns the job of a tracked run.
+func (r *Runner) Job(uid types.UID) (Job, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.runs[uid]
-	return ok
+	rn, ok := r.runs[uid]
+	if !ok {
+		return Job{}, false
+	}
+	return rn.job, true
 }
 
 // Forget drops a finished run once its status is written.
