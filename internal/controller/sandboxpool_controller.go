@@ -44,7 +44,11 @@ type SandboxPoolReconciler struct {
 	APIReader    client.Reader
 	Recorder     events.EventRecorder
 	expectations *expectations
-	readySeen    sync.Map // pod UID -> struct{}: pod start latency observed once
+
+	mu sync.Mutex
+	// readySeen: per pool, the Ready pods whose start latency was observed;
+	// rebuilt on every reconcile, so deleted pods drop out.
+	readySeen map[types.NamespacedName]map[types.UID]bool
 }
 
 // poolPods is a pool's pods sorted by what the reconciler does with them.
@@ -63,6 +67,9 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if apierrors.IsNotFound(err) {
 			r.expectations.Forget(req.NamespacedName)
 			metrics.ForgetPool(req.Namespace, req.Name)
+			r.mu.Lock()
+			delete(r.readySeen, req.NamespacedName)
+			r.mu.Unlock()
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -87,6 +94,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
 	}
 	pods := r.classify(pool, podList.Items, deleting, time.Now())
+	r.observeStarts(req.NamespacedName, podList.Items)
 	orphans, err := r.orphans(ctx, pods.busy, &execs)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -183,9 +191,6 @@ func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, item
 			out.failed = append(out.failed, p)
 			continue
 		}
-		if sandboxpod.IsReady(p) {
-			r.observeStart(p)
-		}
 		if s := claim.Session(p); s != "" && claim.ClaimedBy(p) == "" {
 			last, err := time.Parse(time.RFC3339Nano, p.Annotations[sandboxpod.AnnotationLastUsed])
 			if err != nil {
@@ -238,15 +243,28 @@ func podTrouble(p *corev1.Pod) (reason, message string) {
 	return "", ""
 }
 
-func (r *SandboxPoolReconciler) observeStart(p *corev1.Pod) {
-	if _, loaded := r.readySeen.LoadOrStore(p.UID, struct{}{}); loaded {
-		return
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			metrics.PodStart.Observe(c.LastTransitionTime.Sub(p.CreationTimestamp.Time).Seconds())
+// observeStarts records the creation-to-Ready time of pods that became Ready.
+func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.readySeen[pool]
+	seen := map[types.UID]bool{}
+	for i := range pods {
+		p := &pods[i]
+		if !sandboxpod.IsReady(p) {
+			continue
+		}
+		seen[p.UID] = true
+		if old[p.UID] {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				metrics.PodStart.Observe(c.LastTransitionTime.Sub(p.CreationTimestamp.Time).Seconds())
+			}
 		}
 	}
+	r.readySeen[pool] = seen
 }
 
 // demand counts the pool's waiting Executions that need a fresh pod: those
@@ -438,6 +456,7 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 // and the Executions that name them (their demand).
 func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations = newExpectations()
+	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -86,9 +87,11 @@ type run struct {
 
 // Runner tracks the runs of one manager.
 type Runner struct {
-	mu      sync.Mutex
-	runs    map[types.UID]*run
-	clients map[string]*client.Client
+	mu   sync.Mutex
+	runs map[types.UID]*run
+	// http is shared by the clients of all agents; idle connections to pods
+	// that are gone expire instead of piling up.
+	http *http.Client
 	// Events receives an event for the Execution whenever a run ends.
 	Events chan event.GenericEvent
 	// newObject builds the object an event names.
@@ -97,22 +100,17 @@ type Runner struct {
 
 // New returns a Runner; newEvent makes the event that wakes the Execution's reconcile.
 func New(newEvent func(namespace, name string) event.GenericEvent) *Runner {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2
+	tr.IdleConnTimeout = 30 * time.Second
 	return &Runner{
-		runs: map[types.UID]*run{}, clients: map[string]*client.Client{},
+		runs: map[types.UID]*run{}, http: &http.Client{Transport: tr},
 		Events: make(chan event.GenericEvent, 1024), newObject: newEvent,
 	}
 }
 
 func (r *Runner) client(addr, token string) *client.Client {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := addr + "\x00" + token
-	c, ok := r.clients[key]
-	if !ok {
-		c = client.New(addr, token)
-		r.clients[key] = c
-	}
-	return c
+	return client.NewWithHTTP(addr, token, r.http)
 }
 
 // Start runs the job unless a run of this UID is already tracked. Starting the

@@ -25,11 +25,18 @@ type Client struct {
 	http  *http.Client
 }
 
-// New returns a client for baseURL (http://host:port) with a bearer token.
+// New returns a client for baseURL (http://host:port) with a bearer token and
+// a connection pool of its own.
 func New(baseURL, token string) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, http: &http.Client{Transport: tr}}
+	return NewWithHTTP(baseURL, token, &http.Client{Transport: tr})
+}
+
+// NewWithHTTP returns a client that shares hc (and its connection pool) with
+// other clients: the manager talks to many short-lived pods through one pool.
+func NewWithHTTP(baseURL, token string, hc *http.Client) *Client {
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, http: hc}
 }
 
 // NewUnix returns a client for an agent serving on a Unix socket.
