@@ -15,7 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -46,6 +49,7 @@ var _ = Describe("Execution", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("succeeds with its stdout and result, and the used pod is replaced", func() {
+		succeeded := testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded)))
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
 		before := poolPods(ns, "python")[0].Name
 		ex := run(wrappers.Execution(ns, "hello").Code("print('hello')\nimport sys; print('warn', file=sys.stderr)\n6 * 7").Obj())
@@ -59,6 +63,9 @@ var _ = Describe("Execution", func() {
 		Expect(ex.Status.DurationMillis).NotTo(BeNil())
 		Expect(ex.Status.Duration).NotTo(BeEmpty())
 		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(HaveField("Reason", sandboxv1alpha1.ReasonSucceeded))
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded)))
+		}).Should(BeNumerically(">", succeeded), "warmpool_executions_total counts it")
 		// reusePolicy Never: the pod is gone and a fresh one takes its place.
 		Eventually(func() bool {
 			pods := poolPods(ns, "python")

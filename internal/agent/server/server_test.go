@@ -389,3 +389,25 @@ func TestBackToBackExecutionsKeepState(t *testing.T) {
 		}
 	}
 }
+
+// The agent must answer probes while user code burns CPU, or the kubelet would
+// restart a pod whose code is merely busy.
+func TestHealthAnswersWhileCodeBurnsCPU(t *testing.T) {
+	a := startAgent(t, 1)
+	ctx := context.Background()
+	go func() {
+		_, _ = a.c.Execute(ctx, protocol.ExecuteRequest{ID: "burn", Code: "while True: pass", TimeoutMillis: 3000})
+	}()
+	waitRunning(t, a, "burn")
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		code, _ := raw(t, "GET", a.url+protocol.PathHealthz, "", "")
+		if code != 200 || time.Since(start) > time.Second {
+			t.Fatalf("healthz: %d after %s", code, time.Since(start))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.c.Interrupt(ctx, "burn"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,74 @@
+package reaper
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// zombieChildren lists this process's zombie children.
+func zombieChildren(t *testing.T) []int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// As PID 1 of a container the agent inherits orphans of user code; here the
+// test process becomes a child subreaper to inherit them the same way.
+func TestReapsOrphansButNotOwnChildren(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl: %v", err)
+	}
+	// The agent's own child: a group leader that exec.Cmd waits for.
+	own := exec.Command("sh", "-c", "exit 0")
+	own.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// User code that leaves an orphan behind: the grandchild outlives its parent.
+	parent := exec.Command("sh", "-c", "sleep 0.2 & exit 0")
+	parent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := parent.Run(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the orphan (sleep) has exited and is a zombie of ours
+	if len(zombieChildren(t)) < 2 {
+		t.Fatalf("setup: want the orphan and the own child as zombies, got %v", zombieChildren(t))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Run(ctx)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGCHLD)
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && len(zombieChildren(t)) != 1 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if z := zombieChildren(t); len(z) != 1 || z[0] != own.Process.Pid {
+		t.Fatalf("zombies left: %v, want only the own child %d (its exec.Cmd waits for it)", z, own.Process.Pid)
+	}
+	if err := own.Wait(); err != nil {
+		t.Fatalf("the own child was reaped by the reaper: %v", err)
+	}
+}
