@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -391,7 +392,7 @@ func (r *SandboxPoolReconciler) ensureToken(ctx context.Context, pool *sandboxv1
 		ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool),
 			Labels: map[string]string{sandboxpod.LabelPool: pool.Name}},
 		Type:      corev1.SecretTypeOpaque,
-		Immutable: ptrTo(true),
+		Immutable: ptr.To(true),
 		Data:      map[string][]byte{sandboxpod.TokenKey: []byte(hex.EncodeToString(b))},
 	}
 	if err := controllerutil.SetControllerReference(pool, secret, r.Scheme()); err != nil {
@@ -499,5 +500,3 @@ func demandHandler() handler.EventHandler {
 		},
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
