@@ -25,6 +25,7 @@ func Run(ctx context.Context) {
 	defer signal.Stop(sigs)
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	reapOrphans() // the ones that died before the signal handler was in place
 	for {
 		select {
 		case <-ctx.Done():

@@ -66,7 +66,12 @@ func TestReapsOrphansButNotOwnChildren(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if z := zombieChildren(t); len(z) != 1 || z[0] != own.Process.Pid {
-		t.Fatalf("zombies left: %v, want only the own child %d (its exec.Cmd waits for it)", z, own.Process.Pid)
+		var stats []string
+		for _, pid := range z {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			stats = append(stats, string(b))
+		}
+		t.Fatalf("zombies left: %v, want only the own child %d (its exec.Cmd waits for it); self=%d stats=%q", z, own.Process.Pid, os.Getpid(), stats)
 	}
 	if err := own.Wait(); err != nil {
 		t.Fatalf("the own child was reaped by the reaper: %v", err)
