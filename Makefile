@@ -74,6 +74,20 @@ build: manifests generate ## Build the manager and agent binaries into ./bin.
 run: manifests generate ## Run the manager against the cluster in KUBECONFIG.
 	$(GO) run ./cmd/manager
 
+# The sandbox image's Python comes from Debian's python3 package on this machine.
+PYTHON_FOR_IMAGE ?= /usr/bin/python3
+
+.PHONY: images
+images: ## Write image tarballs without Docker: dist/repl.tar and dist/manager.tar.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/manager ./cmd/manager
+	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
+		-add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
+		-cmd serve,--listen,:8080,--token-file,/var/run/warmpool/token,--workspace,/workspace \
+		-user 65532:65532 -workdir /workspace
+	$(GO) run ./hack/imgbuild -o dist/manager.tar -tag $(IMG_MANAGER) \
+		-add $(LOCALBIN)/manager:/manager -entrypoint /manager -user 65532:65532
+
 ##@ Deployment
 
 .PHONY: install
