@@ -38,11 +38,24 @@ func Run(ctx context.Context) {
 }
 
 func reapOrphans() {
+	for _, z := range zombieChildren() {
+		if z.pgrp != z.pid { // not a group leader: not started by the agent
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(z.pid, &ws, syscall.WNOHANG, nil)
+		}
+	}
+}
+
+type zombie struct{ pid, pgrp int }
+
+// zombieChildren lists this process's children that have exited and not been waited for.
+func zombieChildren() []zombie {
 	self := os.Getpid()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return
+		return nil
 	}
+	var out []zombie
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -63,10 +76,9 @@ func reapOrphans() {
 		}
 		ppid, _ := strconv.Atoi(string(f[1]))
 		pgrp, _ := strconv.Atoi(string(f[2]))
-		if ppid != self || pgrp == pid {
-			continue
+		if ppid == self {
+			out = append(out, zombie{pid: pid, pgrp: pgrp})
 		}
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 	}
+	return out
 }

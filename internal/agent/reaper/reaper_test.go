@@ -4,8 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,24 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// zombieChildren lists this process's zombie children.
-func zombieChildren(t *testing.T) []int {
-	t.Helper()
-	entries, _ := os.ReadDir("/proc")
+func zombiePIDs() []int {
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
-			out = append(out, pid)
-		}
+	for _, z := range zombieChildren() {
+		out = append(out, z.pid)
 	}
 	return out
 }
@@ -54,24 +38,19 @@ func TestReapsOrphansButNotOwnChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // the orphan (sleep) has exited and is a zombie of ours
-	if len(zombieChildren(t)) < 2 {
-		t.Fatalf("setup: want the orphan and the own child as zombies, got %v", zombieChildren(t))
+	if len(zombiePIDs()) < 2 {
+		t.Fatalf("setup: want the orphan and the own child as zombies, got %v", zombiePIDs())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go Run(ctx)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGCHLD)
 	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && len(zombieChildren(t)) != 1 {
+	for time.Now().Before(deadline) && len(zombiePIDs()) != 1 {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if z := zombieChildren(t); len(z) != 1 || z[0] != own.Process.Pid {
-		var stats []string
-		for _, pid := range z {
-			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-			stats = append(stats, string(b))
-		}
-		t.Fatalf("zombies left: %v, want only the own child %d (its exec.Cmd waits for it); self=%d stats=%q", z, own.Process.Pid, os.Getpid(), stats)
+	if z := zombiePIDs(); len(z) != 1 || z[0] != own.Process.Pid {
+		t.Fatalf("zombies left: %v (%+v), want only the own child %d (its exec.Cmd waits for it)", z, zombieChildren(), own.Process.Pid)
 	}
 	if err := own.Wait(); err != nil {
 		t.Fatalf("the own child was reaped by the reaper: %v", err)
