@@ -194,6 +194,29 @@ while True:
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(3), "the pool refills")
 	})
 
+	It("reuses a pod with a fresh interpreter when the pool opts in", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		first := run(wrappers.Execution(ns, "r-1").Code("secret = 'left behind'").Obj())
+		second := run(wrappers.Execution(ns, "r-2").Code("'secret' in globals()").Obj())
+		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		Expect(second.Status.PodName).To(Equal(first.Status.PodName), "the pod is reused")
+		Expect(second.Status.Result).To(Equal("False"), "but its interpreter is fresh")
+	})
+
+	It("waits with MaxPodsReached while the pool is at its cap", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Obj())
+		busy := wrappers.Execution(ns, "holder").Code("import time; time.sleep(3)").Obj()
+		Expect(k8s.Create(ctx, busy)).To(Succeed())
+		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(busy).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+		waiting := wrappers.Execution(ns, "waiter").Obj()
+		Expect(k8s.Create(ctx, waiting)).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getExec(waiting).Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
+		}).Should(And(HaveField("Status", "True"), HaveField("Reason", sandboxv1alpha1.ReasonMaxPodsReached),
+			HaveField("Message", ContainSubstring("maxPods 1"))))
+		Expect(finished(waiting).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+	})
+
 	It("fails with SandboxLost when its pod is deleted mid-run", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		ex := wrappers.Execution(ns, "orphan").Code("import time; time.sleep(60)").Obj()
