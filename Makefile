@@ -6,7 +6,7 @@ IMG_REPL ?= warmpool.dev/repl:dev
 
 # Pinned tool versions; tools are installed into ./bin.
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
-KUSTOMIZE_VERSION ?= v5.8.3
+KUSTOMIZE_VERSION ?= v5.8.1
 GINKGO_VERSION ?= v2.34.0
 # Control-plane versions for envtest; hack/k8s-binaries.sh builds them from Go modules.
 K8S_VERSION ?= v1.34.10
