@@ -37,7 +37,10 @@ func TestReapsOrphansButNotOwnChildren(t *testing.T) {
 	if err := parent.Run(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the orphan (sleep) has exited and is a zombie of ours
+	// Wait until the orphan (sleep) has exited and is a zombie of ours, next to the own child.
+	for end := time.Now().Add(5 * time.Second); len(zombiePIDs()) < 2 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if len(zombiePIDs()) < 2 {
 		t.Fatalf("setup: want the orphan and the own child as zombies, got %v", zombiePIDs())
 	}

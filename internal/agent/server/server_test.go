@@ -238,12 +238,18 @@ func TestInterruptEndpoint(t *testing.T) {
 	a := startAgent(t, 1)
 	ctx := context.Background()
 	done := make(chan *protocol.Result)
+	started := make(chan struct{})
 	go func() {
-		res, _ := a.c.Execute(ctx, protocol.ExecuteRequest{ID: "loop", Code: "print('started', flush=True)\nwhile True: pass"})
+		var once sync.Once
+		res, _ := a.c.ExecuteStream(ctx, protocol.ExecuteRequest{ID: "loop", Code: "print('started', flush=True)\nwhile True: pass"},
+			func(ev protocol.Event) {
+				if ev.Type == protocol.EventStdout {
+					once.Do(func() { close(started) })
+				}
+			})
 		done <- res
 	}()
-	waitRunning(t, a, "loop")
-	time.Sleep(50 * time.Millisecond)
+	<-started // the code runs its loop now
 	if err := a.c.Interrupt(ctx, "loop"); err != nil {
 		t.Fatal(err)
 	}
