@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -148,24 +147,34 @@ while True:
 
 	It("runs queued Executions in creation order as pods free up", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Obj())
+		log := runLog()
+		gate := filepath.Join(GinkgoT().TempDir(), "go")
+		// The first holds the only pod until the gate opens, so the others queue up. Names sort
+		// against creation order, so only creation time can give the right order;
+		// creationTimestamp has one-second resolution, hence the pause between creations.
+		names := []string{"q-d", "q-c", "q-b", "q-a"}
 		var exs []*sandboxv1alpha1.Execution
-		for i := 0; i < 4; i++ {
-			// creationTimestamp has one-second resolution; the name breaks ties, so q0 < q1 < ...
-			ex := wrappers.Execution(ns, fmt.Sprintf("q%d", i)).Code("import time; time.sleep(0.5)").Obj()
+		for i, name := range names {
+			code := logged(name, log)
+			if i == 0 {
+				code += fmt.Sprintf("import os, time\nwhile not os.path.exists(%q):\n    time.sleep(0.02)\n", gate)
+			} else {
+				time.Sleep(1100 * time.Millisecond)
+			}
+			ex := wrappers.Execution(ns, name).Code(code).Obj()
 			Expect(k8s.Create(ctx, ex)).To(Succeed())
 			exs = append(exs, ex)
 		}
 		Eventually(func() *metaCondition {
 			return condition(getExec(exs[3]).Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
 		}).Should(HaveField("Status", "True"))
-		var starts []time.Time
+		Expect(os.WriteFile(gate, nil, 0o644)).To(Succeed())
 		for _, ex := range exs {
-			done := finished(ex)
-			Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
-			starts = append(starts, done.Status.StartTime.Time)
+			Expect(finished(ex).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
 		}
-		Expect(sort.SliceIsSorted(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })).To(BeTrue(),
-			"start times %v are not in creation order", starts)
+		data, err := os.ReadFile(log)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Fields(string(data))).To(Equal(names), "with one pod, the Executions ran in this order")
 	})
 
 	It("finishes 50 Executions on a pool of 3, each run exactly once", func() {
