@@ -266,9 +266,9 @@ func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execu
 	if err != nil {
 		return runner.Job{}, err
 	}
-	secret := &corev1.Secret{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool)}, secret); err != nil {
-		return runner.Job{}, fmt.Errorf("read agent token of pool %s: %w", pool.Name, err)
+	token, err := r.agentToken(ctx, pool)
+	if err != nil {
+		return runner.Job{}, err
 	}
 	req := protocol.ExecuteRequest{
 		Code:           code,
@@ -290,9 +290,18 @@ func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execu
 	}
 	return runner.Job{
 		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, StartTime: ex.Status.StartTime.Time, Address: addr,
-		Token: string(secret.Data[sandboxpod.TokenKey]), Request: req,
+		Token: token, Request: req,
 		Deadline: ex.Status.StartTime.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
 	}, nil
+}
+
+// agentToken reads the pool's agent token (from the cache of token Secrets).
+func (r *ExecutionReconciler) agentToken(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) (string, error) {
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool)}, secret); err != nil {
+		return "", fmt.Errorf("read agent token of pool %s: %w", pool.Name, err)
+	}
+	return string(secret.Data[sandboxpod.TokenKey]), nil
 }
 
 func timeoutOf(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Duration {

@@ -95,11 +95,12 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToSession(ctx, r.Client, p, ex, time.Now()) })
 	case clean && pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter:
 		addr, err := r.Resolver.Address(pod)
+		var token string
 		if err == nil {
-			job, jerr := r.job(ctx, ex, pool, pod, "")
-			if err = jerr; err == nil {
-				err = r.Runner.Reset(ctx, addr, job.Token)
-			}
+			token, err = r.agentToken(ctx, pool)
+		}
+		if err == nil {
+			err = r.Runner.Reset(ctx, addr, token)
 		}
 		if err != nil {
 			logf.FromContext(ctx).Info("could not reset the interpreter for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())

@@ -157,6 +157,10 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	status := r.status(pool, pods, pending)
 	r.recordMetrics(pool, pods, pending)
+	if meta.IsStatusConditionTrue(status.Conditions, sandboxv1alpha1.PoolConditionDegraded) &&
+		!meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
+	}
 	if !equality.Semantic.DeepEqual(status, pool.Status) {
 		patch := client.MergeFrom(pool.DeepCopy())
 		pool.Status = status
@@ -438,9 +442,6 @@ func (r *SandboxPoolReconciler) status(pool *sandboxv1alpha1.SandboxPool, pods p
 		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonPodsHealthy, Message: "sandbox pods start normally"}
 	if pods.degradedReason != "" {
 		deg.Status, deg.Reason, deg.Message = metav1.ConditionTrue, pods.degradedReason, pods.degMsg
-		if pool.Status.Conditions == nil || !meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
-			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
-		}
 	}
 	meta.SetStatusCondition(&st.Conditions, deg)
 	return st

@@ -25,11 +25,7 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	defer it.busy.Unlock()
 
 	res := &protocol.Result{ID: req.ID, StartedAt: time.Now()}
-	finish := func() *protocol.Result {
-		res.FinishedAt = time.Now()
-		res.DurationMillis = float64(res.FinishedAt.Sub(res.StartedAt).Microseconds()) / 1000
-		return res
-	}
+	finish := func() *protocol.Result { return res.Finish(time.Now()) }
 	p, err := it.ensure()
 	if err != nil {
 		res.Status = protocol.StatusFailed
@@ -38,8 +34,8 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		return finish(), nil
 	}
 
-	timeout := durationOr(req.TimeoutMillis, it.cfg.DefaultTimeout)
-	grace := durationOr(req.GraceMillis, it.cfg.DefaultGrace)
+	timeout := protocol.Millis(req.TimeoutMillis, it.cfg.DefaultTimeout)
+	grace := protocol.Millis(req.GraceMillis, it.cfg.DefaultGrace)
 	limit := req.MaxOutputBytes
 	if limit <= 0 {
 		limit = it.cfg.DefaultMaxOutputBytes
@@ -244,11 +240,4 @@ func exitDescription(err error) string {
 		}
 	}
 	return err.Error()
-}
-
-func durationOr(millis int64, def time.Duration) time.Duration {
-	if millis > 0 {
-		return time.Duration(millis) * time.Millisecond
-	}
-	return def
 }

@@ -1,5 +1,6 @@
 // Package protocol defines the agent's HTTP API (version /v1): the JSON bodies
-// the manager, the CLI and the agent exchange. It has no logic of its own.
+// the manager, the CLI and the agent exchange, and the two helpers every side
+// needs to read them (millisecond fields, result timing).
 package protocol
 
 import (
@@ -205,4 +206,19 @@ type Health struct {
 // ErrorBody is every non-2xx answer.
 type ErrorBody struct {
 	Error string `json:"error"`
+}
+
+// Millis turns a millisecond field into a duration; 0 (unset) gives def.
+func Millis(ms int64, def time.Duration) time.Duration {
+	if ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return def
+}
+
+// Finish stamps the result's end time and duration.
+func (r *Result) Finish(now time.Time) *Result {
+	r.FinishedAt = now
+	r.DurationMillis = float64(now.Sub(r.StartedAt).Microseconds()) / 1000
+	return r
 }

@@ -338,7 +338,7 @@ func (s *Server) runShell(ctx context.Context, req protocol.ExecuteRequest, onOu
 	}
 	sr, err := shell.Run(ctx, req.Code, shell.Options{
 		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env),
-		Timeout: durationOr(req.TimeoutMillis, s.cfg.DefaultTimeout), Grace: durationOr(req.GraceMillis, s.cfg.DefaultGrace),
+		Timeout: protocol.Millis(req.TimeoutMillis, s.cfg.DefaultTimeout), Grace: protocol.Millis(req.GraceMillis, s.cfg.DefaultGrace),
 		MaxOutputBytes: limit, OnStdout: onOut, OnStderr: onErr,
 	})
 	res := &protocol.Result{ID: req.ID, StartedAt: started}
@@ -363,9 +363,7 @@ func (s *Server) runShell(ctx context.Context, req protocol.ExecuteRequest, onOu
 			res.Error = &protocol.Error{Type: "NonZeroExit", Message: fmt.Sprintf("the command exited with code %d", code)}
 		}
 	}
-	res.FinishedAt = time.Now()
-	res.DurationMillis = float64(res.FinishedAt.Sub(started).Microseconds()) / 1000
-	return res
+	return res.Finish(time.Now())
 }
 
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, e *execution, owner bool) {
@@ -513,7 +511,7 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 		limit = s.cfg.MaxOutputBytes
 	}
 	res, err := shell.Run(r.Context(), req.Command, shell.Options{
-		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env), Timeout: durationOr(req.TimeoutMillis, s.cfg.DefaultTimeout),
+		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env), Timeout: protocol.Millis(req.TimeoutMillis, s.cfg.DefaultTimeout),
 		Grace: s.cfg.DefaultGrace, MaxOutputBytes: limit,
 	})
 	if err != nil {
@@ -546,11 +544,4 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		code = http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, h)
-}
-
-func durationOr(millis int64, def time.Duration) time.Duration {
-	if millis > 0 {
-		return time.Duration(millis) * time.Millisecond
-	}
-	return def
 }
