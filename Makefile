@@ -3,6 +3,8 @@
 # Image names and tags live here and only here.
 IMG_MANAGER ?= warmpool.dev/manager:dev
 IMG_REPL ?= warmpool.dev/repl:dev
+# The local cluster's pod sandbox image (no registry to pull registry.k8s.io/pause from).
+IMG_PAUSE ?= warmpool.dev/pause:dev
 
 # Pinned tool versions; tools are installed into ./bin.
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -34,8 +36,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate CRDs and RBAC into config/.
+manifests: controller-gen kustomize ## Generate CRDs and RBAC into config/, and the image names above into config/.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG_MANAGER)
+	sed -i -E 's|^(  image: ).*$$|\1$(IMG_REPL)|' config/samples/sandbox_v1alpha1_sandboxpool.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
@@ -76,17 +80,23 @@ run: manifests generate ## Run the manager against the cluster in KUBECONFIG.
 
 # The sandbox image's Python comes from Debian's python3 package on this machine.
 PYTHON_FOR_IMAGE ?= /usr/bin/python3
+# numpy from Debian's python3-numpy goes in when installed, for `python.preload: [numpy]`.
+NUMPY_FOR_IMAGE ?= /usr/lib/python3/dist-packages/numpy
 
 .PHONY: images
-images: ## Write image tarballs without Docker: dist/repl.tar and dist/manager.tar.
+images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar, dist/pause.tar.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/manager ./cmd/manager
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/pause ./hack/pause
 	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
+		$(if $(wildcard $(NUMPY_FOR_IMAGE)),-python-packages $(NUMPY_FOR_IMAGE)) \
 		-add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
 		-cmd serve,--listen,:8080,--token-file,/var/run/warmpool/token,--workspace,/workspace \
 		-user 65532:65532 -workdir /workspace
 	$(GO) run ./hack/imgbuild -o dist/manager.tar -tag $(IMG_MANAGER) \
 		-add $(LOCALBIN)/manager:/manager -entrypoint /manager -user 65532:65532
+	$(GO) run ./hack/imgbuild -o dist/pause.tar -tag $(IMG_PAUSE) \
+		-add $(LOCALBIN)/pause:/pause -entrypoint /pause -user 65535:65535
 
 ##@ Deployment
 
@@ -97,6 +107,33 @@ install: manifests kustomize ## Install the CRDs into the cluster in KUBECONFIG.
 .PHONY: uninstall
 uninstall: manifests kustomize ## Remove the CRDs from the cluster in KUBECONFIG.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy CRDs, RBAC, the manager and the gvisor RuntimeClass to the cluster in KUBECONFIG.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side --force-conflicts -f -
+	$(KUSTOMIZE) build config/runtimeclass | $(KUBECTL) apply --server-side --force-conflicts -f -
+	$(KUBECTL) -n warmpool-system rollout status deployment/warmpool-controller-manager --timeout=180s
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove everything `make deploy` created (pools, Executions and sandbox pods with it).
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found --wait=true -f -
+	$(KUSTOMIZE) build config/runtimeclass | $(KUBECTL) delete --ignore-not-found -f -
+
+##@ Local cluster (real Kubernetes + gVisor, no Docker; needs root)
+
+LOCAL_KUBECONFIG = $(shell hack/local-cluster.sh kubeconfig)
+
+.PHONY: cluster-up
+cluster-up: ## Start (or complete) the local single-node cluster; prints its KUBECONFIG.
+	hack/local-cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and undo its host changes.
+	hack/local-cluster.sh down
+
+.PHONY: cluster-status
+cluster-status: ## Show the local cluster's processes and node.
+	hack/local-cluster.sh status
 
 ##@ Tools
 

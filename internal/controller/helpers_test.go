@@ -95,9 +95,6 @@ func applySamples(ns, dir string) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	Expect(err).NotTo(HaveOccurred())
 	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
 		data, err := os.ReadFile(f)
 		Expect(err).NotTo(HaveOccurred())
 		for _, doc := range strings.Split(string(data), "\n---\n") {

@@ -78,9 +78,6 @@ var _ = Describe("Samples", func() {
 		Expect(err).NotTo(HaveOccurred())
 		created := 0
 		for _, f := range files {
-			if filepath.Base(f) == "kustomization.yaml" {
-				continue
-			}
 			data, err := os.ReadFile(f)
 			Expect(err).NotTo(HaveOccurred())
 			reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))

@@ -1,0 +1,535 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes (v1.34.10) with gVisor on a Linux machine that
+# has no Docker and no systemd: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet and kube-proxy built from Go modules
+# (hack/k8s-binaries.sh), containerd/runc/CNI plugins from Debian, gVisor's runsc
+# and shim built from Go modules (hack/gvisor.sh), and the project's images built
+# without Docker (make images) and imported into containerd.
+#
+#   hack/local-cluster.sh up        # idempotent: starts what is not running
+#   hack/local-cluster.sh down      # stops what `up` started (by PID), undoes host changes
+#   hack/local-cluster.sh status
+#   hack/local-cluster.sh kubeconfig  # prints the kubeconfig path
+#   hack/local-cluster.sh load      # re-imports dist/*.tar (after `make images`)
+#
+# Needs root. Every daemon's state, logs and PID file live in $LOCAL_CLUSTER_DIR
+# (default ~/.cache/warmpool/local-cluster); the kubeconfig is
+# $LOCAL_CLUSTER_DIR/kubeconfig. Pods get addresses from 10.244.0.0/24 on the
+# bridge warmpool0, routes only to that subnet and the Service range, and a
+# FORWARD rule drops anything they send off the bridge: no pod traffic leaves
+# the machine. The control plane listens on loopback; only the API server also
+# listens on the bridge address, for in-cluster clients (through kube-proxy).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
+STATE=${LOCAL_CLUSTER_DIR:-$CACHE_ROOT/local-cluster}
+K8S_VERSION=${K8S_VERSION:-v1.34.10}
+ETCD_VERSION=${ETCD_VERSION:-v3.5.35}
+export K8S_VERSION ETCD_VERSION
+
+APISERVER_PORT=${APISERVER_PORT:-6443}
+ETCD_PORT=${ETCD_PORT:-12379}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
+POD_CIDR=10.244.0.0/24
+GATEWAY=10.244.0.1
+SERVICE_CIDR=10.96.0.0/16
+SERVICE_IP=10.96.0.1
+BRIDGE=warmpool0
+NODE=localhost
+COMPONENTS=(etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy)
+
+# Host paths that containerd, the CNI plugins and the kubelet create outside
+# our state dir. `up` records which of them already existed; `down` removes the
+# others, so the host is left as it was found.
+HOST_PATHS=(/run/containerd /var/run/netns /var/lib/cni /var/log/pods /var/log/containers /run/runsc /var/run/runsc)
+CGROUP_ROOT=/sys/fs/cgroup
+
+log() { printf '[local-cluster] %s\n' "$*" >&2; }
+die() { printf '[local-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+pidfile() { echo "$STATE/run/$1.pid"; }
+running() { local f; f=$(pidfile "$1"); [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; }
+
+kubectl() { "$K8S_DIR/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
+
+wait_for() { # wait_for DESCRIPTION SECONDS CMD...
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      die "$what not ready after ${secs}s; logs in $STATE/logs"
+    fi
+    sleep 0.5
+  done
+}
+
+# start NAME CMD... runs a daemon in its own session, logs to logs/NAME.log and
+# records its PID, unless it is already running.
+start() {
+  local name=$1; shift
+  if running "$name"; then log "$name already running (pid $(cat "$(pidfile "$name")"))"; return; fi
+  log "starting $name"
+  setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$(pidfile "$name")"
+}
+
+stop() {
+  local name=$1 f pid
+  f=$(pidfile "$name")
+  [[ -f $f ]] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+preflight() {
+  [[ $(id -u) == 0 ]] || die "run as root: containerd, the kubelet and the CNI plugins need it"
+  [[ $(uname -s) == Linux ]] || die "Linux only"
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
+  if ((${#missing[@]})); then
+    command -v apt-get >/dev/null || die "missing packages: ${missing[*]}"
+    log "installing ${missing[*]} from Debian"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } \
+      || die "apt-get install ${missing[*]} failed"
+  fi
+  modprobe overlay 2>/dev/null || true
+  modprobe br_netfilter 2>/dev/null || true
+}
+
+binaries() {
+  K8S_DIR=$("$ROOT/hack/k8s-binaries.sh" build etcd kube-apiserver \
+    kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+  ETCD_BIN=$CACHE_ROOT/etcd/$ETCD_VERSION/etcd
+  GVISOR_DIR=$("$ROOT/hack/gvisor.sh")
+}
+
+record_host_state() {
+  [[ -f $STATE/host/recorded ]] && return
+  mkdir -p "$STATE/host"
+  cat /proc/sys/net/ipv4/ip_forward >"$STATE/host/ip_forward"
+  : >"$STATE/host/paths"
+  for p in "${HOST_PATHS[@]}"; do [[ -e $p ]] && echo "$p" >>"$STATE/host/paths"; done
+  : >"$STATE/host/cgroups"
+  for c in "$CGROUP_ROOT"/*/kubepods; do [[ -d $c ]] && echo "$c" >>"$STATE/host/cgroups"; done
+  ls /var/run/netns 2>/dev/null >"$STATE/host/netns" || true
+  kube_chains >"$STATE/host/iptables-chains"
+  touch "$STATE/host/recorded"
+}
+
+# pki writes a CA, serving and client certificates, the service-account key
+# pair, static tokens for each component, and their kubeconfigs.
+pki() {
+  local d=$STATE/pki
+  [[ -f $d/done ]] && return
+  log "writing certificates, tokens and kubeconfigs to $d"
+  rm -rf "$d"; mkdir -p "$d"; chmod 700 "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+      -subj /CN=warmpool-local-ca 2>/dev/null
+    cert() { # cert NAME SUBJECT EXTENDED_KEY_USAGE [SANS]
+      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+      {
+        echo "basicConstraints=CA:FALSE"
+        echo "keyUsage=critical,digitalSignature,keyEncipherment"
+        echo "extendedKeyUsage=$3"
+        [[ -n ${4:-} ]] && echo "subjectAltName=$4"
+      } >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    cert apiserver /CN=kube-apiserver serverAuth \
+      "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$SERVICE_IP,IP:$GATEWAY"
+    cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+    cert kubelet "/CN=$NODE" serverAuth "DNS:$NODE,IP:127.0.0.1"
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    : >tokens.csv
+    while read -r user groups; do
+      local tok; tok=$(openssl rand -hex 24)
+      echo "$tok,$user,$user,\"$groups\"" >>tokens.csv
+      cat >"$user.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $d/ca.crt
+users:
+- name: $user
+  user:
+    token: $tok
+contexts:
+- name: local
+  context: {cluster: local, user: $user}
+current-context: local
+EOF
+    done <<EOF
+admin system:masters
+system:kube-controller-manager system:authenticated
+system:kube-scheduler system:authenticated
+system:node:$NODE system:nodes
+system:kube-proxy system:authenticated
+EOF
+    chmod 600 ./*.key ./*.kubeconfig tokens.csv
+    touch done
+  )
+  install -m 600 "$d/admin.kubeconfig" "$STATE/kubeconfig"
+}
+
+start_etcd() {
+  start etcd "$ETCD_BIN" --name local --data-dir "$STATE/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync
+  wait_for etcd 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+}
+
+start_apiserver() {
+  local p=$STATE/pki
+  # The endpoint reconciler publishes the bridge address as the `kubernetes`
+  # Service's endpoint, so pods reach the API server through kube-proxy.
+  start kube-apiserver "$K8S_DIR/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 0.0.0.0 --secure-port "$APISERVER_PORT" --advertise-address "$GATEWAY" \
+    --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
+    --client-ca-file "$p/ca.crt" --token-auth-file "$p/tokens.csv" \
+    --authorization-mode Node,RBAC --anonymous-auth=false \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$p/ca.crt" \
+    --kubelet-preferred-address-types Hostname,InternalIP \
+    --allow-privileged=false --profiling=false
+  wait_for kube-apiserver 120 kubectl get --raw /readyz
+}
+
+write_containerd_config() {
+  local pause; pause=$(image_tag "$ROOT/dist/pause.tar")
+  mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/cni/ipam"
+  cat >"$STATE/runsc.toml" <<EOF
+binary_name = "$GVISOR_DIR/runsc"
+[runsc_config]
+  platform = "systrap"
+EOF
+  cat >"$STATE/containerd/config.toml" <<EOF
+version = 2
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+[grpc]
+  address = "$STATE/containerd/containerd.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$STATE/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$pause"
+  # Root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj -998
+  # would make every pod fail with "can't get final child's PID from pipe".
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$STATE/runsc.toml"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$STATE/cni/net.d"
+EOF
+  # No default route: pods reach their own subnet and the Service range only.
+  cat >"$STATE/cni/net.d/10-warmpool.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "warmpool",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$GATEWAY"}]],
+        "routes": [{"dst": "$SERVICE_CIDR", "gw": "$GATEWAY"}],
+        "dataDir": "$STATE/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+}
+
+image_tag() { tar -xOf "$1" manifest.json | sed -n 's/.*"RepoTags":\["\([^"]*\)".*/\1/p'; }
+
+ctr_() { ctr --address "$STATE/containerd/containerd.sock" --namespace k8s.io "$@"; }
+
+start_containerd() {
+  write_containerd_config
+  # The runsc shim is found on PATH by its name, containerd-shim-runsc-v1.
+  start containerd env PATH="$GVISOR_DIR:$PATH" containerd --config "$STATE/containerd/config.toml"
+  wait_for containerd 60 ctr_ version
+}
+
+load_images() {
+  local t
+  for t in "$ROOT"/dist/*.tar; do
+    log "importing $(image_tag "$t") from ${t#"$ROOT"/}"
+    ctr_ images import --no-unpack=false "$t" >/dev/null
+  done
+}
+
+start_controllers() {
+  local p=$STATE/pki
+  start kube-controller-manager "$K8S_DIR/kube-controller-manager" \
+    --kubeconfig "$p/system:kube-controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$p/system:kube-controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$p/system:kube-controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false \
+    --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle' \
+    --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+    --use-service-account-credentials --cluster-cidr "$POD_CIDR" --service-cluster-ip-range "$SERVICE_CIDR"
+  start kube-scheduler "$K8S_DIR/kube-scheduler" \
+    --kubeconfig "$p/system:kube-scheduler.kubeconfig" \
+    --authentication-kubeconfig "$p/system:kube-scheduler.kubeconfig" \
+    --authorization-kubeconfig "$p/system:kube-scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false
+}
+
+start_kubelet() {
+  local p=$STATE/pki
+  mkdir -p "$STATE/kubelet" "$STATE/pod-logs"
+  cat >"$STATE/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $p/ca.crt}
+# Only the API server holds a client certificate of this CA.
+authorization: {mode: AlwaysAllow}
+tlsCertFile: $p/kubelet.crt
+tlsPrivateKeyFile: $p/kubelet.key
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$STATE/containerd/containerd.sock
+failSwapOn: false
+podLogsDir: $STATE/pod-logs
+# Images are imported, not pulled: garbage-collecting one would break pods.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+serializeImagePulls: false
+clusterDomain: cluster.local
+EOF
+  start kubelet "$K8S_DIR/kubelet" --config "$STATE/kubelet.yaml" \
+    --kubeconfig "$p/system:node:$NODE.kubeconfig" --root-dir "$STATE/kubelet" \
+    --hostname-override "$NODE"
+  wait_for "node $NODE" 90 kubectl get node "$NODE"
+  kubectl wait --for=condition=Ready "node/$NODE" --timeout=90s >/dev/null \
+    || die "node $NODE not Ready; see $STATE/logs/kubelet.log"
+}
+
+start_proxy() {
+  cat >"$STATE/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $STATE/pki/system:kube-proxy.kubeconfig
+mode: iptables
+clusterCIDR: $POD_CIDR
+hostnameOverride: $NODE
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+# Leave the host's conntrack and route_localnet sysctls alone.
+conntrack: {maxPerCore: 0, min: 0}
+iptables: {localhostNodePorts: false}
+EOF
+  start kube-proxy "$K8S_DIR/kube-proxy" --config "$STATE/kube-proxy.yaml"
+  wait_for kube-proxy 60 curl -sf http://127.0.0.1:10256/healthz
+}
+
+isolate_pods() {
+  iptables -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null \
+    || iptables -I FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+}
+
+cluster_objects() {
+  kubectl apply --server-side -f "$ROOT/config/runtimeclass/runtimeclass.yaml" >/dev/null
+  wait_for "default service account" 60 kubectl -n default get serviceaccount default
+}
+
+up() {
+  local t0=$SECONDS
+  preflight
+  mkdir -p "$STATE"/{run,logs}
+  binaries
+  log "building images (make images)"
+  make -C "$ROOT" --no-print-directory images >"$STATE/logs/images.log" 2>&1 \
+    || die "make images failed; see $STATE/logs/images.log"
+  record_host_state
+  pki
+  isolate_pods
+  start_etcd
+  start_apiserver
+  start_containerd
+  load_images
+  start_controllers
+  start_kubelet
+  start_proxy
+  cluster_objects
+  log "cluster up in $((SECONDS - t0)) s; export KUBECONFIG=$STATE/kubeconfig"
+}
+
+# drain deletes every pod through the API so the kubelet tears each sandbox down
+# properly (CNI DEL, netns, shims); controllers are stopped first so nothing
+# comes back.
+drain() {
+  running kube-apiserver && running kubelet || return 0
+  stop kube-controller-manager
+  stop kube-scheduler
+  log "deleting all pods"
+  kubectl delete pods --all --all-namespaces --grace-period=1 --wait=false >/dev/null 2>&1 || true
+  local deadline=$((SECONDS + 90))
+  while ((SECONDS < deadline)); do
+    [[ -z $(ctr_ tasks ls -q 2>/dev/null) ]] && [[ -z $(kubectl get pods -A -o name 2>/dev/null) ]] && return 0
+    # Pods created meanwhile (by the operator) are unscheduled: delete them too.
+    kubectl delete pods --all --all-namespaces --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+    sleep 1
+  done
+  log "pods still running after 90 s; killing their containers directly"
+}
+
+down() {
+  [[ $(id -u) == 0 ]] || die "run as root"
+  [[ -d $STATE ]] || { log "nothing to stop ($STATE does not exist)"; return 0; }
+  K8S_DIR=$CACHE_ROOT/k8s/$K8S_VERSION
+  drain
+  local c
+  for c in kube-proxy kubelet kube-controller-manager kube-scheduler; do stop "$c"; done
+  [[ -x $K8S_DIR/kube-proxy ]] && "$K8S_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  # Whatever is left of the sandboxes: kill tasks, then their shims (they run
+  # with our containerd's socket path on their command line).
+  if running containerd; then
+    local id
+    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+  fi
+  for c in containerd kube-apiserver etcd; do stop "$c"; done
+  local pid
+  for pid in $(pgrep -f -- "$STATE/containerd" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+  cleanup_host
+  log "cluster down"
+}
+
+# kube_chains lists "TOOL TABLE CHAIN" for every KUBE-* chain on the host.
+kube_chains() {
+  local tool table
+  for tool in iptables ip6tables; do
+    command -v "$tool-save" >/dev/null || continue
+    for table in filter nat mangle; do
+      "$tool-save" -t "$table" 2>/dev/null | sed -n "s/^:\(KUBE-[^ ]*\) .*/$tool $table \1/p"
+    done
+  done
+}
+
+# remove_kube_chains deletes the KUBE-* chains that kubelet and kube-proxy made
+# (those not there when `up` first ran) and the rules that jump to them.
+remove_kube_chains() {
+  local tool table chain rule
+  kube_chains | while read -r tool table chain; do
+    grep -qxF "$tool $table $chain" "$STATE/host/iptables-chains" 2>/dev/null && continue
+    "$tool-save" -t "$table" | grep -E "^-A [^ ]+ .*-j $chain( |\$)" | grep -v '^-A KUBE-' | while read -r rule; do
+      # shellcheck disable=SC2086 # the rule is a list of iptables arguments
+      eval "$tool -t $table -D ${rule#-A }" 2>/dev/null || true
+    done
+    "$tool" -t "$table" -F "$chain" 2>/dev/null || true
+  done
+  kube_chains | while read -r tool table chain; do
+    grep -qxF "$tool $table $chain" "$STATE/host/iptables-chains" 2>/dev/null && continue
+    "$tool" -t "$table" -X "$chain" 2>/dev/null || true
+  done
+}
+
+cleanup_host() {
+  iptables -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null || true
+  [[ -f $STATE/host/recorded ]] && remove_kube_chains
+  ip link del "$BRIDGE" 2>/dev/null || true
+  local m
+  # Leftover network namespaces of our pods (created after up recorded the list).
+  if [[ -d /var/run/netns ]]; then
+    for m in /var/run/netns/cni-*; do
+      [[ -e $m ]] || continue
+      grep -qxF "$(basename "$m")" "$STATE/host/netns" 2>/dev/null && continue
+      umount "$m" 2>/dev/null || true; rm -f "$m"
+    done
+  fi
+  # Mounts below our state dir (container rootfs, pod volumes), deepest first.
+  awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
+  if [[ -f $STATE/host/recorded ]]; then
+    cat "$STATE/host/ip_forward" >/proc/sys/net/ipv4/ip_forward
+    for c in "$CGROUP_ROOT"/*/kubepods; do
+      [[ -d $c ]] || continue
+      grep -qxF "$c" "$STATE/host/cgroups" && continue
+      find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
+    for m in "${HOST_PATHS[@]}"; do
+      [[ -e $m ]] || continue
+      grep -qxF "$m" "$STATE/host/paths" || rm -rf "$m"
+    done
+  fi
+  if awk -v s="$STATE/" 'index($2, s) == 1' /proc/self/mounts | grep -q .; then
+    log "some mounts below $STATE are still busy; leaving the directory in place"
+  else
+    rm -rf "$STATE"
+  fi
+}
+
+status() {
+  local c rc=0
+  K8S_DIR=$CACHE_ROOT/k8s/$K8S_VERSION
+  for c in "${COMPONENTS[@]}"; do
+    if running "$c"; then printf '%-24s running (pid %s)\n' "$c" "$(cat "$(pidfile "$c")")"
+    else printf '%-24s stopped\n' "$c"; rc=1; fi
+  done
+  if running kube-apiserver; then
+    echo "kubeconfig: $STATE/kubeconfig"
+    kubectl get nodes -o wide 2>/dev/null || true
+  fi
+  return $rc
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  kubeconfig) echo "$STATE/kubeconfig" ;;
+  load) load_images ;;
+  *) die "usage: $0 up|down|status|kubeconfig|load" ;;
+esac
