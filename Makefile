@@ -50,8 +50,8 @@ fmt: ## Run go fmt.
 	$(GO) fmt ./...
 
 .PHONY: vet
-vet: ## Run go vet.
-	$(GO) vet ./...
+vet: ## Run go vet (the e2e suite included).
+	$(GO) vet -tags e2e ./...
 
 .PHONY: verify
 verify: manifests generate ## Fail when generated files are out of date.
@@ -66,6 +66,18 @@ envtest: ## Build (once, then cached) kube-apiserver and etcd for envtest.
 test: manifests generate vet ## Run unit and envtest integration tests.
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		$(GO) test ./... -coverprofile cover.out
+
+E2E_TIMEOUT ?= 30m
+
+.PHONY: test-e2e
+test-e2e: kustomize ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
+	@local="$$(hack/local-cluster.sh kubeconfig)"; \
+	if [ -z "$$KUBECONFIG" ] || [ "$$KUBECONFIG" = "$$local" ]; then \
+		hack/local-cluster.sh up; \
+		export KUBECONFIG="$$local"; \
+	fi; \
+	KUBECTL="$(KUBECTL)" E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
+		-v -ginkgo.v $(E2E_ARGS)
 
 ##@ Build
 

@@ -74,6 +74,14 @@ start() {
   echo $! >"$(pidfile "$name")"
 }
 
+# write FILE writes stdin to FILE only when the content differs: kube-proxy exits
+# when its configuration file is rewritten, even with the same content.
+write() {
+  local tmp; tmp=$(mktemp "$1.XXXX")
+  cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
+}
+
 stop() {
   local name=$1 f pid
   f=$(pidfile "$name")
@@ -225,12 +233,12 @@ start_apiserver() {
 write_containerd_config() {
   local pause; pause=$(image_tag "$ROOT/dist/pause.tar")
   mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/cni/ipam"
-  cat >"$STATE/runsc.toml" <<EOF
+  write "$STATE/runsc.toml" <<EOF
 binary_name = "$GVISOR_DIR/runsc"
 [runsc_config]
   platform = "systrap"
 EOF
-  cat >"$STATE/containerd/config.toml" <<EOF
+  write "$STATE/containerd/config.toml" <<EOF
 version = 2
 root = "$STATE/containerd/root"
 state = "$STATE/containerd/state"
@@ -260,7 +268,7 @@ state = "$STATE/containerd/state"
     conf_dir = "$STATE/cni/net.d"
 EOF
   # No default route: pods reach their own subnet and the Service range only.
-  cat >"$STATE/cni/net.d/10-warmpool.conflist" <<EOF
+  write "$STATE/cni/net.d/10-warmpool.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "warmpool",
@@ -322,7 +330,7 @@ start_controllers() {
 start_kubelet() {
   local p=$STATE/pki
   mkdir -p "$STATE/kubelet" "$STATE/pod-logs"
-  cat >"$STATE/kubelet.yaml" <<EOF
+  write "$STATE/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -356,7 +364,7 @@ EOF
 }
 
 start_proxy() {
-  cat >"$STATE/kube-proxy.yaml" <<EOF
+  write "$STATE/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -125,6 +126,10 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		create = min(create, maxCreatesPerReconcile)
 		for i := 0; i < create; i++ {
 			if err := r.createPod(ctx, pool); err != nil {
+				if errors.Is(err, errNamespaceTerminating) {
+					// The pool goes with its namespace: nothing to retry or report.
+					break
+				}
 				// Say why in the status: a missing RuntimeClass, a quota, a policy...
 				pods.degradedReason, pods.degMsg = "CreatePodFailed", err.Error()
 				errs = append(errs, err)
@@ -356,12 +361,17 @@ func newestFirst(pods []*corev1.Pod) []*corev1.Pod {
 	return out
 }
 
+var errNamespaceTerminating = errors.New("namespace is terminating")
+
 func (r *SandboxPoolReconciler) createPod(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
 	pod := sandboxpod.New(pool)
 	if err := controllerutil.SetControllerReference(pool, pod, r.Scheme()); err != nil {
 		return err
 	}
 	if err := r.Create(ctx, pod); err != nil {
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return errNamespaceTerminating
+		}
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "CreatePodFailed", "Create", "create sandbox pod: %v", err)
 		return fmt.Errorf("create pod for pool %s: %w", pool.Name, err)
 	}

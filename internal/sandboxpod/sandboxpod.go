@@ -55,10 +55,12 @@ const (
 	RunAsUser = 65532
 )
 
-// Defaults applied when the pool's resources leave a limit out: every sandbox has limits.
+// Defaults applied when the pool's resources leave a limit or request out: every sandbox has limits.
 var (
 	DefaultCPULimit       = resource.MustParse("1")
 	DefaultMemoryLimit    = resource.MustParse("512Mi")
+	DefaultCPURequest     = resource.MustParse("100m")
+	DefaultMemoryRequest  = resource.MustParse("128Mi")
 	WorkspaceSizeLimit    = resource.MustParse("1Gi")
 	TmpSizeLimit          = resource.MustParse("256Mi")
 	terminationGraceInPod = int64(5)
@@ -110,16 +112,7 @@ func New(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
 	labels[LabelState] = StateIdle
 	labels[LabelTemplateHash] = TemplateHash(pool)
 
-	resources := *s.Resources.DeepCopy()
-	if resources.Limits == nil {
-		resources.Limits = corev1.ResourceList{}
-	}
-	if _, ok := resources.Limits[corev1.ResourceCPU]; !ok {
-		resources.Limits[corev1.ResourceCPU] = DefaultCPULimit
-	}
-	if _, ok := resources.Limits[corev1.ResourceMemory]; !ok {
-		resources.Limits[corev1.ResourceMemory] = DefaultMemoryLimit
-	}
+	resources := sandboxResources(s.Resources)
 
 	args := []string{"serve",
 		"--listen", fmt.Sprintf(":%d", AgentPort),
@@ -232,4 +225,39 @@ func IsTerminal(pod *corev1.Pod) bool {
 // IsIdle reports whether the pod may be claimed: ready, unclaimed, not ending.
 func IsIdle(pod *corev1.Pod) bool {
 	return pod.Labels[LabelState] == StateIdle && !IsTerminal(pod) && IsReady(pod)
+}
+
+// sandboxResources always sets limits, and requests below them. The CRD
+// defaults cover a pool without `resources`, but Go clients send an empty
+// `resources: {}`, which the API server does not default; left alone, the
+// kubelet would request the whole limit for every warm (mostly idle) pod.
+func sandboxResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := *r.DeepCopy()
+	if out.Limits == nil {
+		out.Limits = corev1.ResourceList{}
+	}
+	if out.Requests == nil {
+		out.Requests = corev1.ResourceList{}
+	}
+	for name, d := range map[corev1.ResourceName]struct{ limit, request resource.Quantity }{
+		corev1.ResourceCPU:    {DefaultCPULimit, DefaultCPURequest},
+		corev1.ResourceMemory: {DefaultMemoryLimit, DefaultMemoryRequest},
+	} {
+		limit, ok := out.Limits[name]
+		if !ok {
+			limit = d.limit
+			if req, ok := out.Requests[name]; ok && req.Cmp(limit) > 0 {
+				limit = req
+			}
+			out.Limits[name] = limit
+		}
+		if _, ok := out.Requests[name]; !ok {
+			req := d.request
+			if req.Cmp(limit) > 0 {
+				req = limit
+			}
+			out.Requests[name] = req
+		}
+	}
+	return out
 }

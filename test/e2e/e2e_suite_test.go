@@ -1,0 +1,115 @@
+//go:build e2e
+
+// Package e2e runs warmpool on a real cluster the way a user does: `make
+// deploy`, then pools and Executions through the API and kubectl. It needs
+// KUBECONFIG to point at a cluster that has the project's images and gVisor
+// (`make test-e2e` brings up the local cluster when none is given; on kind,
+// `make kind-up kind-load` first).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+)
+
+var (
+	ctx = context.Background()
+	k8s client.Client
+	// image is the sandbox image the pools of this suite run.
+	image = envOr("E2E_REPL_IMAGE", "warmpool.dev/repl:dev")
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	RunSpecs(t, "warmpool e2e suite")
+}
+
+var _ = BeforeSuite(func() {
+	Expect(os.Getenv("KUBECONFIG")).NotTo(BeEmpty(), "set KUBECONFIG, or run `make test-e2e`, which brings up the local cluster")
+	cfg, err := config.GetConfig()
+	Expect(err).NotTo(HaveOccurred())
+	scheme := clientgoscheme.Scheme
+	Expect(sandboxv1alpha1.AddToScheme(scheme)).To(Succeed())
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	By("deploying the operator with make deploy")
+	run("make", "-C", repoRoot(), "--no-print-directory", "deploy")
+	// The image tag stays the same across builds (:dev): restart so the manager
+	// runs the image that was just built and loaded, not an older one.
+	run(kubectl(), "-n", "warmpool-system", "rollout", "restart", "deployment/warmpool-controller-manager")
+	run(kubectl(), "-n", "warmpool-system", "rollout", "status", "deployment/warmpool-controller-manager", "--timeout=180s")
+})
+
+var _ = ReportAfterSuite("manager logs on failure", func(r Report) {
+	if r.SuiteSucceeded {
+		return
+	}
+	out, _ := kubectlOut("-n", "warmpool-system", "logs", "deployment/warmpool-controller-manager", "--tail=60")
+	fmt.Fprintf(GinkgoWriter, "manager logs (last 60 lines):\n%s\n", out)
+	out, _ = kubectlOut("get", "sandboxpools,executions,pods", "-A", "-o", "wide")
+	fmt.Fprintf(GinkgoWriter, "objects:\n%s\n", out)
+})
+
+// repoRoot is the root of the source tree, where the Makefile and config/ are.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// kubectl is the binary the Makefile built (KUBECTL), else one on PATH.
+func kubectl() string { return envOr("KUBECTL", "kubectl") }
+
+func kubectlOut(args ...string) (string, error) {
+	cmd := exec.Command(kubectl(), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// run runs a command to its end and fails the spec, with its output, if it fails.
+func run(name string, args ...string) string {
+	GinkgoHelper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "KUBECTL="+kubectl())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	Expect(cmd.Run()).To(Succeed(), "%s %s:\n%s", name, strings.Join(args, " "), out.String())
+	return out.String()
+}
+
+// newNamespace makes a namespace for one spec, deleted after it.
+func newNamespace() string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
