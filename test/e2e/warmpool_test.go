@@ -218,7 +218,7 @@ checks`
 		drained := time.Since(start)
 		waitWarm(burst)
 		AddReportEntry("burst of 20 on a pool of 3", fmt.Sprintf("all done %v after creation; refilled %v later",
-			drained.Round(time.Millisecond), (time.Since(start) - drained).Round(time.Millisecond)))
+			drained.Round(time.Millisecond), (time.Since(start)-drained).Round(time.Millisecond)))
 	})
 
 	It("preloads numpy from the image when the pool asks for it", func() {
