@@ -10,6 +10,7 @@ IMG_PAUSE ?= warmpool.dev/pause:dev
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
 GINKGO_VERSION ?= v2.34.0
+KIND_VERSION ?= v0.30.0
 # Control-plane versions for envtest; hack/k8s-binaries.sh builds them from Go modules.
 K8S_VERSION ?= v1.34.10
 ETCD_VERSION ?= v3.5.35
@@ -17,6 +18,7 @@ ETCD_VERSION ?= v3.5.35
 LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
+KIND ?= $(LOCALBIN)/kind
 # No kubectl is assumed on the machine: it is built from Go modules and cached, on first use.
 KUBECTL ?= $(shell K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kubectl)/kubectl
 
@@ -133,8 +135,6 @@ undeploy: kustomize ## Remove everything `make deploy` created (pools, Execution
 
 ##@ Local cluster (real Kubernetes + gVisor, no Docker; needs root)
 
-LOCAL_KUBECONFIG = $(shell hack/local-cluster.sh kubeconfig)
-
 .PHONY: cluster-up
 cluster-up: ## Start (or complete) the local single-node cluster; prints its KUBECONFIG.
 	hack/local-cluster.sh up
@@ -147,7 +147,30 @@ cluster-down: ## Stop the local cluster and undo its host changes.
 cluster-status: ## Show the local cluster's processes and node.
 	hack/local-cluster.sh status
 
+.PHONY: demo
+demo: ## The tour: cluster (kind with Docker, else local), deploy, sample pool, one Execution, its output.
+	KUBECTL="$(KUBECTL)" hack/demo.sh
+
+##@ kind (needs Docker; not on our CI machines)
+
+.PHONY: kind-up
+kind-up: kind ## Create kind cluster "warmpool" with gVisor's runsc mounted and registered.
+	KIND=$(KIND) KUBECTL="$(KUBECTL)" hack/kind.sh up
+
+.PHONY: kind-load
+kind-load: kind images ## Load the image tarballs into the kind cluster.
+	KIND=$(KIND) hack/kind.sh load
+
+.PHONY: kind-down
+kind-down: kind ## Delete the kind cluster.
+	KIND=$(KIND) hack/kind.sh down
+
 ##@ Tools
+
+.PHONY: kind
+kind: $(KIND)
+$(KIND): | $(LOCALBIN)
+	$(call go-install-tool,$(KIND),sigs.k8s.io/kind,$(KIND_VERSION))
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)

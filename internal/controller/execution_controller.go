@@ -184,8 +184,10 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 	pos := position(q, ex)
 	idle := idlePods(pool, podList.Items)
 	if pos < 0 || pos >= len(idle) {
+		// No queue position in the message: it would change, and cost a status
+		// write, for every waiting Execution each time the queue moves.
 		reason, msg := sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
-			"no idle pod in pool %s: %d Executions ahead in the queue; the pool is adding pods", pool.Name, max(pos, 0))
+			"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name)
 		if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady); c != nil &&
 			c.Reason == sandboxv1alpha1.ReasonMaxPodsReached {
 			reason, msg = sandboxv1alpha1.ReasonMaxPodsReached, c.Message
