@@ -241,7 +241,7 @@ func TestInterruptEndpoint(t *testing.T) {
 	started := make(chan struct{})
 	go func() {
 		var once sync.Once
-		res, _ := a.c.ExecuteStream(ctx, protocol.ExecuteRequest{ID: "loop", Code: "print('started', flush=True)\nwhile True: pass"},
+		res, _ := a.c.ExecuteStream(ctx, protocol.ExecuteRequest{ID: "loop", Code: "import sys\nsys.stdout.write('started\\n'); sys.stdout.flush()\nwhile True: pass"},
 			func(ev protocol.Event) {
 				if ev.Type == protocol.EventStdout {
 					once.Do(func() { close(started) })
@@ -249,7 +249,7 @@ func TestInterruptEndpoint(t *testing.T) {
 			})
 		done <- res
 	}()
-	<-started // the code runs its loop now
+	<-started // the code runs its loop now (one write: print() may write the text and its newline apart)
 	if err := a.c.Interrupt(ctx, "loop"); err != nil {
 		t.Fatal(err)
 	}
