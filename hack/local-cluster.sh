@@ -17,8 +17,9 @@
 # $LOCAL_CLUSTER_DIR/kubeconfig. Pods get addresses from 10.244.0.0/24 on the
 # bridge warmpool0, routes only to that subnet and the Service range, and a
 # FORWARD rule drops anything they send off the bridge: no pod traffic leaves
-# the machine. The control plane listens on loopback; only the API server also
-# listens on the bridge address, for in-cluster clients (through kube-proxy).
+# the machine. The control plane listens on loopback, but for the API server,
+# which listens on the bridge address only: for this host and, through
+# kube-proxy, for in-cluster clients.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -156,7 +157,7 @@ pki() {
         echo "basicConstraints=CA:FALSE"
         echo "keyUsage=critical,digitalSignature,keyEncipherment"
         echo "extendedKeyUsage=$3"
-        [[ -n ${4:-} ]] && echo "subjectAltName=$4"
+        if [[ -n ${4:-} ]]; then echo "subjectAltName=$4"; fi
       } >"$1.ext"
       openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
         -extfile "$1.ext" -out "$1.crt" 2>/dev/null
@@ -178,7 +179,7 @@ kind: Config
 clusters:
 - name: local
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$GATEWAY:$APISERVER_PORT
     certificate-authority: $d/ca.crt
 users:
 - name: $user
@@ -216,7 +217,7 @@ start_apiserver() {
   # Service's endpoint, so pods reach the API server through kube-proxy.
   start kube-apiserver "$K8S_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 0.0.0.0 --secure-port "$APISERVER_PORT" --advertise-address "$GATEWAY" \
+    --bind-address "$GATEWAY" --secure-port "$APISERVER_PORT" --advertise-address "$GATEWAY" \
     --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
     --client-ca-file "$p/ca.crt" --token-auth-file "$p/tokens.csv" \
     --authorization-mode Node,RBAC --anonymous-auth=false \
@@ -382,7 +383,13 @@ EOF
   wait_for kube-proxy 60 curl -sf http://127.0.0.1:10256/healthz
 }
 
-isolate_pods() {
+# network makes the pods' bridge before anything starts (the CNI plugin adopts
+# it), so the API server can listen on the bridge address alone: reachable from
+# this host and from pods, not from other machines.
+network() {
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip addr replace "$GATEWAY/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
   iptables -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null \
     || iptables -I FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
 }
@@ -402,7 +409,7 @@ up() {
     || die "make images failed; see $STATE/logs/images.log"
   record_host_state
   pki
-  isolate_pods
+  network
   start_etcd
   start_apiserver
   start_containerd
@@ -471,7 +478,7 @@ remove_kube_chains() {
   local tool table chain rule
   kube_chains | while read -r tool table chain; do
     grep -qxF "$tool $table $chain" "$STATE/host/iptables-chains" 2>/dev/null && continue
-    "$tool-save" -t "$table" | grep -E "^-A [^ ]+ .*-j $chain( |\$)" | grep -v '^-A KUBE-' | while read -r rule; do
+    { "$tool-save" -t "$table" | grep -E "^-A [^ ]+ .*-j $chain( |\$)" | grep -v '^-A KUBE-' || true; } | while read -r rule; do
       # shellcheck disable=SC2086 # the rule is a list of iptables arguments
       eval "$tool -t $table -D ${rule#-A }" 2>/dev/null || true
     done
@@ -485,7 +492,7 @@ remove_kube_chains() {
 
 cleanup_host() {
   iptables -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null || true
-  [[ -f $STATE/host/recorded ]] && remove_kube_chains
+  if [[ -f $STATE/host/recorded ]]; then remove_kube_chains; fi
   ip link del "$BRIDGE" 2>/dev/null || true
   local m
   # Leftover network namespaces of our pods (created after up recorded the list).
