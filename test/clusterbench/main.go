@@ -56,20 +56,21 @@ type bench struct {
 func (b *bench) next() int { b.seq++; return b.seq }
 
 func main() {
-	executions := flag.Int("executions", 200, "Executions per warm-pool measurement")
+	executions := flag.Int("executions", 200, "Executions in the session measurement")
+	churn := flag.Int("churn", 40, "Executions per measurement that uses up pods (each costs a pod start)")
 	jobs := flag.Int("jobs", 20, "Jobs for the baseline")
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
 	only := flag.String("only", "", "run only this phase: session (quick check of the control-plane path)")
 	flag.Parse()
-	if err := run(*executions, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
+	if err := run(*executions, *churn, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(executions, jobs, burst int, image, runtimeClass string, only string) error {
+func run(executions, churn, jobs, burst int, image, runtimeClass string, only string) error {
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return err
@@ -113,18 +114,18 @@ func run(executions, jobs, burst int, image, runtimeClass string, only string) e
 		return nil
 	}
 	// The warm path: a fully warm pool and no sandbox booting meanwhile.
-	lat, err = b.sequential(ctx, "fresh", executions, func() error { return b.waitIdle(ctx, fresh, 5) }, "")
+	lat, err = b.sequential(ctx, "fresh", churn, func() error { return b.waitIdle(ctx, fresh, 5) }, "")
 	if err != nil {
 		return err
 	}
-	report(fmt.Sprintf("print(1), warm pool of 5 (reusePolicy Never), pool full before each, %d one at a time", executions), lat)
+	report(fmt.Sprintf("print(1), warm pool of 5 (reusePolicy Never), pool full before each, %d one at a time", churn), lat)
 	// Back to back: each Execution starts as soon as one pod is idle, while
 	// the pool boots replacements for the previous ones.
-	lat, err = b.sequential(ctx, "fresh", executions, func() error { return b.waitIdle(ctx, fresh, 1) }, "")
+	lat, err = b.sequential(ctx, "fresh", churn, func() error { return b.waitIdle(ctx, fresh, 1) }, "")
 	if err != nil {
 		return err
 	}
-	report(fmt.Sprintf("print(1), pool of 5 (reusePolicy Never), back to back while it refills, %d", executions), lat)
+	report(fmt.Sprintf("print(1), pool of 5 (reusePolicy Never), back to back while it refills, %d", churn), lat)
 	if err := b.deletePool(ctx, fresh); err != nil {
 		return err
 	}
@@ -134,11 +135,11 @@ func run(executions, jobs, burst int, image, runtimeClass string, only string) e
 	if err := b.warmPool(ctx, reused); err != nil {
 		return err
 	}
-	lat, err = b.sequential(ctx, "reused", executions, func() error { return b.waitIdle(ctx, reused, 1) }, "")
+	lat, err = b.sequential(ctx, "reused", churn, func() error { return b.waitIdle(ctx, reused, 1) }, "")
 	if err != nil {
 		return err
 	}
-	report(fmt.Sprintf("print(1), pool of 5 (reusePolicy FreshInterpreter), back to back, %d", executions), lat)
+	report(fmt.Sprintf("print(1), pool of 5 (reusePolicy FreshInterpreter), back to back, %d", churn), lat)
 	if err := b.deletePool(ctx, reused); err != nil {
 		return err
 	}
