@@ -62,7 +62,7 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: session (quick check of the control-plane path)")
+	only := flag.String("only", "", "run only this phase: podstart, or session (quick check of the control-plane path)")
 	flag.Parse()
 	if err := run(*executions, *churn, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
@@ -97,6 +97,17 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 		return err
 	}
 	fmt.Printf("namespace %s, image %s, runtimeClass %q\n", b.ns, image, runtimeClass)
+
+	if only == "podstart" || only == "" {
+		lat, err := b.podStarts(ctx, image, runtimeClass, 10)
+		if err != nil {
+			return err
+		}
+		report("one sandbox pod at a time on a quiet node: pod ADDED -> Ready", lat)
+		if only == "podstart" {
+			return nil
+		}
+	}
 
 	// Every phase has its pool to itself: on a small node, each idle gVisor
 	// sandbox costs a few percent of a core, and each boot much more.
@@ -156,7 +167,7 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 	if err := b.deletePool(ctx, small); err != nil {
 		return err
 	}
-	report("sandbox pod creation -> Ready (all pods created above)", b.podReadyTimes())
+	report("sandbox pod creation -> Ready (pods of the session, churn and burst phases: many booting at once)", b.podReadyTimes())
 
 	lat, err = b.jobs(ctx, jobs, runtimeClass)
 	if err != nil {
@@ -395,6 +406,26 @@ func (b *bench) jobs(ctx context.Context, n int, runtimeClass string) ([]time.Du
 		}
 		_ = b.c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	}
+	return out, nil
+}
+
+// podStarts creates a pool of one n times (deleting it in between) and returns
+// its pod's ADDED -> Ready times: one gVisor sandbox starting with nothing else
+// booting beside it.
+func (b *bench) podStarts(ctx context.Context, image, runtimeClass string, n int) ([]time.Duration, error) {
+	for i := range n {
+		pool := wrappers.Pool(b.ns, fmt.Sprintf("single-%02d", i)).Image(image).RuntimeClass(runtimeClass).Obj()
+		if err := b.warmPool(ctx, pool); err != nil {
+			return nil, err
+		}
+		if err := b.deletePool(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.podReady
+	b.podReady = nil
 	return out, nil
 }
 
