@@ -81,18 +81,46 @@ func ReleaseToSession(ctx context.Context, c client.Client, pod *corev1.Pod, ex 
 	return nil
 }
 
-// ReleaseToPool returns a pod with a fresh interpreter to the pool's idle pods
-// (reusePolicy FreshInterpreter).
-func ReleaseToPool(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution) error {
+// ReleaseForReset frees a pod whose Execution ended into StateResetting
+// (reusePolicy FreshInterpreter): no Execution holds it, none can claim it, and
+// the Execution's result can be written before the interpreter is replaced.
+func ReleaseForReset(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution, now time.Time) error {
 	if ClaimedBy(pod) != ex.UID {
 		return nil
 	}
 	delete(pod.Annotations, sandboxpod.AnnotationClaimedBy)
 	delete(pod.Annotations, sandboxpod.AnnotationClaimedUID)
 	delete(pod.Labels, sandboxpod.LabelSession)
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting
+	pod.Annotations[sandboxpod.AnnotationResetSince] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("release pod %s for a reset: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// ReturnToPool puts a pod whose interpreter was replaced back among the pool's
+// idle pods. It does nothing unless the pod is still resetting.
+func ReturnToPool(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	if pod.Labels[sandboxpod.LabelState] != sandboxpod.StateResetting {
+		return nil
+	}
+	delete(pod.Annotations, sandboxpod.AnnotationResetSince)
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateIdle
 	if err := c.Update(ctx, pod); err != nil {
 		return fmt.Errorf("return pod %s to its pool: %w", pod.Name, err)
 	}
 	return nil
+}
+
+// ResetSince returns when the pod went into StateResetting.
+func ResetSince(pod *corev1.Pod) (time.Time, bool) {
+	if pod.Labels[sandboxpod.LabelState] != sandboxpod.StateResetting {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationResetSince])
+	if err != nil {
+		return pod.CreationTimestamp.Time, true
+	}
+	return t, true
 }

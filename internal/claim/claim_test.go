@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -105,5 +106,46 @@ func TestUnreadyOrTerminatingPodsAreNotClaimable(t *testing.T) {
 	failed.Status.Phase = corev1.PodFailed
 	if err := Claim(ctx, newClient(failed), failed, exec("e", "")); !errors.Is(err, ErrNotClaimable) {
 		t.Fatalf("failed: %v", err)
+	}
+}
+
+// A FreshInterpreter pod is unclaimable from the end of its Execution until its
+// interpreter was replaced, and only the Execution that held it can release it.
+func TestResettingPodIsNotClaimableUntilReturned(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(readyPod("p1", nil))
+	var pod corev1.Pod
+	_ = c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "p1"}, &pod)
+	first := exec("first", "")
+	if err := Claim(ctx, c, &pod, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReleaseForReset(ctx, c, &pod, exec("other", ""), time.Now()); err != nil || ClaimedBy(&pod) != first.UID {
+		t.Fatalf("an Execution that does not hold the pod released it: %v, claimed by %q", err, ClaimedBy(&pod))
+	}
+	start := time.Now()
+	if err := ReleaseForReset(ctx, c, &pod, first, start); err != nil {
+		t.Fatal(err)
+	}
+	if ClaimedBy(&pod) != "" || pod.Labels[sandboxpod.LabelState] != sandboxpod.StateResetting {
+		t.Fatalf("after release: claimed by %q, state %q", ClaimedBy(&pod), pod.Labels[sandboxpod.LabelState])
+	}
+	if since, ok := ResetSince(&pod); !ok || !since.Equal(start.UTC()) {
+		t.Fatalf("ResetSince = %v, %v; want %v", since, ok, start.UTC())
+	}
+	if err := Claim(ctx, c, &pod, exec("next", "")); !errors.Is(err, ErrNotClaimable) {
+		t.Fatalf("a resetting pod was claimed: %v", err)
+	}
+	if err := ReturnToPool(ctx, c, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ResetSince(&pod); ok || pod.Annotations[sandboxpod.AnnotationResetSince] != "" {
+		t.Fatalf("still resetting after ReturnToPool: %v", pod.Labels)
+	}
+	if err := Claim(ctx, c, &pod, exec("next", "")); err != nil {
+		t.Fatalf("the returned pod is not claimable: %v", err)
+	}
+	if err := ReturnToPool(ctx, c, &pod); err != nil || ClaimedBy(&pod) == "" {
+		t.Fatalf("ReturnToPool freed a busy pod: %v", err)
 	}
 }

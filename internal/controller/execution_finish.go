@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -99,16 +100,47 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		if err == nil {
 			token, err = r.agentToken(ctx, pool)
 		}
-		if err == nil {
-			err = r.Runner.Reset(ctx, addr, token)
-		}
 		if err != nil {
-			logf.FromContext(ctx).Info("could not reset the interpreter for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
+			logf.FromContext(ctx).Info("cannot reach the agent to reset it for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
 			return r.deletePod(ctx, pod)
 		}
-		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToPool(ctx, r.Client, p, ex) })
+		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
+			return claim.ReleaseForReset(ctx, r.Client, p, ex, time.Now())
+		}); err != nil {
+			return err
+		}
+		// A new interpreter takes about a second under gVisor: replace it off
+		// the request path, so the Execution's result is written now.
+		go r.reset(logf.FromContext(ctx).WithValues("pod", pod.Name), clientKey(pod), addr, token)
+		return nil
 	default:
 		return r.deletePod(ctx, pod)
+	}
+}
+
+// resetTimeout bounds an interpreter reset; the pool controller deletes pods
+// that stay resetting longer (the manager stopped during the reset).
+const resetTimeout = time.Minute
+
+// reset gives a pod released for reuse a fresh interpreter and returns it to
+// the pool's idle pods, or deletes it when the reset fails.
+func (r *ExecutionReconciler) reset(log logr.Logger, key client.ObjectKey, addr, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
+	defer cancel()
+	resetErr := r.Runner.Reset(ctx, addr, token)
+	pod := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, key, pod); err != nil {
+		return // gone; nothing to return
+	}
+	if resetErr != nil {
+		log.Info("could not reset the interpreter for reuse; deleting the pod", "err", resetErr.Error())
+		if err := r.deletePod(ctx, pod); err != nil {
+			log.Error(err, "delete pod after a failed reset")
+		}
+		return
+	}
+	if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReturnToPool(ctx, r.Client, p) }); err != nil {
+		log.Error(err, "return reset pod to its pool")
 	}
 }
 

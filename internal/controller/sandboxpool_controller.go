@@ -58,7 +58,7 @@ type poolPods struct {
 	idle, warming, busy    []*corev1.Pod // current template; busy includes session pods between executions
 	staleIdle, staleWarm   []*corev1.Pod // built from an older spec, unclaimed
 	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
-	nextSessionExpiry      time.Duration
+	nextSessionExpiry      time.Duration // the next session idle timeout or stuck reset, for a requeue
 	degradedReason, degMsg string
 }
 
@@ -210,6 +210,19 @@ func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, item
 				out.expired = append(out.expired, p)
 			} else {
 				out.busy = append(out.busy, p)
+				if out.nextSessionExpiry == 0 || left < out.nextSessionExpiry {
+					out.nextSessionExpiry = left
+				}
+			}
+			continue
+		}
+		if since, resetting := claim.ResetSince(p); resetting {
+			// Back to idle within a second or so; one that stays resetting lost its
+			// reset to a manager restart and is replaced.
+			if left := since.Add(resetTimeout).Sub(now); left <= 0 {
+				out.failed = append(out.failed, p)
+			} else {
+				out.warming = append(out.warming, p)
 				if out.nextSessionExpiry == 0 || left < out.nextSessionExpiry {
 					out.nextSessionExpiry = left
 				}

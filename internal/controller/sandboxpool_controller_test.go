@@ -130,6 +130,35 @@ var _ = Describe("SandboxPool", func() {
 		}
 	})
 
+	It("counts a resetting pod as warming, and replaces one whose reset never finished", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		stuck := poolPods(ns, "python")[0]
+		patch := client.MergeFrom(stuck.DeepCopy())
+		stuck.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting
+		if stuck.Annotations == nil {
+			stuck.Annotations = map[string]string{}
+		}
+		stuck.Annotations[sandboxpod.AnnotationResetSince] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+		Expect(k8s.Patch(ctx, &stuck, patch)).To(Succeed())
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1))
+		for _, p := range poolPods(ns, "python") {
+			Expect(p.Name).NotTo(Equal(stuck.Name), "the stuck pod is replaced")
+		}
+
+		resetting := poolPods(ns, "python")[0]
+		patch = client.MergeFrom(resetting.DeepCopy())
+		resetting.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting
+		if resetting.Annotations == nil {
+			resetting.Annotations = map[string]string{}
+		}
+		resetting.Annotations[sandboxpod.AnnotationResetSince] = time.Now().UTC().Format(time.RFC3339Nano)
+		Expect(k8s.Patch(ctx, &resetting, patch)).To(Succeed())
+		Eventually(func() int32 { return getPool(ns, "python").Status.IdleReplicas }).Should(BeZero())
+		Consistently(func() int { return len(poolPods(ns, "python")) }, "2s").Should(Equal(1),
+			"a pod in the middle of its reset is not replaced")
+	})
+
 	It("reports Degraded with the reason when pods cannot pull their image", func() {
 		ns := newNamespace()
 		pool := wrappers.Pool(ns, "broken").Image("registry.invalid/nope:1").Obj()

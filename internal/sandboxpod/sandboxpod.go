@@ -22,7 +22,7 @@ import (
 const (
 	// LabelPool names the pod's SandboxPool.
 	LabelPool = "sandbox.warmpool.dev/pool"
-	// LabelState is StateIdle or StateBusy.
+	// LabelState is StateIdle, StateBusy or StateResetting.
 	LabelState = "sandbox.warmpool.dev/state"
 	// LabelTemplateHash identifies the pool spec the pod was built from.
 	LabelTemplateHash = "sandbox.warmpool.dev/template-hash"
@@ -37,9 +37,15 @@ const (
 	AnnotationLastUsed = "sandbox.warmpool.dev/last-used"
 	// AnnotationUsed marks a pod that has run code; it is never handed to another claim unless the pool reuses pods.
 	AnnotationUsed = "sandbox.warmpool.dev/used"
+	// AnnotationResetSince is when a pod went into StateResetting (RFC 3339), so a reset that never
+	// finished (the manager stopped mid-way) can be told apart from one in progress.
+	AnnotationResetSince = "sandbox.warmpool.dev/reset-since"
 
 	StateIdle = "idle"
 	StateBusy = "busy"
+	// StateResetting: the pod's Execution has ended and its interpreter is being replaced
+	// (reusePolicy FreshInterpreter); it goes back to StateIdle when that is done.
+	StateResetting = "resetting"
 
 	// ContainerName of the sandbox container.
 	ContainerName = "sandbox"
