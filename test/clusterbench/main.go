@@ -62,7 +62,7 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, or session (quick check of the control-plane path)")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path) or reuse")
 	flag.Parse()
 	if err := run(*executions, *churn, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
@@ -111,6 +111,9 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 
 	// Every phase has its pool to itself: on a small node, each idle gVisor
 	// sandbox costs a few percent of a core, and each boot much more.
+	if only == "reuse" {
+		return b.reusePhase(ctx, image, runtimeClass, churn)
+	}
 	fresh := wrappers.Pool(b.ns, "fresh").Image(image).RuntimeClass(runtimeClass).Replicas(5).Obj()
 	if err := b.warmPool(ctx, fresh); err != nil {
 		return err
@@ -141,17 +144,7 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 		return err
 	}
 
-	reused := wrappers.Pool(b.ns, "reused").Image(image).RuntimeClass(runtimeClass).Replicas(5).
-		Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj()
-	if err := b.warmPool(ctx, reused); err != nil {
-		return err
-	}
-	lat, err = b.sequential(ctx, "reused", churn, func() error { return b.waitIdle(ctx, reused, 1) }, "")
-	if err != nil {
-		return err
-	}
-	report(fmt.Sprintf("print(1), pool of 5 (reusePolicy FreshInterpreter), back to back, %d", churn), lat)
-	if err := b.deletePool(ctx, reused); err != nil {
+	if err := b.reusePhase(ctx, image, runtimeClass, churn); err != nil {
 		return err
 	}
 
@@ -262,6 +255,21 @@ func (b *bench) warmPool(ctx context.Context, pool *sandboxv1alpha1.SandboxPool)
 		return fmt.Errorf("create pool %s: %w", pool.Name, err)
 	}
 	return b.waitIdle(ctx, pool, pool.Spec.Replicas)
+}
+
+// reusePhase runs Executions back to back on a pool that reuses its pods.
+func (b *bench) reusePhase(ctx context.Context, image, runtimeClass string, churn int) error {
+	reused := wrappers.Pool(b.ns, "reused").Image(image).RuntimeClass(runtimeClass).Replicas(5).
+		Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj()
+	if err := b.warmPool(ctx, reused); err != nil {
+		return err
+	}
+	lat, err := b.sequential(ctx, "reused", churn, func() error { return b.waitIdle(ctx, reused, 1) }, "")
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("print(1), pool of 5 (reusePolicy FreshInterpreter), back to back, %d", churn), lat)
+	return b.deletePool(ctx, reused)
 }
 
 // deletePool deletes a pool and waits for its pods to be gone.
