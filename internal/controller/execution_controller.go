@@ -63,8 +63,9 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	orig := ex.DeepCopy()
 	var result ctrl.Result
 	var err error
+	var afterStatus func(context.Context) error
 	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning {
-		result, err = r.reconcileRunning(ctx, ex)
+		result, afterStatus, err = r.reconcileRunning(ctx, ex)
 	} else {
 		result, err = r.reconcilePending(ctx, ex)
 	}
@@ -82,6 +83,9 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if !orig.Status.Phase.IsFinished() && ex.Status.Phase.IsFinished() {
 			r.recordEnd(ex)
 		}
+	}
+	if afterStatus != nil && err == nil {
+		err = afterStatus(ctx)
 	}
 	return result, err
 }
@@ -354,16 +358,16 @@ func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Exec
 	return "", fmt.Errorf("spec.codeFrom: Secret %s has no key %q", ref.Name, ref.Key)
 }
 
-func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, func(context.Context) error, error) {
 	pool := &sandboxv1alpha1.SandboxPool{}
 	poolErr := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool)
 	if poolErr != nil && !apierrors.IsNotFound(poolErr) {
-		return ctrl.Result{}, poolErr
+		return ctrl.Result{}, nil, poolErr
 	}
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, nil, err
 		}
 		pod = nil
 	}
@@ -376,13 +380,14 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 		case apierrors.IsNotFound(err):
 			pod = nil
 		case err != nil:
-			return ctrl.Result{}, err
+			return ctrl.Result{}, nil, err
 		default:
 			pod = live
 		}
 	}
 	if o, ok := r.Runner.Outcome(ex.UID); ok {
-		return ctrl.Result{}, r.finish(ctx, ex, pool, pod, o)
+		after, err := r.finish(ctx, ex, pool, pod, o)
+		return ctrl.Result{}, after, err
 	}
 	if pod == nil || sandboxpod.IsTerminal(pod) || claim.ClaimedBy(pod) != ex.UID || poolErr != nil {
 		r.Runner.Cancel(ex.UID)
@@ -393,19 +398,19 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 		r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSandboxLost, msg,
 			&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonSandboxLost, Message: msg})
 		if pod != nil {
-			return ctrl.Result{}, r.deletePod(ctx, pod)
+			return ctrl.Result{}, r.deleteAfterStatus(pod), nil
 		}
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, nil, nil
 	}
 	if !r.Runner.Tracked(ex.UID) {
 		// A restarted manager: attach to the run in the agent by the Execution's UID.
 		code, err := r.code(ctx, ex)
 		if err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, nil, err
 		}
 		job, err := r.job(ctx, ex, pool, pod, code)
 		if err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, nil, err
 		}
 		logf.FromContext(ctx).Info("re-attaching to a running execution", "pod", pod.Name)
 		r.Runner.Start(job)
@@ -415,7 +420,7 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 	}
 	// The runner wakes this Execution when the run ends; this is the backstop.
 	backstop := time.Until(ex.Status.StartTime.Add(timeoutOf(ex, pool) + graceOf(pool) + 2*runner.Slack))
-	return ctrl.Result{RequeueAfter: max(backstop, time.Second)}, nil
+	return ctrl.Result{RequeueAfter: max(backstop, time.Second)}, nil, nil
 }
 
 // waiting records that the Execution waits for a pod.

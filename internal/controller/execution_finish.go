@@ -22,8 +22,12 @@ import (
 // pool that reuses pods gets it back with a fresh interpreter; otherwise (and
 // whenever the code did not end cleanly) the pod is deleted and the pool
 // replaces it.
+//
+// A pod to delete is deleted after the final status is written (the returned
+// function), so the user does not wait for it: should the manager stop in
+// between, the pool controller deletes pods claimed by finished Executions.
 func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
-	pod *corev1.Pod, o runner.Outcome) error {
+	pod *corev1.Pod, o runner.Outcome) (afterStatus func(context.Context) error, err error) {
 	clean := false
 	switch {
 	case o.Err != nil:
@@ -74,17 +78,17 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		clean = !res.StateLost
 	}
 	if pod == nil {
-		return nil
+		return nil, nil
 	}
 	// Only the Execution that holds the pod decides its fate: a reconcile from a
 	// stale cache must not release, reset or delete a pod that was released
 	// already, or claimed by the session's next Execution.
 	live := &corev1.Pod{}
 	if err := r.APIReader.Get(ctx, clientKey(pod), live); err != nil {
-		return client.IgnoreNotFound(err)
+		return nil, client.IgnoreNotFound(err)
 	}
 	if claim.ClaimedBy(live) != ex.UID {
-		return nil
+		return nil, nil
 	}
 	pod = live
 	// A timeout always costs the pod unless a session keeps its (cleanly interrupted) interpreter.
@@ -93,7 +97,7 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 	}
 	switch {
 	case clean && ex.Spec.Session != "":
-		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToSession(ctx, r.Client, p, ex, time.Now()) })
+		return nil, r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToSession(ctx, r.Client, p, ex, time.Now()) })
 	case clean && pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter:
 		addr, err := r.Resolver.Address(pod)
 		var token string
@@ -102,20 +106,24 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		}
 		if err != nil {
 			logf.FromContext(ctx).Info("cannot reach the agent to reset it for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
-			return r.deletePod(ctx, pod)
+			return r.deleteAfterStatus(pod), nil
 		}
 		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
 			return claim.ReleaseForReset(ctx, r.Client, p, ex, time.Now())
 		}); err != nil {
-			return err
+			return nil, err
 		}
 		// A new interpreter takes about a second under gVisor: replace it off
 		// the request path, so the Execution's result is written now.
 		go r.reset(logf.FromContext(ctx).WithValues("pod", pod.Name), clientKey(pod), addr, token)
-		return nil
+		return nil, nil
 	default:
-		return r.deletePod(ctx, pod)
+		return r.deleteAfterStatus(pod), nil
 	}
+}
+
+func (r *ExecutionReconciler) deleteAfterStatus(pod *corev1.Pod) func(context.Context) error {
+	return func(ctx context.Context) error { return r.deletePod(ctx, pod) }
 }
 
 // resetTimeout bounds an interpreter reset; the pool controller deletes pods
