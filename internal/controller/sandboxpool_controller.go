@@ -58,7 +58,7 @@ type poolPods struct {
 	idle, warming, busy    []*corev1.Pod // current template; busy includes session pods between executions
 	staleIdle, staleWarm   []*corev1.Pod // built from an older spec, unclaimed
 	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
-	nextSessionExpiry      time.Duration // the next session idle timeout or stuck reset, for a requeue
+	nextExpiry             time.Duration // the next session idle timeout or stuck reset, for a requeue
 	degradedReason, degMsg string
 }
 
@@ -176,8 +176,8 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if len(errs) > 0 {
 		return ctrl.Result{}, errs[0]
 	}
-	if pods.nextSessionExpiry > 0 {
-		return ctrl.Result{RequeueAfter: pods.nextSessionExpiry}, nil
+	if pods.nextExpiry > 0 {
+		return ctrl.Result{RequeueAfter: pods.nextExpiry}, nil
 	}
 	return ctrl.Result{}, nil
 }
@@ -206,26 +206,20 @@ func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, item
 			if err != nil {
 				last = p.CreationTimestamp.Time
 			}
-			if left := last.Add(idleTimeout).Sub(now); left <= 0 {
+			if out.expiresIn(last, idleTimeout, now) <= 0 {
 				out.expired = append(out.expired, p)
 			} else {
 				out.busy = append(out.busy, p)
-				if out.nextSessionExpiry == 0 || left < out.nextSessionExpiry {
-					out.nextSessionExpiry = left
-				}
 			}
 			continue
 		}
 		if since, resetting := claim.ResetSince(p); resetting {
 			// Back to idle within a second or so; one that stays resetting lost its
 			// reset to a manager restart and is replaced.
-			if left := since.Add(resetTimeout).Sub(now); left <= 0 {
+			if out.expiresIn(since, resetTimeout, now) <= 0 {
 				out.failed = append(out.failed, p)
 			} else {
 				out.warming = append(out.warming, p)
-				if out.nextSessionExpiry == 0 || left < out.nextSessionExpiry {
-					out.nextSessionExpiry = left
-				}
 			}
 			continue
 		}
@@ -246,6 +240,16 @@ func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, item
 		}
 	}
 	return out
+}
+
+// expiresIn returns the time left until start+timeout and, while some is left,
+// keeps the soonest such time for the reconcile's requeue.
+func (out *poolPods) expiresIn(start time.Time, timeout time.Duration, now time.Time) time.Duration {
+	left := start.Add(timeout).Sub(now)
+	if left > 0 && (out.nextExpiry == 0 || left < out.nextExpiry) {
+		out.nextExpiry = left
+	}
+	return left
 }
 
 // podTrouble returns a reason a user can act on when the pod cannot start.
