@@ -80,17 +80,15 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 	if pod == nil {
 		return nil, nil
 	}
-	// Only the Execution that holds the pod decides its fate: a reconcile from a
-	// stale cache must not release, reset or delete a pod that was released
-	// already, or claimed by the session's next Execution.
-	live := &corev1.Pod{}
-	if err := r.APIReader.Get(ctx, clientKey(pod), live); err != nil {
-		return nil, client.IgnoreNotFound(err)
-	}
-	if claim.ClaimedBy(live) != ex.UID {
+	// Only the Execution that holds the pod decides its fate. reconcileRunning
+	// read the pod live whenever the cache did not show it claimed by ex; a
+	// cached copy that is stale (the pod was released already, or claimed by the
+	// session's next Execution) fails the releases below on its resourceVersion,
+	// and their retry re-reads the pod and finds it is not ex's any more. A pod
+	// to delete was used up by ex whatever happened since: no read needed.
+	if claim.ClaimedBy(pod) != ex.UID {
 		return nil, nil
 	}
-	pod = live
 	// A timeout always costs the pod unless a session keeps its (cleanly interrupted) interpreter.
 	if ex.Status.Phase == sandboxv1alpha1.PhaseTimedOut && ex.Spec.Session == "" {
 		clean = false

@@ -331,8 +331,9 @@ func demand(list *sandboxv1alpha1.ExecutionList, pods []corev1.Pod) (int, int32)
 
 // orphans returns busy pods claimed by an Execution that no longer exists (it
 // was deleted while the manager was down, or its delete was missed) or has
-// finished (a finishing Execution frees its pod before it writes its final
-// status). list holds the pool's unfinished Executions.
+// finished (an Execution deletes the pod it used up just after writing its
+// final status; a manager that stops in between leaves the pod to this). list
+// holds the pool's unfinished Executions.
 func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod, list *sandboxv1alpha1.ExecutionList) ([]*corev1.Pod, error) {
 	known := map[types.UID]bool{}
 	for i := range list.Items {
