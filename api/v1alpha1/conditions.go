@@ -8,6 +8,10 @@ const (
 	PoolConditionReady = "Ready"
 	// PoolConditionDegraded is True when pods of the pool cannot start or keep failing.
 	PoolConditionDegraded = "Degraded"
+	// PoolConditionNetworkPolicyReady is True when the pool's NetworkPolicy
+	// exists as the operator wrote it. Whether the cluster enforces it depends
+	// on its network plugin.
+	PoolConditionNetworkPolicyReady = "NetworkPolicyReady"
 
 	// Execution conditions.
 
@@ -20,20 +24,23 @@ const (
 
 // Condition reasons.
 const (
-	ReasonPoolNotFound       = "PoolNotFound"
-	ReasonNoIdleSandbox      = "NoIdleSandbox"
-	ReasonMaxPodsReached     = "MaxPodsReached"
-	ReasonSandboxClaimed     = "SandboxClaimed"
-	ReasonSucceeded          = "Succeeded"
-	ReasonError              = "Error"
-	ReasonTimedOut           = "TimedOut"
-	ReasonCancelled          = "Cancelled"
-	ReasonSandboxLost        = "SandboxLost"
-	ReasonSessionLost        = "SessionLost"
-	ReasonCodeSourceNotFound = "CodeSourceNotFound"
-	ReasonImagePullBackOff   = "ImagePullBackOff"
-	ReasonCrashLoopBackOff   = "CrashLoopBackOff"
-	ReasonPodsStarting       = "PodsStarting"
-	ReasonIdleReplicasReady  = "IdleReplicasReady"
-	ReasonPodsHealthy        = "PodsHealthy"
+	ReasonPoolNotFound        = "PoolNotFound"
+	ReasonNoIdleSandbox       = "NoIdleSandbox"
+	ReasonMaxPodsReached      = "MaxPodsReached"
+	ReasonSandboxClaimed      = "SandboxClaimed"
+	ReasonSucceeded           = "Succeeded"
+	ReasonError               = "Error"
+	ReasonTimedOut            = "TimedOut"
+	ReasonCancelled           = "Cancelled"
+	ReasonSandboxLost         = "SandboxLost"
+	ReasonSessionLost         = "SessionLost"
+	ReasonCodeSourceNotFound  = "CodeSourceNotFound"
+	ReasonImagePullBackOff    = "ImagePullBackOff"
+	ReasonCrashLoopBackOff    = "CrashLoopBackOff"
+	ReasonPodsStarting        = "PodsStarting"
+	ReasonIdleReplicasReady   = "IdleReplicasReady"
+	ReasonPodsHealthy         = "PodsHealthy"
+	ReasonPolicyApplied       = "PolicyApplied"
+	ReasonPolicyFailed        = "PolicyFailed"
+	ReasonCodeSourceNotMarked = "CodeSourceNotMarked"
 )

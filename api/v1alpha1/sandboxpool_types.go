@@ -107,6 +107,64 @@ type SandboxPoolSpec struct {
 	// +kubebuilder:default=Never
 	// +optional
 	ReusePolicy ReusePolicy `json:"reusePolicy,omitempty"`
+
+	// network says what the sandbox pods may reach. The operator keeps a
+	// NetworkPolicy per pool: ingress only to the agent port and only from the
+	// manager; no egress at all (DNS included) unless listed here.
+	// +optional
+	Network *NetworkSpec `json:"network,omitempty"`
+}
+
+// NetworkSpec is the network access of a pool's sandbox pods.
+type NetworkSpec struct {
+	// egress lists the destinations sandbox code may reach; nothing else is
+	// allowed, not even DNS (list the cluster DNS Service's address and port 53
+	// to allow it). Link-local addresses (169.254.0.0/16, fe80::/10, which hold
+	// the clouds' metadata services) and the known metadata addresses outside
+	// them can never be reached: they are cut out of every CIDR given here.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Egress []EgressRule `json:"egress,omitempty"`
+}
+
+// EgressRule allows traffic from sandbox pods to a CIDR, on some or all ports.
+type EgressRule struct {
+	// cidr is the destination network, e.g. 203.0.113.0/24 or 2001:db8::/64,
+	// written with its network address (no host bits set).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="cidr must be a CIDR such as 203.0.113.0/24"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="cidr must be written with its network address (no host bits set), e.g. 10.1.2.0/24 rather than 10.1.2.3/24"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || (!cidr('169.254.0.0/16').containsCIDR(self) && !cidr('fe80::/10').containsCIDR(self))",message="cidr must not be link-local (169.254.0.0/16, fe80::/10): metadata services live there and cannot be allowed"
+	// +required
+	CIDR string `json:"cidr"`
+
+	// ports allowed on that network; empty allows every port.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Ports []EgressPort `json:"ports,omitempty"`
+}
+
+// EgressPort is a port, or a range of ports, of one protocol.
+// +kubebuilder:validation:XValidation:rule="!has(self.endPort) || self.endPort >= self.port",message="endPort must be greater than or equal to port"
+type EgressPort struct {
+	// protocol: TCP (default), UDP or SCTP.
+	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
+	// +kubebuilder:default=TCP
+	// +optional
+	Protocol corev1.Protocol `json:"protocol,omitempty"`
+	// port number.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +required
+	Port int32 `json:"port"`
+	// endPort makes the rule a range, port to endPort inclusive.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	EndPort *int32 `json:"endPort,omitempty"`
 }
 
 // SandboxPodTemplate is the part of a pod template a pool lets users set. It is
@@ -123,12 +181,20 @@ type SandboxPodTemplate struct {
 	Spec SandboxPodSpec `json:"spec,omitempty"`
 }
 
-// SandboxPodMetadata is the metadata a user may add to sandbox pods.
+// SandboxPodMetadata is the metadata a user may add to sandbox pods. Keys
+// under sandbox.warmpool.dev/ carry the operator's own state (claims, sessions,
+// the agent key) and are refused: a pod born "claimed" would be deleted and
+// recreated in a loop, and one labelled as the operator's would pass its
+// network policy.
 type SandboxPodMetadata struct {
 	// labels added to every sandbox pod.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('sandbox.warmpool.dev/'))",message="spec.template.metadata.labels must not use keys under sandbox.warmpool.dev/: that prefix is reserved for the operator; remove or rename those keys"
+	// +kubebuilder:validation:MaxProperties=64
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 	// annotations added to every sandbox pod.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('sandbox.warmpool.dev/'))",message="spec.template.metadata.annotations must not use keys under sandbox.warmpool.dev/: that prefix is reserved for the operator; remove or rename those keys"
+	// +kubebuilder:validation:MaxProperties=64
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
@@ -228,8 +294,9 @@ type SandboxPoolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready (the pool has its idle replicas) and Degraded (pods
-	// cannot start, with a reason such as ImagePullBackOff).
+	// conditions: Ready (the pool has its idle replicas), Degraded (pods
+	// cannot start, with a reason such as ImagePullBackOff) and
+	// NetworkPolicyReady (the pool's NetworkPolicy is in place).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
