@@ -105,7 +105,7 @@ images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar,
 	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
 		$(if $(wildcard $(NUMPY_FOR_IMAGE)),-python-packages $(NUMPY_FOR_IMAGE)) \
 		-add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
-		-cmd serve,--listen,:8080,--token-file,/var/run/warmpool/token,--workspace,/workspace \
+		-cmd serve,--listen,:8080,--workspace,/workspace \
 		-user 65532:65532 -workdir /workspace
 	$(GO) run ./hack/imgbuild -o dist/manager.tar -tag $(IMG_MANAGER) \
 		-add $(LOCALBIN)/manager:/manager -entrypoint /manager -user 65532:65532

@@ -90,7 +90,14 @@ type KeyReference struct {
 	Key string `json:"key"`
 }
 
-// CodeSource reads the code from a ConfigMap or a Secret. Exactly one is set.
+// LabelCodeSource marks a ConfigMap or Secret whose owner lets Executions read
+// it as code (value "true"). The operator reads no other: being allowed to
+// create Executions must not mean being able to read every Secret of the
+// namespace back through a run's output.
+const LabelCodeSource = "sandbox.warmpool.dev/code"
+
+// CodeSource reads the code from a ConfigMap or a Secret. Exactly one is set,
+// and the object must carry the label sandbox.warmpool.dev/code: "true".
 // +kubebuilder:validation:XValidation:rule="has(self.configMapKeyRef) != has(self.secretKeyRef)",message="spec.codeFrom needs exactly one of configMapKeyRef or secretKeyRef"
 type CodeSource struct {
 	// configMapKeyRef reads the code from a key of a ConfigMap.

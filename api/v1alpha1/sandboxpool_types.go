@@ -64,9 +64,14 @@ type SandboxPoolSpec struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// env is set in the sandbox container for every Execution of the pool.
+	// Values may not come from Secrets or ConfigMaps: the pool's code could
+	// read them, and creating a pool must not imply reading the namespace's
+	// Secrets. Names starting with WARMPOOL_ are the operator's.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.valueFrom) || (!has(e.valueFrom.secretKeyRef) && !has(e.valueFrom.configMapKeyRef)))",message="spec.env must not read Secrets or ConfigMaps (valueFrom.secretKeyRef, valueFrom.configMapKeyRef): sandbox code could read them back; set value, or pass per-run values with an Execution's spec.env"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !e.name.startsWith('WARMPOOL_'))",message="spec.env names starting with WARMPOOL_ are reserved for the operator: rename the variable"
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
@@ -120,8 +125,9 @@ type NetworkSpec struct {
 	// egress lists the destinations sandbox code may reach; nothing else is
 	// allowed, not even DNS (list the cluster DNS Service's address and port 53
 	// to allow it). Link-local addresses (169.254.0.0/16, fe80::/10, which hold
-	// the clouds' metadata services) and the known metadata addresses outside
-	// them can never be reached: they are cut out of every CIDR given here.
+	// the clouds' metadata services) and the metadata addresses outside them
+	// (100.100.100.200, fd00:ec2::254) can never be reached: they are cut out
+	// of every CIDR given here (0.0.0.0/0 included).
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
@@ -136,7 +142,7 @@ type EgressRule struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="cidr must be a CIDR such as 203.0.113.0/24"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="cidr must be written with its network address (no host bits set), e.g. 10.1.2.0/24 rather than 10.1.2.3/24"
-	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || (!cidr('169.254.0.0/16').containsCIDR(self) && !cidr('fe80::/10').containsCIDR(self))",message="cidr must not be link-local (169.254.0.0/16, fe80::/10): metadata services live there and cannot be allowed"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || (!cidr('169.254.0.0/16').containsCIDR(self) && !cidr('fe80::/10').containsCIDR(self) && !cidr('100.100.100.200/32').containsCIDR(self) && !cidr('fd00:ec2::254/128').containsCIDR(self))",message="cidr must not be link-local (169.254.0.0/16, fe80::/10) or a cloud metadata address (100.100.100.200, fd00:ec2::254): metadata services cannot be allowed"
 	// +required
 	CIDR string `json:"cidr"`
 

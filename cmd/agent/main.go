@@ -32,6 +32,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/reaper"
 	"github.com/warmpool/warmpool/internal/agent/server"
 	"github.com/warmpool/warmpool/internal/agent/workspace"
+	"github.com/warmpool/warmpool/internal/agentauth"
 )
 
 const usage = `usage:
@@ -111,6 +112,9 @@ func serve(args []string) error {
 	listen := fs.String("listen", ":8080", "TCP address to serve on (ignored with --socket)")
 	socket := fs.String("socket", "", "serve on this Unix socket (mode 0600) instead of TCP")
 	tokenFile := fs.String("token-file", "", "file with the bearer token (else $WARMPOOL_AGENT_TOKEN)")
+	trustedKeys := fs.String("trusted-keys", os.Getenv("WARMPOOL_TRUSTED_KEYS"),
+		"accept tokens signed by these manager keys (ID=BASE64,...) for this pod only, instead of a shared token")
+	podUID := fs.String("pod-uid", os.Getenv("WARMPOOL_POD_UID"), "this pod's UID: the audience tokens must name (with --trusted-keys)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve TCP without a token (never in a cluster)")
 	workers := fs.Int("workers", 1, "number of interpreters; requests go to a free one")
 	verbose := fs.Int("v", 0, "log verbosity")
@@ -127,8 +131,16 @@ func serve(args []string) error {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	if token == "" && *socket == "" && !*noAuth {
-		return errors.New("serving TCP needs a token (--token-file or $WARMPOOL_AGENT_TOKEN), or --insecure-no-auth")
+	var verify func(string) error
+	if *trustedKeys != "" {
+		v, err := agentauth.NewVerifier(*trustedKeys, *podUID)
+		if err != nil {
+			return err
+		}
+		verify = v.Verify
+	}
+	if token == "" && verify == nil && *socket == "" && !*noAuth {
+		return errors.New("serving TCP needs --trusted-keys and --pod-uid, a token (--token-file or $WARMPOOL_AGENT_TOKEN), or --insecure-no-auth")
 	}
 	if *workers < 1 {
 		return errors.New("--workers must be at least 1")
@@ -165,7 +177,7 @@ func serve(args []string) error {
 	}()
 
 	srv := server.New(server.Config{
-		Token: token, Workers: interps, Workspace: ws, DefaultTimeout: ifl.timeout, DefaultGrace: ifl.grace,
+		Token: token, Verify: verify, Workers: interps, Workspace: ws, DefaultTimeout: ifl.timeout, DefaultGrace: ifl.grace,
 		MaxOutputBytes: ifl.maxOutput, MaxTimeout: ifl.maxTimeout, Log: log,
 	})
 	var ln net.Listener

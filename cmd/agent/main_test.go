@@ -106,9 +106,17 @@ func TestExecInProcessWithoutDaemon(t *testing.T) {
 func TestServeTCPRequiresAToken(t *testing.T) {
 	bin := buildAgent(t)
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--workspace", t.TempDir())
-	cmd.Env = append(os.Environ(), "WARMPOOL_AGENT_TOKEN=")
+	cmd.Env = append(os.Environ(), "WARMPOOL_AGENT_TOKEN=", "WARMPOOL_TRUSTED_KEYS=", "WARMPOOL_POD_UID=")
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "needs a token") {
+	if err == nil || !strings.Contains(string(out), "serving TCP needs --trusted-keys and --pod-uid, a token") {
+		t.Fatalf("%v %q", err, out)
+	}
+	// Trusted keys without the pod's UID would accept tokens for any pod: refused.
+	cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--workspace", t.TempDir(),
+		"--trusted-keys", "k1=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+	cmd.Env = append(os.Environ(), "WARMPOOL_POD_UID=")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no audience") {
 		t.Fatalf("%v %q", err, out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"os"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -42,6 +43,8 @@ func main() {
 		secureMetrics        bool
 		enableHTTP2          bool
 		agentPort            int
+		managerNamespace     string
+		agentKeysSecret      string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 turns it off.")
@@ -55,6 +58,11 @@ func main() {
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics over HTTP/2 too; off by default because of the HTTP/2 rapid reset CVEs.")
 	flag.IntVar(&agentPort, "agent-port", sandboxpod.AgentPort, "Port of the sandbox agents in their pods.")
+	flag.StringVar(&managerNamespace, "manager-namespace", ownNamespace(),
+		"Namespace of the manager: it holds the agent keys Secret, and the pools' NetworkPolicies admit agent calls from "+
+			"pods there labelled "+sandboxpod.LabelAgentClient+"=true.")
+	flag.StringVar(&agentKeysSecret, "agent-keys-secret", controller.DefaultAgentKeysSecret,
+		"Secret in the manager's namespace with the keys agent tokens are signed with (created when missing).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -74,9 +82,11 @@ func main() {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
+	cfg := controller.Config{ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
+		Resolver: runner.PodIPResolver{Port: agentPort}}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         controller.CacheOptions(),
+		Cache:                         controller.CacheOptions(cfg.KeysSecret()),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                enableLeaderElection,
@@ -90,19 +100,8 @@ func main() {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	if err := controller.SetupIndexes(ctx, mgr); err != nil {
-		setupLog.Error(err, "unable to set up cache indexes")
-		os.Exit(1)
-	}
-	if err := (&controller.SandboxPoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "unable to create controller", "controller", "SandboxPool")
-		os.Exit(1)
-	}
-	if err := (&controller.ExecutionReconciler{
-		Client:   mgr.GetClient(),
-		Resolver: runner.PodIPResolver{Port: agentPort},
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "unable to create controller", "controller", "Execution")
+	if err := controller.Setup(ctx, mgr, cfg); err != nil {
+		setupLog.Error(err, "unable to set up the controllers")
 		os.Exit(1)
 	}
 
@@ -115,9 +114,21 @@ func main() {
 		os.Exit(1)
 	}
 
-	setupLog.Info("starting manager")
+	setupLog.Info("starting manager", "namespace", managerNamespace, "agentKeys", cfg.KeysSecret().String())
 	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)
 	}
+}
+
+// ownNamespace is the manager's namespace: $POD_NAMESPACE (the Deployment sets
+// it from the downward API), else the service account's, else warmpool-system.
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	return "warmpool-system"
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -46,6 +48,8 @@ type ExecutionReconciler struct {
 	Recorder  events.EventRecorder
 	Runner    *runner.Runner
 	Resolver  runner.Resolver
+	// Keys sign the tokens of each call to an agent (for the runner NewRunner makes).
+	Keys *agentauth.Keyring
 }
 
 func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -129,8 +133,13 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 	}
 	code, err := r.code(ctx, ex)
 	if err != nil {
-		r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonCodeSourceNotFound, err.Error(),
-			&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonCodeSourceNotFound, Message: err.Error()})
+		reason := sandboxv1alpha1.ReasonCodeSourceNotFound
+		var unmarked *unmarkedSourceError
+		if errors.As(err, &unmarked) {
+			reason = sandboxv1alpha1.ReasonCodeSourceNotMarked
+		}
+		r.end(ex, sandboxv1alpha1.PhaseFailed, reason, err.Error(),
+			&sandboxv1alpha1.ExecutionError{Type: reason, Message: err.Error()})
 		return ctrl.Result{}, nil
 	}
 
@@ -272,10 +281,6 @@ func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execu
 	if err != nil {
 		return runner.Job{}, err
 	}
-	token, err := r.agentToken(ctx, pool)
-	if err != nil {
-		return runner.Job{}, err
-	}
 	req := protocol.ExecuteRequest{
 		Code:           code,
 		Language:       string(ex.Spec.Language),
@@ -296,18 +301,9 @@ func (r *ExecutionReconciler) job(ctx context.Context, ex *sandboxv1alpha1.Execu
 	}
 	return runner.Job{
 		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, StartTime: ex.Status.StartTime.Time, Address: addr,
-		Token: token, Request: req,
+		PodUID: pod.UID, KeyID: pod.Labels[sandboxpod.LabelAgentKey], Request: req,
 		Deadline: ex.Status.StartTime.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
 	}, nil
-}
-
-// agentToken reads the pool's agent token (from the cache of token Secrets).
-func (r *ExecutionReconciler) agentToken(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) (string, error) {
-	secret := &corev1.Secret{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool)}, secret); err != nil {
-		return "", fmt.Errorf("read agent token of pool %s: %w", pool.Name, err)
-	}
-	return string(secret.Data[sandboxpod.TokenKey]), nil
 }
 
 func timeoutOf(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Duration {
@@ -328,7 +324,9 @@ func graceOf(pool *sandboxv1alpha1.SandboxPool) time.Duration {
 }
 
 // code returns the code to run, reading spec.codeFrom when set (uncached: the
-// manager does not watch every ConfigMap and Secret of the cluster).
+// manager does not watch every ConfigMap and Secret of the cluster). Only
+// objects their owner marked with LabelCodeSource are read: the manager may
+// read any Secret, a tenant who may create Executions may not.
 func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Execution) (string, error) {
 	if ex.Spec.Code != nil {
 		return *ex.Spec.Code, nil
@@ -337,26 +335,38 @@ func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Exec
 	if from == nil {
 		return "", errors.New("neither spec.code nor spec.codeFrom is set")
 	}
-	if ref := from.ConfigMapKeyRef; ref != nil {
-		cm := &corev1.ConfigMap{}
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, cm); err != nil {
-			return "", fmt.Errorf("spec.codeFrom: ConfigMap %s: %w", ref.Name, err)
-		}
-		if v, ok := cm.Data[ref.Key]; ok {
-			return v, nil
-		}
-		return "", fmt.Errorf("spec.codeFrom: ConfigMap %s has no key %q", ref.Name, ref.Key)
+	kind, ref := "ConfigMap", from.ConfigMapKeyRef
+	var obj client.Object = &corev1.ConfigMap{}
+	if ref == nil {
+		kind, ref, obj = "Secret", from.SecretKeyRef, &corev1.Secret{}
 	}
-	ref := from.SecretKeyRef
-	s := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, s); err != nil {
-		return "", fmt.Errorf("spec.codeFrom: Secret %s: %w", ref.Name, err)
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, obj); err != nil {
+		return "", fmt.Errorf("spec.codeFrom: %s %s: %w", kind, ref.Name, err)
 	}
-	if v, ok := s.Data[ref.Key]; ok {
-		return string(v), nil
+	if obj.GetLabels()[sandboxv1alpha1.LabelCodeSource] != "true" {
+		return "", &unmarkedSourceError{fmt.Sprintf("spec.codeFrom: %s %s is not marked as code for Executions; its owner must "+
+			"label it: kubectl label %s %s %s=true", kind, ref.Name, strings.ToLower(kind), ref.Name, sandboxv1alpha1.LabelCodeSource)}
 	}
-	return "", fmt.Errorf("spec.codeFrom: Secret %s has no key %q", ref.Name, ref.Key)
+	var v string
+	var ok bool
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		v, ok = o.Data[ref.Key]
+	case *corev1.Secret:
+		var b []byte
+		b, ok = o.Data[ref.Key]
+		v = string(b)
+	}
+	if !ok {
+		return "", fmt.Errorf("spec.codeFrom: %s %s has no key %q", kind, ref.Name, ref.Key)
+	}
+	return v, nil
 }
+
+// unmarkedSourceError: codeFrom names an object not marked with LabelCodeSource.
+type unmarkedSourceError struct{ msg string }
+
+func (e *unmarkedSourceError) Error() string { return e.msg }
 
 func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, func(context.Context) error, error) {
 	pool := &sandboxv1alpha1.SandboxPool{}
@@ -506,7 +516,7 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Resolver = runner.PodIPResolver{}
 	}
 	if r.Runner == nil {
-		r.Runner = NewRunner()
+		r.Runner = NewRunner(r.Keys)
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -522,9 +532,10 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// NewRunner returns a runner whose wake-ups name Executions.
-func NewRunner() *runner.Runner {
-	return runner.New(func(namespace, name string) event.GenericEvent {
+// NewRunner returns a runner whose wake-ups name Executions and whose calls
+// carry tokens signed with keys.
+func NewRunner(keys *agentauth.Keyring) *runner.Runner {
+	return runner.New(keys, func(namespace, name string) event.GenericEvent {
 		return event.GenericEvent{Object: &sandboxv1alpha1.Execution{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 // finish turns a run's outcome into the final status and decides the pod's
@@ -98,10 +100,6 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		return nil, r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToSession(ctx, r.Client, p, ex, time.Now()) })
 	case clean && pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter:
 		addr, err := r.Resolver.Address(pod)
-		var token string
-		if err == nil {
-			token, err = r.agentToken(ctx, pool)
-		}
 		if err != nil {
 			logf.FromContext(ctx).Info("cannot reach the agent to reset it for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
 			return r.deleteAfterStatus(pod), nil
@@ -113,7 +111,7 @@ func (r *ExecutionReconciler) finish(ctx context.Context, ex *sandboxv1alpha1.Ex
 		}
 		// A new interpreter takes about a second under gVisor: replace it off
 		// the request path, so the Execution's result is written now.
-		go r.reset(logf.FromContext(ctx).WithValues("pod", pod.Name), clientKey(pod), addr, token)
+		go r.reset(logf.FromContext(ctx).WithValues("pod", pod.Name), clientKey(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
 		return nil, nil
 	default:
 		return r.deleteAfterStatus(pod), nil
@@ -130,10 +128,10 @@ const resetTimeout = time.Minute
 
 // reset gives a pod released for reuse a fresh interpreter and returns it to
 // the pool's idle pods, or deletes it when the reset fails.
-func (r *ExecutionReconciler) reset(log logr.Logger, key client.ObjectKey, addr, token string) {
+func (r *ExecutionReconciler) reset(log logr.Logger, key client.ObjectKey, addr string, podUID types.UID, keyID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
 	defer cancel()
-	resetErr := r.Runner.Reset(ctx, addr, token)
+	resetErr := r.Runner.Reset(ctx, addr, podUID, keyID)
 	pod := &corev1.Pod{}
 	if err := r.APIReader.Get(ctx, key, pod); err != nil {
 		return // gone; nothing to return

@@ -4,8 +4,12 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,14 +51,20 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 func clientKey(o client.Object) client.ObjectKey { return client.ObjectKeyFromObject(o) }
 
 // CacheOptions limits the manager's informers to what warmpool owns: sandbox
-// pods and the pools' token Secrets, not every pod and Secret of the cluster.
-// Other objects (codeFrom's ConfigMaps and Secrets) are read without a cache.
-func CacheOptions() cache.Options {
+// pods and the pools' NetworkPolicies and PodDisruptionBudgets, not every pod
+// of the cluster, and of all Secrets only the agent keys Secret. Other objects
+// (codeFrom's ConfigMaps and Secrets) are read without a cache.
+func CacheOptions(agentKeys types.NamespacedName) cache.Options {
 	owned := labels.NewSelector()
 	req, _ := labels.NewRequirement(sandboxpod.LabelPool, selection.Exists, nil)
 	owned = owned.Add(*req)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:    {Label: owned},
-		&corev1.Secret{}: {Label: owned},
+		&corev1.Pod{}:                   {Label: owned},
+		&networkingv1.NetworkPolicy{}:   {Label: owned},
+		&policyv1.PodDisruptionBudget{}: {Label: owned},
+		&corev1.Secret{}: {
+			Namespaces: map[string]cache.Config{agentKeys.Namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", agentKeys.Name),
+		},
 	}}
 }

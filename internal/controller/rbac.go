@@ -10,8 +10,13 @@ package controller
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=executions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=executions/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// codeFrom: Secrets and ConfigMaps are read one at a time, uncached, and used
+// only when their owner labelled them sandbox.warmpool.dev/code=true. The
+// agent keys Secret in the manager's own namespace is a namespaced Role
+// (agentkeys_controller.go).
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete

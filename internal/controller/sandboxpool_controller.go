@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,8 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -43,8 +44,15 @@ const maxCreatesPerReconcile = 50
 type SandboxPoolReconciler struct {
 	client.Client
 	// APIReader confirms, around the cache, that an Execution is gone before its pod is deleted.
-	APIReader    client.Reader
-	Recorder     events.EventRecorder
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Keys are the manager's agent signing keys: new pods trust the current one.
+	Keys *agentauth.Keyring
+	// ManagerNamespace is where the pods that may call agents run (labelled
+	// sandboxpod.LabelAgentClient): the only ingress the pools' NetworkPolicies allow.
+	ManagerNamespace string
+	// KeyEvents wakes pools when the agent signing key changes (AgentKeysReconciler).
+	KeyEvents    chan event.GenericEvent
 	expectations *expectations
 
 	mu sync.Mutex
@@ -78,9 +86,12 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if pool.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references delete the pods and the Secret
 	}
-	if err := r.ensureToken(ctx, pool); err != nil {
-		return ctrl.Result{}, err
+	if id, _ := r.Keys.Current(); id == "" {
+		// Without keys every pod would look unreachable: wait for AgentKeysReconciler.
+		log.V(1).Info("waiting for the agent signing keys to load")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	policyErr := r.ensureIsolation(ctx, pool)
 
 	var podList corev1.PodList
 	if err := r.List(ctx, &podList, client.InNamespace(pool.Namespace), client.MatchingLabels{sandboxpod.LabelPool: pool.Name}); err != nil {
@@ -161,6 +172,10 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	status := r.status(pool, pods, pending)
+	setPolicyCondition(&status, pool, policyErr)
+	if policyErr != nil {
+		errs = append(errs, policyErr)
+	}
 	r.recordMetrics(pool, pods, pending)
 	if meta.IsStatusConditionTrue(status.Conditions, sandboxv1alpha1.PoolConditionDegraded) &&
 		!meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
@@ -185,6 +200,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, items []corev1.Pod, deleting map[string]bool, now time.Time) poolPods {
 	var out poolPods
 	hash := sandboxpod.TemplateHash(pool)
+	currentKey, _ := r.Keys.Current()
 	idleTimeout := 10 * time.Minute
 	if pool.Spec.SessionIdleTimeout != nil {
 		idleTimeout = pool.Spec.SessionIdleTimeout.Duration
@@ -228,10 +244,18 @@ func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, item
 			continue
 		}
 		ready := sandboxpod.IsReady(p)
+		key := p.Labels[sandboxpod.LabelAgentKey]
+		if !r.Keys.Has(key) {
+			// Its key was removed from the keys Secret: the manager cannot call it.
+			out.failed = append(out.failed, p)
+			continue
+		}
+		// Built from an older spec, or trusting a key that is no longer current.
+		stale := p.Labels[sandboxpod.LabelTemplateHash] != hash || key != currentKey
 		switch {
-		case p.Labels[sandboxpod.LabelTemplateHash] != hash && ready:
+		case stale && ready:
 			out.staleIdle = append(out.staleIdle, p)
-		case p.Labels[sandboxpod.LabelTemplateHash] != hash:
+		case stale:
 			out.staleWarm = append(out.staleWarm, p)
 		case ready:
 			out.idle = append(out.idle, p)
@@ -382,7 +406,11 @@ func newestFirst(pods []*corev1.Pod) []*corev1.Pod {
 var errNamespaceTerminating = errors.New("namespace is terminating")
 
 func (r *SandboxPoolReconciler) createPod(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
-	pod := sandboxpod.New(pool)
+	key, err := agentKey(r.Keys)
+	if err != nil {
+		return err
+	}
+	pod := sandboxpod.New(pool, key)
 	if err := controllerutil.SetControllerReference(pool, pod, r.Scheme()); err != nil {
 		return err
 	}
@@ -407,32 +435,6 @@ func (r *SandboxPoolReconciler) deletePod(ctx context.Context, pool *sandboxv1al
 		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
 	}
 	r.expectations.Deleted(client.ObjectKeyFromObject(pool), pod.Name)
-	return nil
-}
-
-func (r *SandboxPoolReconciler) ensureToken(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
-	secret := &corev1.Secret{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool)}, secret)
-	if err == nil || !apierrors.IsNotFound(err) {
-		return err
-	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return err
-	}
-	secret = &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: sandboxpod.TokenSecretName(pool),
-			Labels: map[string]string{sandboxpod.LabelPool: pool.Name}},
-		Type:      corev1.SecretTypeOpaque,
-		Immutable: ptr.To(true),
-		Data:      map[string][]byte{sandboxpod.TokenKey: []byte(hex.EncodeToString(b))},
-	}
-	if err := controllerutil.SetControllerReference(pool, secret, r.Scheme()); err != nil {
-		return err
-	}
-	if err := r.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create agent token secret for pool %s: %w", pool.Name, err)
-	}
 	return nil
 }
 
@@ -487,6 +489,9 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations = newExpectations()
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
+	if r.KeyEvents == nil {
+		r.KeyEvents = make(chan event.GenericEvent, 1024)
+	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
@@ -496,7 +501,9 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
-		Owns(&corev1.Secret{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		WatchesRawSource(source.Channel(r.KeyEvents, &handler.EnqueueRequestForObject{})).
 		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("sandboxpool").

@@ -8,7 +8,6 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -30,10 +29,7 @@ var _ = Describe("SandboxPool", func() {
 		Expect(meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady)).To(BeTrue())
 		Expect(meta.IsStatusConditionFalse(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded)).To(BeTrue())
 
-		secret := &corev1.Secret{}
-		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "python-agent-token"}, secret)).To(Succeed())
-		Expect(secret.Data[sandboxpod.TokenKey]).To(HaveLen(64))
-		Expect(secret.OwnerReferences).To(HaveLen(1))
+		Expect(meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionNetworkPolicyReady)).To(BeTrue())
 
 		for _, p := range poolPods(ns, "python") {
 			s := p.Spec
@@ -58,6 +54,12 @@ var _ = Describe("SandboxPool", func() {
 			}
 			Expect(ws).NotTo(BeNil())
 			Expect(ws.EmptyDir.SizeLimit).NotTo(BeNil(), "the writable workspace is size-limited")
+			for _, v := range s.Volumes {
+				Expect(v.Secret).To(BeNil(), "no Secret in a sandbox: code could read it")
+				Expect(v.Projected).To(BeNil())
+			}
+			Expect(c.Env).To(ContainElement(HaveField("ValueFrom.FieldRef.FieldPath", "metadata.uid")), "the agent learns its own pod UID")
+			Expect(p.Labels).To(HaveKeyWithValue(sandboxpod.LabelAgentKey, currentKeyID()))
 		}
 	})
 

@@ -89,6 +89,7 @@ var _ = BeforeSuite(func() {
 	go func() { defer GinkgoRecover(); Expect(kmgr.Start(kctx)).To(Succeed()) }()
 	DeferCleanup(func() { kcancel(); kubelet.StopAll() })
 
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
 	startManager()
 	DeferCleanup(func() {
 		stopManager()
@@ -99,16 +100,22 @@ var _ = BeforeSuite(func() {
 // startManager starts the warmpool manager, as cmd/manager does.
 func startManager() {
 	opts := managerOptions()
-	opts.Cache = controller.CacheOptions()
+	cfg := managerConfig()
+	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
 	mgr, err := ctrl.NewManager(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
 	mctx, cancel := context.WithCancel(context.Background())
-	Expect(controller.SetupIndexes(mctx, mgr)).To(Succeed())
-	Expect((&controller.SandboxPoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
-	Expect((&controller.ExecutionReconciler{Client: mgr.GetClient(), Resolver: kubelet}).SetupWithManager(mgr)).To(Succeed())
+	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
 	done := make(chan struct{})
 	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
 	stopManager, managerDone = cancel, done
+}
+
+// managerNamespace stands for warmpool-system: it holds the agent keys Secret.
+const managerNamespace = "warmpool-system"
+
+func managerConfig() controller.Config {
+	return controller.Config{ManagerNamespace: managerNamespace, Resolver: kubelet}
 }
 
 func restartManager() {

@@ -63,10 +63,12 @@ type Job struct {
 	Pod       string
 	StartTime time.Time
 	Address   string
-	Token     string
-	Request   protocol.ExecuteRequest
-	Deadline  time.Time
-	Grace     time.Duration
+	// PodUID and KeyID address the agent's tokens to this pod (TokenSource).
+	PodUID   types.UID
+	KeyID    string
+	Request  protocol.ExecuteRequest
+	Deadline time.Time
+	Grace    time.Duration
 }
 
 // Outcome of a run: a Result from the agent, or Err when there is none.
@@ -85,8 +87,16 @@ type run struct {
 	outcome   Outcome
 }
 
+// TokenSource signs the tokens that open one pod's agent (agentauth.Keyring).
+type TokenSource interface {
+	Token(podUID, keyID string) (string, error)
+}
+
 // Runner tracks the runs of one manager.
 type Runner struct {
+	// Tokens signs each call to an agent.
+	Tokens TokenSource
+
 	mu   sync.Mutex
 	runs map[types.UID]*run
 	// http is shared by the clients of all agents; idle connections to pods
@@ -99,18 +109,22 @@ type Runner struct {
 }
 
 // New returns a Runner; newEvent makes the event that wakes the Execution's reconcile.
-func New(newEvent func(namespace, name string) event.GenericEvent) *Runner {
+func New(tokens TokenSource, newEvent func(namespace, name string) event.GenericEvent) *Runner {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2
 	tr.IdleConnTimeout = 30 * time.Second
 	return &Runner{
-		runs: map[types.UID]*run{}, http: &http.Client{Transport: tr},
+		Tokens: tokens, runs: map[types.UID]*run{}, http: &http.Client{Transport: tr},
 		Events: make(chan event.GenericEvent, 1024), newObject: newEvent,
 	}
 }
 
-func (r *Runner) client(addr, token string) *client.Client {
-	return client.NewWithHTTP(addr, token, r.http)
+// client returns a client of the pod's agent whose every request carries a
+// token for that pod alone (signed anew when the last one nears its expiry).
+func (r *Runner) client(addr string, podUID types.UID, keyID string) *client.Client {
+	return client.NewWithHTTP(addr, "", r.http).WithTokenSource(func() (string, error) {
+		return r.Tokens.Token(string(podUID), keyID)
+	})
 }
 
 // Start runs the job unless a run of this UID is already tracked. Starting the
@@ -127,7 +141,7 @@ func (r *Runner) Start(job Job) {
 	r.runs[job.UID] = rn
 	r.mu.Unlock()
 
-	c := r.client(job.Address, job.Token)
+	c := r.client(job.Address, job.PodUID, job.KeyID)
 	req := job.Request
 	req.ID = string(job.UID)
 	req.TimeoutMillis = max(time.Until(job.Deadline).Milliseconds(), 1)
@@ -180,7 +194,7 @@ func (r *Runner) Cancel(uid types.UID) {
 	rn.cancelled = true
 	job := rn.job
 	r.mu.Unlock()
-	c := r.client(job.Address, job.Token)
+	c := r.client(job.Address, job.PodUID, job.KeyID)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -243,6 +257,6 @@ func (r *Runner) Forget(uid types.UID) {
 }
 
 // Reset gives a pod's agent a fresh interpreter (reusePolicy FreshInterpreter).
-func (r *Runner) Reset(ctx context.Context, addr, token string) error {
-	return r.client(addr, token).Reset(ctx)
+func (r *Runner) Reset(ctx context.Context, addr string, podUID types.UID, keyID string) error {
+	return r.client(addr, podUID, keyID).Reset(ctx)
 }

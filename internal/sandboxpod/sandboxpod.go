@@ -37,6 +37,13 @@ const (
 	AnnotationLastUsed = "sandbox.warmpool.dev/last-used"
 	// AnnotationUsed marks a pod that has run code; it is never handed to another claim unless the pool reuses pods.
 	AnnotationUsed = "sandbox.warmpool.dev/used"
+	// LabelAgentKey is the ID of the manager key the pod's agent trusts, so the
+	// manager signs the pod's tokens with it (internal/agentauth).
+	LabelAgentKey = "sandbox.warmpool.dev/agent-key"
+	// LabelAgentClient marks pods allowed to call sandbox agents (the manager),
+	// in the namespace the pools' NetworkPolicies name.
+	LabelAgentClient = "sandbox.warmpool.dev/agent-client"
+
 	// AnnotationResetSince is when a pod went into StateResetting (RFC 3339), so a reset that never
 	// finished (the manager stopped mid-way) can be told apart from one in progress.
 	AnnotationResetSince = "sandbox.warmpool.dev/reset-since"
@@ -51,10 +58,8 @@ const (
 	ContainerName = "sandbox"
 	// AgentPort is where the agent listens in the pod.
 	AgentPort = 8080
-	// TokenKey is the key of the agent token in the pool's Secret.
-	TokenKey = "token"
-	// TokenDir is where the token Secret is mounted.
-	TokenDir = "/var/run/warmpool"
+	// EnvPodUID carries the pod's UID to the agent: the audience of its tokens.
+	EnvPodUID = "WARMPOOL_POD_UID"
 	// WorkspaceDir is the code's writable working directory.
 	WorkspaceDir = "/workspace"
 	// RunAsUser is the non-root user of sandbox containers.
@@ -72,9 +77,12 @@ var (
 	terminationGraceInPod = int64(5)
 )
 
-// TokenSecretName is the name of the pool's agent token Secret.
-func TokenSecretName(pool *sandboxv1alpha1.SandboxPool) string {
-	return pool.Name + "-agent-token"
+// AgentKey is the manager key a new pod's agent is told to trust.
+type AgentKey struct {
+	// ID goes into the pod's LabelAgentKey.
+	ID string
+	// Trusted is the agent's --trusted-keys value: the public key only.
+	Trusted string
 }
 
 // Selector is the label selector of a pool's pods, as the scale subresource reports it.
@@ -99,8 +107,9 @@ func TemplateHash(pool *sandboxv1alpha1.SandboxPool) string {
 	return fmt.Sprintf("%08x", h.Sum32())
 }
 
-// New builds an idle sandbox pod of the pool (without owner reference; the caller sets it).
-func New(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
+// New builds an idle sandbox pod of the pool (without owner reference; the
+// caller sets it) whose agent accepts tokens signed with key for it alone.
+func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 	s := pool.Spec
 	labels := map[string]string{}
 	annotations := map[string]string{}
@@ -117,12 +126,13 @@ func New(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
 	labels[LabelPool] = pool.Name
 	labels[LabelState] = StateIdle
 	labels[LabelTemplateHash] = TemplateHash(pool)
+	labels[LabelAgentKey] = key.ID
 
 	resources := sandboxResources(s.Resources)
 
 	args := []string{"serve",
 		"--listen", fmt.Sprintf(":%d", AgentPort),
-		"--token-file", TokenDir + "/" + TokenKey,
+		"--trusted-keys", key.Trusted,
 		"--workspace", WorkspaceDir,
 	}
 	if len(s.Python.Preload) > 0 {
@@ -137,6 +147,10 @@ func New(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
 		{Name: "HOME", Value: WorkspaceDir},
 		{Name: "TMPDIR", Value: "/tmp"},
 	}, s.Env...)
+	// Last, so that no pool env of the same name replaces it (the API refuses
+	// WARMPOOL_ names in spec.env too).
+	env = append(env, corev1.EnvVar{Name: EnvPodUID, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}})
 
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -195,15 +209,11 @@ func New(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "workspace", MountPath: WorkspaceDir},
 					{Name: "tmp", MountPath: "/tmp"},
-					{Name: "agent-token", MountPath: TokenDir, ReadOnly: true},
 				},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &WorkspaceSizeLimit}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &TmpSizeLimit}}},
-				{Name: "agent-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-					SecretName: TokenSecretName(pool), DefaultMode: ptr.To[int32](0o440),
-				}}},
 			},
 		},
 	}

@@ -99,18 +99,13 @@ func run(n, poolSize, concurrency int, mode, python string) error {
 	go func() { _ = kmgr.Start(ctx) }()
 
 	mopts := opts(env)
-	mopts.Cache = controller.CacheOptions()
+	cfg := controller.Config{ManagerNamespace: "default", Resolver: kubelet}
+	mopts.Cache = controller.CacheOptions(cfg.KeysSecret())
 	mgr, err := ctrl.NewManager(env.Config, mopts)
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupIndexes(ctx, mgr); err != nil {
-		return err
-	}
-	if err := (&controller.SandboxPoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&controller.ExecutionReconciler{Client: mgr.GetClient(), Resolver: kubelet}).SetupWithManager(mgr); err != nil {
+	if err := controller.Setup(ctx, mgr, cfg); err != nil {
 		return err
 	}
 	go func() { _ = mgr.Start(ctx) }()

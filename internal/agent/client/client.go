@@ -20,9 +20,17 @@ import (
 
 // Client talks to one agent.
 type Client struct {
-	base  string
-	token string
-	http  *http.Client
+	base   string
+	token  string
+	tokens func() (string, error)
+	http   *http.Client
+}
+
+// WithTokenSource makes the client ask tokens() for the bearer token of every
+// request instead of using a fixed one: tokens that expire, signed per pod.
+func (c *Client) WithTokenSource(tokens func() (string, error)) *Client {
+	c.tokens = tokens
+	return c
 }
 
 // New returns a client for baseURL (http://host:port) with a bearer token and
@@ -84,8 +92,14 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	token := c.token
+	if c.tokens != nil {
+		if token, err = c.tokens(); err != nil {
+			return nil, fmt.Errorf("agent token: %w", err)
+		}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -28,8 +28,12 @@ import (
 // Config of a Server.
 type Config struct {
 	// Token every request but health and readiness must carry as a bearer token.
-	// Empty turns authentication off (only for a Unix socket only its owner can open).
+	// Empty, with no Verify, turns authentication off (only for a Unix socket
+	// only its owner can open).
 	Token string
+	// Verify, when set, checks bearer tokens instead of Token: in a pod, tokens
+	// the manager signed for this pod alone (internal/agentauth).
+	Verify func(token string) error
 	// Workers are the interpreters; requests go to a free one.
 	Workers   []*interpreter.Interpreter
 	Workspace *workspace.Workspace
@@ -98,9 +102,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.PathReadyz, s.readyz)
 	auth := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			if s.cfg.Token != "" {
+			if s.cfg.Token != "" || s.cfg.Verify != nil {
 				got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+				if ok && s.cfg.Verify != nil {
+					ok = s.cfg.Verify(got) == nil
+				} else if ok {
+					ok = subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
+				}
+				if !ok {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="warmpool-agent"`)
 					writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 					return

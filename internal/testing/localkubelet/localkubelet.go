@@ -134,21 +134,6 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o755); err != nil {
 		return err
 	}
-	// The token, as the Secret volume would mount it.
-	var secretName string
-	for _, v := range pod.Spec.Volumes {
-		if v.Secret != nil {
-			secretName = v.Secret.SecretName
-		}
-	}
-	secret := &corev1.Secret{}
-	if err := k.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: secretName}, secret); err != nil {
-		return fmt.Errorf("pod %s: token secret %s: %w", pod.Name, secretName, err)
-	}
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, secret.Data[sandboxpod.TokenKey], 0o600); err != nil {
-		return err
-	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -159,8 +144,6 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		switch args[i] {
 		case "--listen":
 			args[i+1] = fmt.Sprintf("127.0.0.1:%d", port)
-		case "--token-file":
-			args[i+1] = tokenFile
 		case "--workspace":
 			args[i+1] = filepath.Join(dir, "workspace")
 		}
@@ -171,9 +154,14 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	cmd := exec.Command(k.AgentBinary, args...)
 	cmd.Env = os.Environ()
 	for _, e := range pod.Spec.Containers[0].Env {
-		if e.Name != "HOME" && e.Name != "TMPDIR" {
-			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		if e.Name == "HOME" || e.Name == "TMPDIR" {
+			continue
 		}
+		v, err := envValue(pod, e)
+		if err != nil {
+			return err
+		}
+		cmd.Env = append(cmd.Env, e.Name+"="+v)
 	}
 	cmd.Stderr = &prefixWriter{log: k.Log.WithValues("pod", pod.Name)}
 	// A test process that dies must not leave agents behind.
@@ -188,7 +176,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	k.mu.Unlock()
 	go k.watch(key, p)
 
-	c := agentclient.New(p.addr, string(secret.Data[sandboxpod.TokenKey]))
+	c := agentclient.New(p.addr, "") // readiness needs no token
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := c.WaitReady(rctx); err != nil {
@@ -278,6 +266,25 @@ func (k *Kubelet) setStatus(ctx context.Context, pod *corev1.Pod, mutate func(*c
 		}
 	}
 	return fmt.Errorf("update status of pod %s: too many conflicts", pod.Name)
+}
+
+// envValue resolves an env var as the kubelet would: a value, or the pod's
+// metadata through the downward API (the agent learns its pod UID so).
+func envValue(pod *corev1.Pod, e corev1.EnvVar) (string, error) {
+	if e.ValueFrom == nil {
+		return e.Value, nil
+	}
+	if f := e.ValueFrom.FieldRef; f != nil {
+		switch f.FieldPath {
+		case "metadata.uid":
+			return string(pod.UID), nil
+		case "metadata.name":
+			return pod.Name, nil
+		case "metadata.namespace":
+			return pod.Namespace, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s: env %s: this stand-in kubelet resolves only metadata.uid/name/namespace", pod.Name, e.Name)
 }
 
 func ptrTrue() *bool { b := true; return &b }

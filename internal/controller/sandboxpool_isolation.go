@@ -1,0 +1,101 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// ensureIsolation keeps the pool's NetworkPolicy and PodDisruptionBudget as
+// sandboxpod builds them: created when missing (also after someone deleted
+// them), put back when edited. Both are owned by the pool and go with it.
+func (r *SandboxPoolReconciler) ensureIsolation(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
+	np := sandboxpod.NetworkPolicy(pool, r.ManagerNamespace)
+	npErr := r.ensureOwned(ctx, pool, "NetworkPolicy", np, func(existing client.Object) bool {
+		cur := existing.(*networkingv1.NetworkPolicy)
+		if equality.Semantic.DeepEqual(cur.Spec, np.Spec) && cur.Labels[sandboxpod.LabelPool] == pool.Name {
+			return false
+		}
+		cur.Spec, cur.Labels = np.Spec, np.Labels
+		return true
+	})
+	if npErr != nil {
+		npErr = fmt.Errorf("network policy of pool %s: %w", pool.Name, npErr)
+	}
+	pdb := sandboxpod.DisruptionBudget(pool)
+	pdbErr := r.ensureOwned(ctx, pool, "PodDisruptionBudget", pdb, func(existing client.Object) bool {
+		cur := existing.(*policyv1.PodDisruptionBudget)
+		if equality.Semantic.DeepEqual(cur.Spec, pdb.Spec) && cur.Labels[sandboxpod.LabelPool] == pool.Name {
+			return false
+		}
+		cur.Spec, cur.Labels = pdb.Spec, pdb.Labels
+		return true
+	})
+	if pdbErr != nil {
+		pdbErr = fmt.Errorf("disruption budget of pool %s: %w", pool.Name, pdbErr)
+	}
+	return errors.Join(npErr, pdbErr)
+}
+
+// ensureOwned creates want, owned by the pool, or brings the existing object
+// back to it (update reports whether it changed anything).
+func (r *SandboxPoolReconciler) ensureOwned(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, kind string, want client.Object,
+	update func(existing client.Object) bool) error {
+	existing := want.DeepCopyObject().(client.Object)
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), existing)
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if err != nil {
+		if err := controllerutil.SetControllerReference(pool, want, r.Scheme()); err != nil {
+			return err
+		}
+		err := r.Create(ctx, want)
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// The cache holds only objects labelled as a pool's: read the one in the way.
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), existing); err != nil {
+			return err
+		}
+	}
+	if !metav1.IsControlledBy(existing, pool) {
+		// Someone else's object of the same name: never take it over silently.
+		return fmt.Errorf("%s %s exists and is not owned by the pool: delete or rename it", kind, want.GetName())
+	}
+	if !update(existing) {
+		return nil
+	}
+	return r.Update(ctx, existing)
+}
+
+// setPolicyCondition says whether the pool's NetworkPolicy is in place.
+func setPolicyCondition(st *sandboxv1alpha1.SandboxPoolStatus, pool *sandboxv1alpha1.SandboxPool, err error) {
+	c := metav1.Condition{Type: sandboxv1alpha1.PoolConditionNetworkPolicyReady, ObservedGeneration: pool.Generation,
+		Status: metav1.ConditionTrue, Reason: sandboxv1alpha1.ReasonPolicyApplied,
+		Message: fmt.Sprintf("NetworkPolicy %s allows ingress to the agent port from the manager only, and %s; "+
+			"it isolates the pods only if the cluster's network plugin enforces NetworkPolicies", pool.Name, egressSummary(pool))}
+	if err != nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sandboxv1alpha1.ReasonPolicyFailed, err.Error()
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+func egressSummary(pool *sandboxv1alpha1.SandboxPool) string {
+	if pool.Spec.Network == nil || len(pool.Spec.Network.Egress) == 0 {
+		return "no egress (DNS included)"
+	}
+	return fmt.Sprintf("egress to the %d destinations of spec.network.egress only", len(pool.Spec.Network.Egress))
+}

@@ -1,0 +1,53 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/runner"
+)
+
+// Config is what the controllers need to know about where they run.
+type Config struct {
+	// ManagerNamespace holds the agent keys Secret; the pools' NetworkPolicies
+	// admit agent calls only from pods there labelled sandboxpod.LabelAgentClient.
+	ManagerNamespace string
+	// AgentKeysSecret names that Secret (DefaultAgentKeysSecret when empty).
+	AgentKeysSecret string
+	// Resolver finds a pod's agent (the pod IP in a cluster).
+	Resolver runner.Resolver
+}
+
+// KeysSecret is the agent keys Secret's name and namespace.
+func (c Config) KeysSecret() types.NamespacedName {
+	name := c.AgentKeysSecret
+	if name == "" {
+		name = DefaultAgentKeysSecret
+	}
+	return types.NamespacedName{Namespace: c.ManagerNamespace, Name: name}
+}
+
+// Setup registers the cache indexes and all warmpool controllers with mgr,
+// whose cache was made with CacheOptions(cfg.KeysSecret()).
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
+	if err := SetupIndexes(ctx, mgr); err != nil {
+		return err
+	}
+	keys := &agentauth.Keyring{}
+	poolEvents := make(chan event.GenericEvent, 1024)
+	if err := (&AgentKeysReconciler{
+		Client: mgr.GetClient(), Secret: cfg.KeysSecret(), Keys: keys, PoolEvents: poolEvents,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&SandboxPoolReconciler{
+		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys}).SetupWithManager(mgr)
+}
