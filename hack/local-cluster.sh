@@ -3,8 +3,10 @@
 # has no Docker and no systemd: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet and kube-proxy built from Go modules
 # (hack/k8s-binaries.sh), containerd/runc/CNI plugins from Debian, gVisor's runsc
-# and shim built from Go modules (hack/gvisor.sh), and the project's images built
-# without Docker (make images) and imported into containerd.
+# and shim built from Go modules (hack/gvisor.sh), kube-router's NetworkPolicy
+# controller (hack/kube-router.sh) and CoreDNS (hack/coredns.sh) built from Go
+# modules and run as host processes, and the project's images built without
+# Docker (make images) and imported into containerd.
 #
 #   hack/local-cluster.sh up        # idempotent: starts what is not running
 #   hack/local-cluster.sh down      # stops what `up` started (by PID), undoes host changes
@@ -15,11 +17,13 @@
 # Needs root. Every daemon's state, logs and PID file live in $LOCAL_CLUSTER_DIR
 # (default ~/.cache/warmpool/local-cluster); the kubeconfig is
 # $LOCAL_CLUSTER_DIR/kubeconfig. Pods get addresses from 10.244.0.0/24 on the
-# bridge warmpool0, routes only to that subnet and the Service range, and a
-# FORWARD rule drops anything they send off the bridge: no pod traffic leaves
-# the machine. The control plane listens on loopback, but for the API server,
-# which listens on the bridge address only: for this host and, through
-# kube-proxy, for in-cluster clients.
+# bridge warmpool0 and a default route via the bridge address, as on a real
+# cluster: what keeps a pod from this host's addresses is NetworkPolicy
+# (enforced by kube-router), not a missing route. Nothing a pod sends leaves
+# the machine: anything routed from the bridge to another interface is dropped.
+# The control plane listens on loopback, but for the API server and the cluster
+# DNS (CoreDNS, for cluster.local only; every other name is refused), which
+# listen on the bridge address only: for this host and for pods.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,7 +42,9 @@ SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
 BRIDGE=warmpool0
 NODE=localhost
-COMPONENTS=(etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy kube-router coredns)
+COREDNS_READY_PORT=${COREDNS_READY_PORT:-18181}
+KUBE_ROUTER_METRICS_PORT=${KUBE_ROUTER_METRICS_PORT:-20245}
 
 # Host paths that containerd, the CNI plugins and the kubelet create outside
 # our state dir. `up` records which of them already existed; `down` removes the
@@ -53,6 +59,8 @@ pidfile() { echo "$STATE/run/$1.pid"; }
 running() { local f; f=$(pidfile "$1"); [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; }
 
 kubectl() { "$K8S_DIR/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
+
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f s", b - a}'; }
 
 wait_for() { # wait_for DESCRIPTION SECONDS CMD...
   local what=$1 secs=$2; shift 2
@@ -105,6 +113,7 @@ preflight() {
   command -v runc >/dev/null || missing+=(runc)
   [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
+  command -v ipset >/dev/null || missing+=(ipset)
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v ip >/dev/null || missing+=(iproute2)
   command -v openssl >/dev/null || missing+=(openssl)
@@ -125,55 +134,73 @@ binaries() {
     kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
   ETCD_BIN=$CACHE_ROOT/etcd/$ETCD_VERSION/etcd
   GVISOR_DIR=$("$ROOT/hack/gvisor.sh")
+  KUBE_ROUTER_DIR=$("$ROOT/hack/kube-router.sh")
+  COREDNS_DIR=$("$ROOT/hack/coredns.sh")
 }
 
 record_host_state() {
-  [[ -f $STATE/host/recorded ]] && return
-  mkdir -p "$STATE/host"
-  cat /proc/sys/net/ipv4/ip_forward >"$STATE/host/ip_forward"
-  : >"$STATE/host/paths"
-  for p in "${HOST_PATHS[@]}"; do [[ -e $p ]] && echo "$p" >>"$STATE/host/paths"; done
-  : >"$STATE/host/cgroups"
-  for c in "$CGROUP_ROOT"/*/kubepods; do [[ -d $c ]] && echo "$c" >>"$STATE/host/cgroups"; done
-  ls /var/run/netns 2>/dev/null >"$STATE/host/netns" || true
-  kube_chains >"$STATE/host/iptables-chains"
-  touch "$STATE/host/recorded"
+  local h=$STATE/host
+  mkdir -p "$h"
+  # Recorded one by one, so that a cluster brought up by an older version of
+  # this script still gets them recorded before anything changes them.
+  [[ -f $h/bridge-nf-call-iptables ]] \
+    || cat /proc/sys/net/bridge/bridge-nf-call-iptables >"$h/bridge-nf-call-iptables" 2>/dev/null || true
+  [[ -f $h/ipsets ]] || { ipset list -n 2>/dev/null || true; } | sort >"$h/ipsets"
+  [[ -f $h/nft-tables ]] || { nft list tables 2>/dev/null || true; } >"$h/nft-tables"
+  [[ -f $h/recorded ]] && return
+  cat /proc/sys/net/ipv4/ip_forward >"$h/ip_forward"
+  : >"$h/paths"
+  for p in "${HOST_PATHS[@]}"; do [[ -e $p ]] && echo "$p" >>"$h/paths"; done
+  : >"$h/cgroups"
+  for c in "$CGROUP_ROOT"/*/kubepods; do [[ -d $c ]] && echo "$c" >>"$h/cgroups"; done
+  ls /var/run/netns 2>/dev/null >"$h/netns" || true
+  kube_chains >"$h/iptables-chains"
+  touch "$h/recorded"
 }
 
 # pki writes a CA, serving and client certificates, the service-account key
 # pair, static tokens for each component, and their kubeconfigs.
 pki() {
   local d=$STATE/pki
-  [[ -f $d/done ]] && return
-  log "writing certificates, tokens and kubeconfigs to $d"
-  rm -rf "$d"; mkdir -p "$d"; chmod 700 "$d"
-  (
-    cd "$d"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
-      -subj /CN=warmpool-local-ca 2>/dev/null
-    cert() { # cert NAME SUBJECT EXTENDED_KEY_USAGE [SANS]
-      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-      {
-        echo "basicConstraints=CA:FALSE"
-        echo "keyUsage=critical,digitalSignature,keyEncipherment"
-        echo "extendedKeyUsage=$3"
-        if [[ -n ${4:-} ]]; then echo "subjectAltName=$4"; fi
-      } >"$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-      rm -f "$1.csr" "$1.ext"
-    }
-    cert apiserver /CN=kube-apiserver serverAuth \
-      "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$SERVICE_IP,IP:$GATEWAY"
-    cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
-    cert kubelet "/CN=$NODE" serverAuth "DNS:$NODE,IP:127.0.0.1"
-    openssl genrsa -out sa.key 2048 2>/dev/null
-    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-    : >tokens.csv
-    while read -r user groups; do
-      local tok; tok=$(openssl rand -hex 24)
-      echo "$tok,$user,$user,\"$groups\"" >>tokens.csv
-      cat >"$user.kubeconfig" <<EOF
+  if [[ ! -f $d/done ]]; then
+    log "writing certificates, tokens and kubeconfigs to $d"
+    rm -rf "$d"; mkdir -p "$d"; chmod 700 "$d"
+    (
+      cd "$d"
+      openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+        -subj /CN=warmpool-local-ca 2>/dev/null
+      cert() { # cert NAME SUBJECT EXTENDED_KEY_USAGE [SANS]
+        openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+        {
+          echo "basicConstraints=CA:FALSE"
+          echo "keyUsage=critical,digitalSignature,keyEncipherment"
+          echo "extendedKeyUsage=$3"
+          if [[ -n ${4:-} ]]; then echo "subjectAltName=$4"; fi
+        } >"$1.ext"
+        openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+          -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+        rm -f "$1.csr" "$1.ext"
+      }
+      cert apiserver /CN=kube-apiserver serverAuth \
+        "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$SERVICE_IP,IP:$GATEWAY"
+      cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+      cert kubelet "/CN=$NODE" serverAuth "DNS:$NODE,IP:127.0.0.1"
+      openssl genrsa -out sa.key 2048 2>/dev/null
+      openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+      : >tokens.csv
+      chmod 600 ./*.key tokens.csv
+      touch done
+    )
+  fi
+  # Users are added one by one, so a newer version of this script can add one
+  # to a cluster that is already up; the API server reads the token file only
+  # when it starts, so it is restarted then.
+  local user groups tok added=()
+  while read -r user groups; do
+    [[ -f $d/$user.kubeconfig ]] && continue
+    tok=$(openssl rand -hex 24)
+    echo "$tok,$user,$user,\"$groups\"" >>"$d/tokens.csv"
+    (umask 077; cat >"$d/$user.kubeconfig.tmp") <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -190,16 +217,21 @@ contexts:
   context: {cluster: local, user: $user}
 current-context: local
 EOF
-    done <<EOF
+    mv "$d/$user.kubeconfig.tmp" "$d/$user.kubeconfig"
+    added+=("$user")
+  done <<EOF
 admin system:masters
 system:kube-controller-manager system:authenticated
 system:kube-scheduler system:authenticated
 system:node:$NODE system:nodes
 system:kube-proxy system:authenticated
+system:kube-router system:authenticated
+system:coredns system:authenticated
 EOF
-    chmod 600 ./*.key ./*.kubeconfig tokens.csv
-    touch done
-  )
+  if ((${#added[@]})) && running kube-apiserver; then
+    log "new users ${added[*]}: restarting kube-apiserver to read them"
+    stop kube-apiserver
+  fi
   install -m 600 "$d/admin.kubeconfig" "$STATE/kubeconfig"
 }
 
@@ -268,7 +300,9 @@ state = "$STATE/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni/net.d"
 EOF
-  # No default route: pods reach their own subnet and the Service range only.
+  # A default route via the bridge, as on a real cluster: a pod's packets to
+  # this host's addresses arrive (and NetworkPolicy decides), packets to
+  # anywhere else are dropped when routed off the bridge (see network).
   write "$STATE/cni/net.d/10-warmpool.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -283,7 +317,7 @@ EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$GATEWAY"}]],
-        "routes": [{"dst": "$SERVICE_CIDR", "gw": "$GATEWAY"}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "$GATEWAY"}],
         "dataDir": "$STATE/cni/ipam"
       }
     }
@@ -355,6 +389,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
 serializeImagePulls: false
 clusterDomain: cluster.local
+clusterDNS: [$GATEWAY]
 EOF
   start kubelet "$K8S_DIR/kubelet" --config "$STATE/kubelet.yaml" \
     --kubeconfig "$p/system:node:$NODE.kubeconfig" --root-dir "$STATE/kubelet" \
@@ -383,15 +418,128 @@ EOF
   wait_for kube-proxy 60 curl -sf http://127.0.0.1:10256/healthz
 }
 
+# addon_rbac lets kube-router and CoreDNS read what they watch, nothing more.
+# kube-router is used for NetworkPolicy only, but v2.1.0 starts its informers
+# for Services, Endpoints and EndpointSlices whatever runs, and exits when they
+# cannot sync; it gets no leases, no services/status, no writes at all.
+# CoreDNS' role is upstream's (coredns/deployment) without Endpoints, which
+# CoreDNS 1.15 no longer reads.
+addon_rbac() {
+  kubectl apply --server-side --force-conflicts --field-manager=local-cluster -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "local-cluster:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [services, endpoints]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "local-cluster:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "local-cluster:kube-router"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-router"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "local-cluster:coredns"}
+rules:
+- apiGroups: [""]
+  resources: [services, pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "local-cluster:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "local-cluster:coredns"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:coredns"}]
+EOF
+}
+
+# kube_router_synced: the process has finished a full NetworkPolicy sync. Its
+# rules cannot tell: they outlive a kube-router that stopped.
+kube_router_synced() {
+  curl -sf "http://127.0.0.1:$KUBE_ROUTER_METRICS_PORT/metrics" \
+    | grep -Eq '^kube_router_controller_iptables_sync_time_count [1-9]'
+}
+
+# kube-router runs only its NetworkPolicy controller: pod networking stays with
+# the bridge plugin and Services with kube-proxy. Its health port would listen
+# on every interface (it takes no address), so it is off; its metrics can be
+# bound to loopback and tell when the first sync is done.
+start_kube_router() {
+  local t0=$EPOCHREALTIME
+  start kube-router "$KUBE_ROUTER_DIR/kube-router" \
+    --kubeconfig "$STATE/pki/system:kube-router.kubeconfig" \
+    --hostname-override "$NODE" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --health-port 0 --metrics-addr 127.0.0.1 --metrics-port "$KUBE_ROUTER_METRICS_PORT"
+  wait_for kube-router 90 kube_router_synced
+  log "kube-router enforcing NetworkPolicy ($(since "$t0"))"
+}
+
+# CoreDNS answers cluster.local (and reverse lookups of cluster addresses) from
+# the API and nothing else: with no server block for other zones it REFUSES
+# them, and the binary has no plugin that could forward (hack/coredns.sh).
+start_coredns() {
+  local t0=$EPOCHREALTIME
+  mkdir -p "$STATE/coredns"
+  write "$STATE/coredns/Corefile" <<EOF
+cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
+    bind $GATEWAY
+    errors
+    ready 127.0.0.1:$COREDNS_READY_PORT
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $STATE/pki/system:coredns.kubeconfig
+    }
+}
+EOF
+  start coredns "$COREDNS_DIR/coredns" -conf "$STATE/coredns/Corefile"
+  wait_for coredns 60 curl -sf "http://127.0.0.1:$COREDNS_READY_PORT/ready"
+  log "coredns serving cluster.local on $GATEWAY:53 ($(since "$t0"))"
+}
+
 # network makes the pods' bridge before anything starts (the CNI plugin adopts
 # it), so the API server can listen on the bridge address alone: reachable from
 # this host and from pods, not from other machines.
+#
+# Pods have a default route, so the guard that keeps their packets on this
+# machine sits in the mangle table's FORWARD chain: kube-router puts its own
+# jump first in the filter FORWARD chain on every sync and ACCEPTs there
+# whatever NetworkPolicy allows, so a filter rule alone would no longer be
+# reached. The filter rule stays for the time before kube-router runs and for
+# hosts where someone runs the cluster without it.
+# Pod-to-pod traffic crosses the bridge without being routed; the bridge must
+# hand it to iptables for NetworkPolicy to see it (bridge-nf-call-iptables).
 network() {
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$GATEWAY/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  iptables -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null \
-    || iptables -I FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+  local t
+  for t in mangle filter; do
+    iptables -t "$t" -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null \
+      || iptables -t "$t" -I FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+  done
+  [[ -w /proc/sys/net/bridge/bridge-nf-call-iptables ]] || modprobe br_netfilter 2>/dev/null || true
+  [[ -w /proc/sys/net/bridge/bridge-nf-call-iptables ]] \
+    || die "no /proc/sys/net/bridge/bridge-nf-call-iptables (br_netfilter): NetworkPolicy could not see pod-to-pod traffic"
+  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
 }
 
 cluster_objects() {
@@ -412,11 +560,14 @@ up() {
   network
   start_etcd
   start_apiserver
+  addon_rbac
   start_containerd
   load_images
   start_controllers
+  start_coredns
   start_kubelet
   start_proxy
+  start_kube_router
   cluster_objects
   log "cluster up in $((SECONDS - t0)) s; export KUBECONFIG=$STATE/kubeconfig"
 }
@@ -446,7 +597,7 @@ down() {
   K8S_DIR=$CACHE_ROOT/k8s/$K8S_VERSION
   drain
   local c
-  for c in kube-proxy kubelet kube-controller-manager kube-scheduler; do stop "$c"; done
+  for c in kube-router coredns kube-proxy kubelet kube-controller-manager kube-scheduler; do stop "$c"; done
   [[ -x $K8S_DIR/kube-proxy ]] && "$K8S_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true
   # Whatever is left of the sandboxes: kill tasks, then their shims (they run
   # with our containerd's socket path on their command line).
@@ -472,8 +623,10 @@ kube_chains() {
   done
 }
 
-# remove_kube_chains deletes the KUBE-* chains that kubelet and kube-proxy made
-# (those not there when `up` first ran) and the rules that jump to them.
+# remove_kube_chains deletes the KUBE-* chains that kubelet, kube-proxy and
+# kube-router (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) made, those not
+# there when `up` first ran, and the rules that jump to them; kube-router
+# leaves all of them behind when it stops.
 remove_kube_chains() {
   local tool table chain rule
   kube_chains | while read -r tool table chain; do
@@ -490,9 +643,44 @@ remove_kube_chains() {
   done
 }
 
+# remove_ipsets destroys the sets kube-router made for NetworkPolicy (KUBE-SRC-*,
+# KUBE-DST-*, and TMP-* if it died while swapping), once no rule uses them.
+remove_ipsets() {
+  [[ -f $STATE/host/ipsets ]] && command -v ipset >/dev/null || return 0
+  local set
+  { ipset list -n 2>/dev/null || true; } | grep -E '^(inet6:)?(KUBE-|TMP-)' | while read -r set; do
+    grep -qxF "$set" "$STATE/host/ipsets" && continue
+    ipset destroy "$set" 2>/dev/null || log "ipset $set is still in use; left in place"
+  done
+}
+
+# remove_empty_nft_tables deletes the nftables tables that iptables-nft made for
+# our components (filter, nat, mangle of ip and ip6) when they were not there
+# before `up` and nothing is left in them but empty built-in chains.
+remove_empty_nft_tables() {
+  [[ -f $STATE/host/nft-tables ]] && command -v nft >/dev/null || return 0
+  local family name
+  { nft list tables 2>/dev/null || true; } | while read -r _ family name; do
+    [[ $family == ip || $family == ip6 ]] || continue
+    [[ $name == filter || $name == nat || $name == mangle ]] || continue
+    grep -qxF "table $family $name" "$STATE/host/nft-tables" && continue
+    nft list table "$family" "$name" 2>/dev/null \
+      | grep -qvE '^[[:space:]]*(table .* \{|chain [A-Z]+ \{|type .* policy accept;|\}|)$' && continue
+    nft delete table "$family" "$name" 2>/dev/null || true
+  done
+}
+
 cleanup_host() {
-  iptables -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null || true
+  local t
+  for t in mangle filter; do
+    iptables -t "$t" -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null || true
+  done
   if [[ -f $STATE/host/recorded ]]; then remove_kube_chains; fi
+  remove_ipsets
+  remove_empty_nft_tables
+  if [[ -s $STATE/host/bridge-nf-call-iptables ]]; then
+    cat "$STATE/host/bridge-nf-call-iptables" >/proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || true
+  fi
   ip link del "$BRIDGE" 2>/dev/null || true
   local m
   # Leftover network namespaces of our pods (created after up recorded the list).
