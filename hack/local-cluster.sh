@@ -23,7 +23,10 @@
 # the machine: anything routed from the bridge to another interface is dropped.
 # The control plane listens on loopback, but for the API server and the cluster
 # DNS (CoreDNS, for cluster.local only; every other name is refused), which
-# listen on the bridge address only: for this host and for pods.
+# listen on the bridge address only: for this host and for pods, and the
+# kubelet, which listens on every address as on a kubeadm node (client
+# certificates of this cluster's CA only), so that the isolation tests attack
+# the port a real node exposes.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -368,7 +371,7 @@ start_kubelet() {
   write "$STATE/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: 0.0.0.0
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 authentication:
