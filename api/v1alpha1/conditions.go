@@ -42,5 +42,8 @@ const (
 	ReasonPodsHealthy         = "PodsHealthy"
 	ReasonPolicyApplied       = "PolicyApplied"
 	ReasonPolicyFailed        = "PolicyFailed"
+	// ReasonOtherPoliciesApply: the pool's policy is in place, but other
+	// NetworkPolicies select its pods and allow them traffic (they add up).
+	ReasonOtherPoliciesApply = "OtherPoliciesApply"
 	ReasonCodeSourceNotMarked = "CodeSourceNotMarked"
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -51,16 +50,17 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 func clientKey(o client.Object) client.ObjectKey { return client.ObjectKeyFromObject(o) }
 
 // CacheOptions limits the manager's informers to what warmpool owns: sandbox
-// pods and the pools' NetworkPolicies and PodDisruptionBudgets, not every pod
-// of the cluster, and of all Secrets only the agent keys Secret. Other objects
-// (codeFrom's ConfigMaps and Secrets) are read without a cache.
+// pods and the pools' PodDisruptionBudgets, not every pod of the cluster, and
+// of all Secrets only the agent keys Secret. Other objects (codeFrom's
+// ConfigMaps and Secrets) are read without a cache. NetworkPolicies are all
+// cached (they are few and small): the pool reports the other policies that
+// select its pods, since any of them can open what the pool's own one closes.
 func CacheOptions(agentKeys types.NamespacedName) cache.Options {
 	owned := labels.NewSelector()
 	req, _ := labels.NewRequirement(sandboxpod.LabelPool, selection.Exists, nil)
 	owned = owned.Add(*req)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   {Label: owned},
-		&networkingv1.NetworkPolicy{}:   {Label: owned},
 		&policyv1.PodDisruptionBudget{}: {Label: owned},
 		&corev1.Secret{}: {
 			Namespaces: map[string]cache.Config{agentKeys.Namespace: {}},

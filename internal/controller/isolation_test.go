@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -105,6 +106,41 @@ var _ = Describe("Isolation", func() {
 			return condition(getPool(ns, "python").Status.Conditions, sandboxv1alpha1.PoolConditionNetworkPolicyReady)
 		}).Should(And(Not(BeNil()), HaveField("Status", "False"), HaveField("Reason", sandboxv1alpha1.ReasonPolicyFailed),
 			HaveField("Message", ContainSubstring("not owned by the pool"))))
+	})
+
+	It("names the other policies that select the pool's pods and allow them traffic", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, wrappers.Pool(ns, "python").Obj())).To(Succeed())
+		policy := func() *metaCondition {
+			return condition(getPool(ns, "python").Status.Conditions, sandboxv1alpha1.PoolConditionNetworkPolicyReady)
+		}
+		Eventually(policy).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1alpha1.ReasonPolicyApplied)))
+
+		By("a default-deny policy for the namespace changes nothing; an allow-all one re-opens the pods")
+		both := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+		Expect(k8s.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default-deny"},
+			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: both}})).To(Succeed())
+		allowAll := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "allow-all-egress"},
+			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: both, Egress: []networkingv1.NetworkPolicyEgressRule{{}}}}
+		Expect(k8s.Create(ctx, allowAll)).To(Succeed())
+		Eventually(policy).Should(And(HaveField("Status", "True"),
+			HaveField("Reason", sandboxv1alpha1.ReasonOtherPoliciesApply),
+			HaveField("Message", And(ContainSubstring("allow-all-egress"), Not(ContainSubstring("default-deny"))))))
+		Eventually(func() []string {
+			var evs eventsv1.EventList
+			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			var reasons []string
+			for _, e := range evs.Items {
+				if e.Regarding.Name == "python" && e.Type == corev1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}).Should(ContainElement(sandboxv1alpha1.ReasonOtherPoliciesApply))
+
+		By("deleting it: the pool's own policy is all there is again")
+		Expect(k8s.Delete(ctx, allowAll)).To(Succeed())
+		Eventually(policy).Should(HaveField("Reason", sandboxv1alpha1.ReasonPolicyApplied))
 	})
 
 	It("gives each agent credentials that open that pod alone, and none the code could read", func() {

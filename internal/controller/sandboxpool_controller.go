@@ -172,9 +172,18 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	status := r.status(pool, pods, pending)
-	setPolicyCondition(&status, pool, policyErr)
+	others, err := r.reopeningPolicies(ctx, pool)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	setPolicyCondition(&status, pool, others, policyErr)
 	if policyErr != nil {
 		errs = append(errs, policyErr)
+	}
+	if c := meta.FindStatusCondition(status.Conditions, sandboxv1alpha1.PoolConditionNetworkPolicyReady); c.Reason == sandboxv1alpha1.ReasonOtherPoliciesApply {
+		if old := meta.FindStatusCondition(pool.Status.Conditions, c.Type); old == nil || old.Message != c.Message {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+		}
 	}
 	r.recordMetrics(pool, pods, pending)
 	if meta.IsStatusConditionTrue(status.Conditions, sandboxv1alpha1.PoolConditionDegraded) &&
@@ -502,12 +511,31 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNamespace)).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		WatchesRawSource(source.Channel(r.KeyEvents, &handler.EnqueueRequestForObject{})).
 		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("sandboxpool").
 		Complete(r)
+}
+
+// poolsOfNamespace enqueues every pool of a NetworkPolicy's namespace: any
+// policy there may select a pool's pods (the pool's own policy also reaches
+// its owner through Owns).
+func (r *SandboxPoolReconciler) poolsOfNamespace(ctx context.Context, o client.Object) []ctrl.Request {
+	var pools sandboxv1alpha1.SandboxPoolList
+	if err := r.List(ctx, &pools, client.InNamespace(o.GetNamespace())); err != nil {
+		logf.FromContext(ctx).Error(err, "list pools for a NetworkPolicy change", "networkPolicy", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(pools.Items))
+	for _, p := range pools.Items {
+		if !metav1.IsControlledBy(o, &p) {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+	}
+	return reqs
 }
 
 // demandDebounce batches the pool reconciles that Execution changes cause: a

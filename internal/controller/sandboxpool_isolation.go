@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -81,14 +83,39 @@ func (r *SandboxPoolReconciler) ensureOwned(ctx context.Context, pool *sandboxv1
 	return r.Update(ctx, existing)
 }
 
-// setPolicyCondition says whether the pool's NetworkPolicy is in place.
-func setPolicyCondition(st *sandboxv1alpha1.SandboxPoolStatus, pool *sandboxv1alpha1.SandboxPool, err error) {
+// reopeningPolicies names the other NetworkPolicies of the pool's namespace
+// that select its pods and allow them traffic, sorted.
+func (r *SandboxPoolReconciler) reopeningPolicies(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) ([]string, error) {
+	var list networkingv1.NetworkPolicyList
+	if err := r.List(ctx, &list, client.InNamespace(pool.Namespace)); err != nil {
+		return nil, fmt.Errorf("list network policies of namespace %s: %w", pool.Namespace, err)
+	}
+	var names []string
+	for i := range list.Items {
+		np := &list.Items[i]
+		if !metav1.IsControlledBy(np, pool) && sandboxpod.ReopensPool(np, pool) {
+			names = append(names, np.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// setPolicyCondition says whether the pool's NetworkPolicy is in place, and
+// which other policies open its pods to more than it allows.
+func setPolicyCondition(st *sandboxv1alpha1.SandboxPoolStatus, pool *sandboxv1alpha1.SandboxPool, others []string, err error) {
 	c := metav1.Condition{Type: sandboxv1alpha1.PoolConditionNetworkPolicyReady, ObservedGeneration: pool.Generation,
 		Status: metav1.ConditionTrue, Reason: sandboxv1alpha1.ReasonPolicyApplied,
 		Message: fmt.Sprintf("NetworkPolicy %s allows ingress to the agent port from the manager only, and %s; "+
 			"it isolates the pods only if the cluster's network plugin enforces NetworkPolicies", pool.Name, egressSummary(pool))}
-	if err != nil {
+	switch {
+	case err != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, sandboxv1alpha1.ReasonPolicyFailed, err.Error()
+	case len(others) > 0:
+		c.Reason = sandboxv1alpha1.ReasonOtherPoliciesApply
+		c.Message = fmt.Sprintf("NetworkPolicy %s is in place, but NetworkPolicies %s of this namespace also select the pool's pods "+
+			"and allow them traffic; policies add up, so that traffic is allowed too: narrow their podSelector "+
+			"to exclude label %s if the sandboxes should not have it", pool.Name, strings.Join(others, ", "), sandboxpod.LabelPool)
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -89,4 +90,50 @@ func ipBlock(cidr string) (*networkingv1.IPBlock, bool) {
 		}
 	}
 	return block, true
+}
+
+// ReopensPool reports whether np, another policy than the pool's own, selects
+// some pod of the pool (in any state) and allows it traffic. NetworkPolicies
+// add up: whatever such a policy allows is allowed, whatever the pool's own
+// policy says. A policy with no rules only denies, which changes nothing here.
+func ReopensPool(np *networkingv1.NetworkPolicy, pool *sandboxv1alpha1.SandboxPool) bool {
+	if np.Namespace != pool.Namespace || !allowsSomething(np) {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		return false // the API server refuses such selectors; nothing to match
+	}
+	for _, state := range []string{StateIdle, StateBusy, StateResetting} {
+		podLabels := map[string]string{}
+		if pool.Spec.Template != nil {
+			for k, v := range pool.Spec.Template.Metadata.Labels {
+				podLabels[k] = v
+			}
+		}
+		podLabels[LabelPool] = pool.Name
+		podLabels[LabelState] = state
+		if sel.Matches(labels.Set(podLabels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func allowsSomething(np *networkingv1.NetworkPolicy) bool {
+	types := np.Spec.PolicyTypes
+	if len(types) == 0 {
+		// The API's default: Ingress always, Egress when there are egress rules.
+		types = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		if len(np.Spec.Egress) > 0 {
+			types = append(types, networkingv1.PolicyTypeEgress)
+		}
+	}
+	for _, t := range types {
+		if (t == networkingv1.PolicyTypeIngress && len(np.Spec.Ingress) > 0) ||
+			(t == networkingv1.PolicyTypeEgress && len(np.Spec.Egress) > 0) {
+			return true
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -79,5 +80,39 @@ func TestDisruptionBudgetCoversBusyPodsOnly(t *testing.T) {
 	}
 	if pdb.Spec.MaxUnavailable.IntValue() != 0 || pdb.Spec.MinAvailable != nil {
 		t.Errorf("budget %+v", pdb.Spec)
+	}
+}
+
+func TestReopensPoolFindsPoliciesThatAllowTrafficToThePoolsPods(t *testing.T) {
+	pool := wrappers.Pool("ns", "p").Obj()
+	pool.Spec.Template = &sandboxv1alpha1.SandboxPodTemplate{Metadata: sandboxv1alpha1.SandboxPodMetadata{
+		Labels: map[string]string{"team": "a"}}}
+	allowAll := []networkingv1.NetworkPolicyIngressRule{{}}
+	np := func(ns string, sel map[string]string, types []networkingv1.PolicyType, in []networkingv1.NetworkPolicyIngressRule,
+		out []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: sel},
+				PolicyTypes: types, Ingress: in, Egress: out}}
+	}
+	egress := []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+	for _, tc := range []struct {
+		name string
+		np   *networkingv1.NetworkPolicy
+		want bool
+	}{
+		{"every pod of the namespace, ingress from anywhere", np("ns", nil, nil, allowAll, nil), true},
+		{"by a template label", np("ns", map[string]string{"team": "a"}, nil, allowAll, nil), true},
+		{"busy pods only", np("ns", map[string]string{LabelState: StateBusy}, nil, allowAll, nil), true},
+		{"egress rules, types defaulted", np("ns", nil, nil, nil, []networkingv1.NetworkPolicyEgressRule{{}}), true},
+		{"egress rules, explicit type", np("ns", nil, egress, nil, []networkingv1.NetworkPolicyEgressRule{{}}), true},
+		{"another namespace", np("other", nil, nil, allowAll, nil), false},
+		{"other pods", np("ns", map[string]string{"app": "web"}, nil, allowAll, nil), false},
+		{"another pool", np("ns", map[string]string{LabelPool: "q"}, nil, allowAll, nil), false},
+		{"deny only", np("ns", nil, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, nil, nil), false},
+		{"ingress rules that the types switch off", np("ns", nil, egress, allowAll, nil), false},
+	} {
+		if got := ReopensPool(tc.np, pool); got != tc.want {
+			t.Errorf("%s: ReopensPool = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
