@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -472,6 +473,39 @@ print(json.dumps({'env': found, 'paths': [p for p in paths if os.path.exists(p)]
 		out, err := cmd.CombinedOutput()
 		Expect(err).To(HaveOccurred())
 		Expect(string(out)).To(ContainSubstring("forbidden"))
+	})
+
+	It("refuses to evict a busy sandbox (drains wait for the code), but lets idle ones go", func() {
+		ex := wrappers.Execution(ns, "long").Pool("a").Timeout(time.Minute).Code("import time\ntime.sleep(50)").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)).To(Succeed())
+			g.Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
+		}).WithTimeout(time.Minute).Should(Succeed())
+		evict := func(name string) error {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+			return k8s.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{ObjectMeta: pod.ObjectMeta})
+		}
+		err := evict(ex.Status.PodName)
+		Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "evicting the busy pod %s: want 429 from the disruption budget, got %v", ex.Status.PodName, err)
+		Expect(err.Error()).To(ContainSubstring("disruption budget"))
+
+		var idle corev1.Pod
+		Eventually(func(g Gomega) {
+			for _, p := range poolPods(g, poolA) {
+				if p.Name != ex.Status.PodName && sandboxpod.IsIdle(&p) {
+					idle = p
+					return
+				}
+			}
+			g.Expect(false).To(BeTrue(), "an idle pod besides the busy one")
+		}).WithTimeout(2 * time.Minute).Should(Succeed())
+		Expect(evict(idle.Name)).To(Succeed(), "an idle pod is evictable: the pool replaces it")
+
+		patch := client.MergeFrom(ex.DeepCopy())
+		ex.Spec.Cancel = true
+		Expect(k8s.Patch(ctx, ex, patch)).To(Succeed())
+		Expect(finished(ex, time.Minute).Status.Phase).To(Equal(sandboxv1alpha1.PhaseCancelled))
 	})
 
 	It("keeps warm pods in a namespace that enforces Pod Security 'restricted'", func() {
