@@ -154,11 +154,26 @@ func TestLoadRefusesBadSecrets(t *testing.T) {
 	}
 }
 
-func BenchmarkVerifyFresh(b *testing.B) {
-	k, _ := ParseKeyring(map[string][]byte{CurrentKey: []byte("k1"), "k1": NewSeed()})
+// benchVerifier is a verifier for pod "uid" and a token for it.
+func benchVerifier(b *testing.B) (*Verifier, string) {
+	k, err := ParseKeyring(map[string][]byte{CurrentKey: []byte("k1"), "k1": NewSeed()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	_, trusted := k.Current()
-	v, _ := NewVerifier(trusted, "uid")
-	tok, _ := k.Token("uid", "k1")
+	v, err := NewVerifier(trusted, "uid")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := k.Token("uid", "k1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v, tok
+}
+
+func BenchmarkVerifyFresh(b *testing.B) {
+	v, tok := benchVerifier(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		v.mu.Lock()
@@ -171,10 +186,7 @@ func BenchmarkVerifyFresh(b *testing.B) {
 }
 
 func BenchmarkVerifyCached(b *testing.B) {
-	k, _ := ParseKeyring(map[string][]byte{CurrentKey: []byte("k1"), "k1": NewSeed()})
-	_, trusted := k.Current()
-	v, _ := NewVerifier(trusted, "uid")
-	tok, _ := k.Token("uid", "k1")
+	v, tok := benchVerifier(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := v.Verify(tok); err != nil {

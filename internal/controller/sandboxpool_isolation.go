@@ -25,30 +25,33 @@ import (
 // them), put back when edited. Both are owned by the pool and go with it.
 func (r *SandboxPoolReconciler) ensureIsolation(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
 	np := sandboxpod.NetworkPolicy(pool, r.ManagerNamespace)
-	npErr := r.ensureOwned(ctx, pool, "NetworkPolicy", np, func(existing client.Object) bool {
-		cur := existing.(*networkingv1.NetworkPolicy)
-		if equality.Semantic.DeepEqual(cur.Spec, np.Spec) && cur.Labels[sandboxpod.LabelPool] == pool.Name {
-			return false
-		}
-		cur.Spec, cur.Labels = np.Spec, np.Labels
-		return true
-	})
+	npErr := r.ensureOwned(ctx, pool, "NetworkPolicy", np,
+		syncSpec(np, func(o *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicySpec { return &o.Spec }))
 	if npErr != nil {
 		npErr = fmt.Errorf("network policy of pool %s: %w", pool.Name, npErr)
 	}
 	pdb := sandboxpod.DisruptionBudget(pool)
-	pdbErr := r.ensureOwned(ctx, pool, "PodDisruptionBudget", pdb, func(existing client.Object) bool {
-		cur := existing.(*policyv1.PodDisruptionBudget)
-		if equality.Semantic.DeepEqual(cur.Spec, pdb.Spec) && cur.Labels[sandboxpod.LabelPool] == pool.Name {
-			return false
-		}
-		cur.Spec, cur.Labels = pdb.Spec, pdb.Labels
-		return true
-	})
+	pdbErr := r.ensureOwned(ctx, pool, "PodDisruptionBudget", pdb,
+		syncSpec(pdb, func(o *policyv1.PodDisruptionBudget) *policyv1.PodDisruptionBudgetSpec { return &o.Spec }))
 	if pdbErr != nil {
 		pdbErr = fmt.Errorf("disruption budget of pool %s: %w", pool.Name, pdbErr)
 	}
 	return errors.Join(npErr, pdbErr)
+}
+
+// syncSpec returns the update for ensureOwned that puts want's spec and pool
+// label back on the existing object.
+func syncSpec[T client.Object, S any](want T, spec func(T) *S) func(client.Object) bool {
+	return func(existing client.Object) bool {
+		cur := existing.(T)
+		if equality.Semantic.DeepEqual(*spec(cur), *spec(want)) &&
+			cur.GetLabels()[sandboxpod.LabelPool] == want.GetLabels()[sandboxpod.LabelPool] {
+			return false
+		}
+		*spec(cur) = *spec(want)
+		cur.SetLabels(want.GetLabels())
+		return true
+	}
 }
 
 // ensureOwned creates want, owned by the pool, or brings the existing object
