@@ -76,3 +76,12 @@ func Start() (*Env, error) {
 	}
 	return &Env{Environment: env, Config: cfg, Client: c}, nil
 }
+
+// ClientAs returns a client that acts as user, member of groups, as
+// `kubectl --as` does: the API server authorizes its requests with RBAC as
+// that user's, not the admin's. Envtest's admin may impersonate anyone.
+func (e *Env) ClientAs(user string, groups ...string) (client.Client, error) {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return client.New(cfg, client.Options{Scheme: e.Scheme})
+}
