@@ -137,6 +137,66 @@ var _ = Describe("Validation", func() {
 		Entry("session idle timeout of zero", poolHeader+`
   image: repl
   sessionIdleTimeout: 0s`, "spec.sessionIdleTimeout", "must be between 1s and 24h"),
+		Entry("a template label under the operator's prefix", poolHeader+`
+  image: repl
+  template:
+    metadata:
+      labels: {sandbox.warmpool.dev/state: idle}`, "spec.template.metadata.labels", "must not use keys under sandbox.warmpool.dev/: that prefix is reserved for the operator"),
+		Entry("a template annotation under the operator's prefix", poolHeader+`
+  image: repl
+  template:
+    metadata:
+      annotations: {sandbox.warmpool.dev/claimed-by: x}`, "spec.template.metadata.annotations", "must not use keys under sandbox.warmpool.dev/: that prefix is reserved for the operator"),
+		Entry("pool env read from a Secret", poolHeader+`
+  image: repl
+  env:
+  - name: TOKEN
+    valueFrom: {secretKeyRef: {name: creds, key: token}}`, "spec.env", "spec.env must not read Secrets or ConfigMaps"),
+		Entry("pool env read from a ConfigMap", poolHeader+`
+  image: repl
+  env:
+  - name: SETTINGS
+    valueFrom: {configMapKeyRef: {name: settings, key: s}}`, "spec.env", "spec.env must not read Secrets or ConfigMaps"),
+		Entry("pool env named like the operator's", poolHeader+`
+  image: repl
+  env:
+  - {name: WARMPOOL_AGENT_KEY, value: x}`, "spec.env", "spec.env names starting with WARMPOOL_ are reserved for the operator"),
+		Entry("egress to something that is not a CIDR", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: example.com}]`, "spec.network.egress[0].cidr", "cidr must be a CIDR such as 203.0.113.0/24"),
+		Entry("egress to a bare address", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: 203.0.113.7}]`, "spec.network.egress[0].cidr", "cidr must be a CIDR such as 203.0.113.0/24"),
+		Entry("egress to a CIDR with host bits set", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: 10.1.2.3/24}]`, "spec.network.egress[0].cidr", "cidr must be written with its network address (no host bits set)"),
+		Entry("egress to the link-local range", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: 169.254.0.0/16}]`, "spec.network.egress[0].cidr", "cidr must not be link-local"),
+		Entry("egress to the cloud metadata address", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: 169.254.169.254/32}]`, "spec.network.egress[0].cidr", "metadata services cannot be allowed"),
+		Entry("egress to IPv6 link-local", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: "fe80::/64"}]`, "spec.network.egress[0].cidr", "cidr must not be link-local"),
+		Entry("egress to Alibaba Cloud's metadata address", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: 100.100.100.200/32}]`, "spec.network.egress[0].cidr", "metadata services cannot be allowed"),
+		Entry("egress to AWS's IPv6 metadata address", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: "fd00:ec2::254/128"}]`, "spec.network.egress[0].cidr", "metadata services cannot be allowed"),
+		Entry("egress to a port range that ends before it starts", poolHeader+`
+  image: repl
+  network:
+    egress: [{cidr: 10.0.0.0/8, ports: [{port: 8080, endPort: 80}]}]`, "spec.network.egress[0].ports[0]", "endPort must be greater than or equal to port"),
 		Entry("missing poolRef", execHeader+`
   code: print(1)`, "spec.poolRef", "Required value"),
 		Entry("empty pool name", execHeader+`
@@ -188,6 +248,25 @@ var _ = Describe("Validation", func() {
   code: print(1)
   ttlSecondsAfterFinished: -5`, "spec.ttlSecondsAfterFinished", "should be greater than or equal to 0"),
 	)
+
+	It("accepts egress to masked CIDRs, including ones that contain the link-local range (the operator cuts it out)", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fromYAML(ns, poolHeader+`
+  image: repl
+  network:
+    egress:
+    - cidr: 0.0.0.0/0
+      ports: [{port: 443}]
+    - cidr: "::/0"
+    - cidr: 10.20.0.0/16
+      ports: [{port: 5432}, {protocol: UDP, port: 30000, endPort: 30100}]
+    - cidr: 10.96.0.10/32
+      ports: [{protocol: UDP, port: 53}]
+  template:
+    metadata:
+      labels: {team: data, warmpool.dev/tier: gold}
+`))).To(Succeed())
+	})
 
 	It("rejects code larger than the limit that keeps an Execution well below etcd's object size", func() {
 		ns := newNamespace()
