@@ -519,4 +519,3 @@ print(json.dumps({'env': found, 'paths': [p for p in paths if os.path.exists(p)]
 		Expect(ex.Status.Stdout).To(Equal("restricted\n"))
 	})
 })
-
