@@ -125,6 +125,14 @@ func (k *Keyring) Current() (keyID, trusted string) {
 	return k.current, FormatTrustedKey(k.current, k.keys[k.current].Public().(ed25519.PublicKey))
 }
 
+// Loaded reports whether keys were loaded. Until then no pod can be called:
+// a restarted manager must wait rather than judge running pods unreachable.
+func (k *Keyring) Loaded() bool {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.keys != nil
+}
+
 // Has reports whether the keyring can still sign for pods started with keyID.
 func (k *Keyring) Has(keyID string) bool {
 	k.mu.RLock()

@@ -154,6 +154,19 @@ func TestLoadRefusesBadSecrets(t *testing.T) {
 	}
 }
 
+func TestLoadedOnlyAfterAGoodSecret(t *testing.T) {
+	k := &Keyring{}
+	if k.Loaded() {
+		t.Fatal("an empty keyring says it is loaded")
+	}
+	if err := k.Load(map[string][]byte{CurrentKey: []byte("k2"), "k1": NewSeed()}); err == nil || k.Loaded() {
+		t.Fatalf("a bad Secret loaded: err=%v loaded=%v", err, k.Loaded())
+	}
+	if err := k.Load(map[string][]byte{CurrentKey: []byte("k1"), "k1": NewSeed()}); err != nil || !k.Loaded() {
+		t.Fatalf("a good Secret did not load: err=%v loaded=%v", err, k.Loaded())
+	}
+}
+
 // benchVerifier is a verifier for pod "uid" and a token for it.
 func benchVerifier(b *testing.B) (*Verifier, string) {
 	k, err := ParseKeyring(map[string][]byte{CurrentKey: []byte("k1"), "k1": NewSeed()})

@@ -63,6 +63,12 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if ex.Status.Phase.IsFinished() {
 		return r.reconcileFinished(ctx, ex)
 	}
+	if !r.Keys.Loaded() {
+		// Right after a restart: re-attaching now would find every running pod
+		// unreachable and fail its Execution. Wait for AgentKeysReconciler.
+		logf.FromContext(ctx).V(1).Info("waiting for the agent signing keys to load")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 
 	orig := ex.DeepCopy()
 	var result ctrl.Result

@@ -86,7 +86,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if pool.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references delete the pods and the Secret
 	}
-	if id, _ := r.Keys.Current(); id == "" {
+	if !r.Keys.Loaded() {
 		// Without keys every pod would look unreachable: wait for AgentKeysReconciler.
 		log.V(1).Info("waiting for the agent signing keys to load")
 		return ctrl.Result{RequeueAfter: time.Second}, nil
