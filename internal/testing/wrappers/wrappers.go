@@ -6,10 +6,13 @@ package wrappers
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 // PoolWrapper wraps a SandboxPool.
@@ -158,5 +161,78 @@ func (w *ExecutionWrapper) Cancel() *ExecutionWrapper { w.Spec.Cancel = true; re
 // TTL sets spec.ttlSecondsAfterFinished.
 func (w *ExecutionWrapper) TTL(seconds int32) *ExecutionWrapper {
 	w.Spec.TTLSecondsAfterFinished = &seconds
+	return w
+}
+
+// UID sets metadata.uid (objects that never reach an API server need one).
+func (w *ExecutionWrapper) UID(uid string) *ExecutionWrapper { w.ObjectMeta.UID = types.UID(uid); return w }
+
+// Created sets metadata.creationTimestamp.
+func (w *ExecutionWrapper) Created(t time.Time) *ExecutionWrapper {
+	w.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+
+// RunningOn sets the status of an Execution that claimed pod.
+func (w *ExecutionWrapper) RunningOn(pod string) *ExecutionWrapper {
+	w.Status.Phase, w.Status.PodName = sandboxv1alpha1.PhaseRunning, pod
+	return w
+}
+
+// Finished sets a final phase.
+func (w *ExecutionWrapper) Finished(phase sandboxv1alpha1.ExecutionPhase) *ExecutionWrapper {
+	w.Status.Phase = phase
+	return w
+}
+
+// PodWrapper wraps a sandbox pod as the pool controller makes them.
+type PodWrapper struct{ corev1.Pod }
+
+// Pod starts a Ready, idle, running sandbox pod of pool.
+func Pod(namespace, name, pool string) *PodWrapper {
+	return &PodWrapper{corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
+			Labels: map[string]string{sandboxpod.LabelPool: pool, sandboxpod.LabelState: sandboxpod.StateIdle}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}}
+}
+
+// Obj returns a pointer to the built object.
+func (w *PodWrapper) Obj() *corev1.Pod { return &w.Pod }
+
+// RV sets metadata.resourceVersion.
+func (w *PodWrapper) RV(rv string) *PodWrapper { w.ResourceVersion = rv; return w }
+
+// NotReady clears the Ready condition.
+func (w *PodWrapper) NotReady() *PodWrapper {
+	w.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	return w
+}
+
+// TemplateHash sets the template hash label.
+func (w *PodWrapper) TemplateHash(h string) *PodWrapper {
+	w.Labels[sandboxpod.LabelTemplateHash] = h
+	return w
+}
+
+// ClaimedBy writes the claim of ex on the pod, as claim.Claim does.
+func (w *PodWrapper) ClaimedBy(ex *sandboxv1alpha1.Execution) *PodWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	if ex.Spec.Session != "" {
+		w.Labels[sandboxpod.LabelSession] = ex.Spec.Session
+	}
+	w.Annotations[sandboxpod.AnnotationClaimedBy] = ex.Name
+	w.Annotations[sandboxpod.AnnotationClaimedUID] = string(ex.UID)
+	return w
+}
+
+// Session marks the pod as held by session s, between its Executions.
+func (w *PodWrapper) Session(s string) *PodWrapper {
+	w.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	w.Labels[sandboxpod.LabelSession] = s
 	return w
 }

@@ -1,0 +1,622 @@
+// Package dispatch matches waiting Executions to free sandbox pods: one queue
+// per pool, kept in memory and fed by the watch events of Executions, pods
+// and pools (the way Kueue keeps its queues), so a pod that frees up goes to
+// the head of the queue at once, and each event costs O(log n) in the number
+// of waiting Executions instead of a sort of the whole pool per reconcile.
+//
+// The dispatcher decides; the claim written on the pod commits
+// (internal/claim). A decision can fail to commit (the pod changed, another
+// manager claimed it, the cache was stale): the Execution then goes back to
+// its place in the queue and the pod waits for its next event. Nothing is
+// lost when the manager restarts: the queues are rebuilt from the informers'
+// initial lists, and the claims on the pods say who runs where.
+//
+// The order: Executions of a pool take fresh pods first come, first served
+// (creation time, then name). The Executions of a session run one at a time in
+// creation order on the session's pod; a session without a pod queues its
+// oldest waiting Execution with the others for a fresh pod.
+package dispatch
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// Placement is what the dispatcher knows of one waiting Execution.
+type Placement struct {
+	// Pod is the pod chosen for it, to claim now; empty while it waits.
+	Pod string
+	// SessionPod is the session's pod, when the session has one.
+	SessionPod string
+	// SessionBusy: another Execution of the session runs, or waits before it.
+	SessionBusy bool
+	// NeedsFreshPod: it waits for a fresh pod (no session, or the first
+	// Execution of a session that has no pod; such a session may have lost one).
+	NeedsFreshPod bool
+}
+
+// Dispatcher holds the queues of every pool. Its methods are safe for
+// concurrent use; the wake-up callbacks run without its lock held.
+type Dispatcher struct {
+	// WakeExecution asks for a reconcile of an Execution the dispatcher chose a
+	// pod for, or whose place changed in a way its status reports.
+	WakeExecution func(types.NamespacedName)
+	// WakePool asks for a reconcile of a pool whose demand for fresh pods changed.
+	WakePool func(types.NamespacedName)
+	// Usable reports whether the manager can call a pod's agent (its key is
+	// still known); unusable pods are never chosen. Nil: all are usable.
+	Usable func(*corev1.Pod) bool
+
+	mu    sync.Mutex
+	pools map[types.NamespacedName]*pool
+	execs map[types.UID]*entry
+}
+
+// New returns an empty Dispatcher.
+func New(wakeExecution, wakePool func(types.NamespacedName)) *Dispatcher {
+	return &Dispatcher{WakeExecution: wakeExecution, WakePool: wakePool,
+		pools: map[types.NamespacedName]*pool{}, execs: map[types.UID]*entry{}}
+}
+
+type state int
+
+const (
+	waiting  state = iota // in its session's queue or the pool's queue
+	assigned              // a pod was chosen; the claim is not seen yet
+	running               // claimed a pod (its session is busy until it ends)
+)
+
+type entry struct {
+	uid     types.UID
+	name    types.NamespacedName
+	pool    *pool
+	session string
+	created time.Time
+	state   state
+	pod     string // assigned or running on
+	// index in the pool's queue and in the session's queue, -1 when out.
+	poolIdx, sessionIdx int
+}
+
+type podInfo struct {
+	name        string
+	rv          string
+	current     bool // built from the pool's current template
+	idle        bool // a fresh pod free to claim
+	session     string
+	sessionFree bool // a session pod free for the session's next Execution
+	claimedBy   types.UID
+	assignedTo  *entry
+}
+
+type session struct {
+	name    string
+	queue   entryHeap
+	pod     string    // the session's live pod, if any
+	running types.UID // the Execution holding (or about to hold) the session
+	// promoted is the session's head while it waits in the pool's queue.
+	promoted *entry
+}
+
+type pool struct {
+	key        types.NamespacedName
+	hash       string
+	queue      entryHeap
+	sessions   map[string]*session
+	pods       map[string]*podInfo
+	idle       map[string]*podInfo
+	lastDemand int
+}
+
+// wakes collects the callbacks of one locked section.
+type wakes struct {
+	execs []types.NamespacedName
+	pools []types.NamespacedName
+}
+
+func (d *Dispatcher) deliver(w wakes) {
+	for _, e := range w.execs {
+		if d.WakeExecution != nil {
+			d.WakeExecution(e)
+		}
+	}
+	for _, p := range w.pools {
+		if d.WakePool != nil {
+			d.WakePool(p)
+		}
+	}
+}
+
+func (d *Dispatcher) pool(key types.NamespacedName) *pool {
+	p := d.pools[key]
+	if p == nil {
+		p = &pool{key: key, sessions: map[string]*session{}, pods: map[string]*podInfo{}, idle: map[string]*podInfo{}}
+		d.pools[key] = p
+	}
+	return p
+}
+
+// gc drops a pool that holds nothing any more.
+func (d *Dispatcher) gc(p *pool) {
+	if len(p.pods) == 0 && len(p.sessions) == 0 && p.queue.Len() == 0 && p.hash == "" {
+		delete(d.pools, p.key)
+	}
+}
+
+func (p *pool) session(name string) *session {
+	s := p.sessions[name]
+	if s == nil {
+		s = &session{name: name}
+		p.sessions[name] = s
+	}
+	return s
+}
+
+func (p *pool) gcSession(s *session) {
+	if s.queue.Len() == 0 && s.pod == "" && s.running == "" {
+		delete(p.sessions, s.name)
+	}
+}
+
+// IsWaiting reports whether an Execution waits for a pod.
+func IsWaiting(ex *sandboxv1alpha1.Execution) bool {
+	return (ex.Status.Phase == "" || ex.Status.Phase == sandboxv1alpha1.PhasePending) && ex.Status.PodName == "" &&
+		!ex.Spec.Cancel && ex.DeletionTimestamp == nil
+}
+
+// UpdateExecution takes in an Execution as the informer (or a reconcile) saw it.
+func (d *Dispatcher) UpdateExecution(ex *sandboxv1alpha1.Execution) {
+	d.mu.Lock()
+	w := d.updateExecution(ex)
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
+	var w wakes
+	e := d.execs[ex.UID]
+	switch {
+	case ex.Status.Phase.IsFinished() || ex.DeletionTimestamp != nil || (ex.Spec.Cancel && ex.Status.PodName == ""):
+		if e != nil {
+			d.remove(e, &w)
+		}
+	case ex.Status.PodName != "":
+		if e == nil {
+			e = d.newEntry(ex)
+		}
+		d.markRunning(e, ex.Status.PodName, &w)
+	case e == nil:
+		d.enqueue(d.newEntry(ex), &w)
+	}
+	return w
+}
+
+// DeleteExecution forgets an Execution that was deleted.
+func (d *Dispatcher) DeleteExecution(uid types.UID) {
+	d.mu.Lock()
+	var w wakes
+	if e := d.execs[uid]; e != nil {
+		d.remove(e, &w)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+// newEntry tracks an Execution, in no queue yet.
+func (d *Dispatcher) newEntry(ex *sandboxv1alpha1.Execution) *entry {
+	p := d.pool(types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name})
+	e := &entry{uid: ex.UID, name: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Name}, pool: p,
+		session: ex.Spec.Session, created: ex.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+	d.execs[ex.UID] = e
+	return e
+}
+
+// requeue sends an entry whose pod fell through back to its place.
+func (d *Dispatcher) requeue(e *entry, w *wakes) {
+	d.unqueue(e)
+	if e.session != "" {
+		if s := e.pool.session(e.session); s.running == e.uid {
+			s.running = ""
+		}
+	}
+	d.enqueue(e, w)
+}
+
+// enqueue puts a waiting entry in its queue and dispatches.
+func (d *Dispatcher) enqueue(e *entry, w *wakes) {
+	e.state, e.pod = waiting, ""
+	p := e.pool
+	if e.session == "" {
+		heap.Push(&p.queue, queued{e, &e.poolIdx})
+	} else {
+		s := p.session(e.session)
+		heap.Push(&s.queue, queued{e, &e.sessionIdx})
+		d.syncSession(p, s, w)
+	}
+	d.fill(p, w)
+}
+
+// remove forgets an entry and gives back what it held.
+func (d *Dispatcher) remove(e *entry, w *wakes) {
+	p := e.pool
+	delete(d.execs, e.uid)
+	d.unqueue(e)
+	if e.state == assigned {
+		d.unassignPod(p, e)
+	}
+	if e.session != "" {
+		s := p.session(e.session)
+		if s.running == e.uid {
+			s.running = ""
+		}
+		d.syncSession(p, s, w)
+		p.gcSession(s)
+	}
+	d.fill(p, w)
+	d.gc(p)
+}
+
+// unqueue takes an entry out of the queues it is in.
+func (d *Dispatcher) unqueue(e *entry) {
+	p := e.pool
+	if e.poolIdx >= 0 {
+		heap.Remove(&p.queue, e.poolIdx)
+	}
+	if e.session != "" {
+		s := p.session(e.session)
+		if e.sessionIdx >= 0 {
+			heap.Remove(&s.queue, e.sessionIdx)
+		}
+		if s.promoted == e {
+			s.promoted = nil
+		}
+	}
+}
+
+// unassignPod gives back the pod chosen for e, if it is still free.
+func (d *Dispatcher) unassignPod(p *pool, e *entry) {
+	if pi := p.pods[e.pod]; pi != nil && pi.assignedTo == e {
+		pi.assignedTo = nil
+		if pi.idle {
+			p.idle[pi.name] = pi
+		}
+	}
+}
+
+// markRunning records that e claimed pod (a status or a claim seen).
+func (d *Dispatcher) markRunning(e *entry, pod string, w *wakes) {
+	if e.state == running && e.pod == pod {
+		return
+	}
+	p := e.pool
+	d.unqueue(e)
+	if e.state == assigned && e.pod != pod {
+		d.unassignPod(p, e)
+	}
+	if pi := p.pods[pod]; pi != nil {
+		if pi.assignedTo == e {
+			pi.assignedTo = nil
+		}
+		// Not free any more, whatever the pod's last event said; its next one tells.
+		pi.idle, pi.sessionFree = false, false
+		delete(p.idle, pod)
+	}
+	e.state, e.pod = running, pod
+	if e.session != "" {
+		s := p.session(e.session)
+		s.running = e.uid
+		d.syncSession(p, s, w)
+	}
+	d.fill(p, w)
+}
+
+// UpdatePod takes in a sandbox pod as the informer saw it.
+func (d *Dispatcher) UpdatePod(pod *corev1.Pod) {
+	poolName := pod.Labels[sandboxpod.LabelPool]
+	if poolName == "" {
+		return
+	}
+	d.mu.Lock()
+	var w wakes
+	p := d.pool(types.NamespacedName{Namespace: pod.Namespace, Name: poolName})
+	if pod.DeletionTimestamp != nil || sandboxpod.IsTerminal(pod) {
+		d.deletePod(p, pod.Name, &w)
+	} else {
+		d.updatePod(p, pod, &w)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+// DeletePod forgets a pod that was deleted.
+func (d *Dispatcher) DeletePod(pod *corev1.Pod) {
+	poolName := pod.Labels[sandboxpod.LabelPool]
+	if poolName == "" {
+		return
+	}
+	d.mu.Lock()
+	var w wakes
+	if p := d.pools[types.NamespacedName{Namespace: pod.Namespace, Name: poolName}]; p != nil {
+		d.deletePod(p, pod.Name, &w)
+		d.gc(p)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
+	pi := p.pods[pod.Name]
+	if pi == nil {
+		pi = &podInfo{name: pod.Name}
+		p.pods[pod.Name] = pi
+	}
+	oldSession := pi.session
+	pi.rv = pod.ResourceVersion
+	pi.current = p.hash == "" || pod.Labels[sandboxpod.LabelTemplateHash] == p.hash
+	pi.claimedBy = claim.ClaimedBy(pod)
+	pi.session = claim.Session(pod)
+	usable := d.Usable == nil || d.Usable(pod)
+	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
+	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
+	if pi.idle && pi.assignedTo == nil {
+		p.idle[pi.name] = pi
+	} else {
+		delete(p.idle, pi.name)
+	}
+	// A pod chosen for one Execution that someone else took (or that stopped
+	// being free) sends that Execution back to its place in the queue.
+	if a := pi.assignedTo; a != nil && !pi.idle && !(a.session != "" && pi.sessionFree && pi.session == a.session) {
+		pi.assignedTo = nil
+		if pi.claimedBy != a.uid {
+			d.requeue(a, w)
+		}
+	}
+	if e := d.execs[pi.claimedBy]; e != nil && pi.claimedBy != "" {
+		d.markRunning(e, pi.name, w) // the claim is seen before the Execution's status
+	}
+	if oldSession != "" && oldSession != pi.session {
+		d.dropSessionPod(p, oldSession, pi.name, w)
+	}
+	if pi.session != "" {
+		s := p.session(pi.session)
+		s.pod = pi.name
+		if pi.claimedBy == "" && s.running != "" {
+			if e := d.execs[s.running]; e == nil || (e.state == running && e.pod == pi.name) {
+				s.running = "" // released after the Execution ended
+			}
+		}
+		d.syncSession(p, s, w)
+	}
+	d.fill(p, w)
+}
+
+func (d *Dispatcher) deletePod(p *pool, name string, w *wakes) {
+	pi := p.pods[name]
+	if pi == nil {
+		return
+	}
+	delete(p.pods, name)
+	delete(p.idle, name)
+	if a := pi.assignedTo; a != nil {
+		d.requeue(a, w)
+	}
+	if pi.session != "" {
+		d.dropSessionPod(p, pi.session, name, w)
+	}
+	d.fill(p, w)
+}
+
+func (d *Dispatcher) dropSessionPod(p *pool, name, pod string, w *wakes) {
+	s := p.sessions[name]
+	if s == nil || s.pod != pod {
+		return
+	}
+	s.pod = ""
+	d.syncSession(p, s, w)
+	p.gcSession(s)
+}
+
+// UpdatePool takes in a pool (its template decides which pods are current).
+func (d *Dispatcher) UpdatePool(obj *sandboxv1alpha1.SandboxPool) {
+	d.mu.Lock()
+	var w wakes
+	p := d.pool(types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name})
+	if obj.DeletionTimestamp != nil {
+		p.hash = ""
+	} else {
+		p.hash = sandboxpod.TemplateHash(obj)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+// DeletePool forgets a pool's template; its Executions stay queued (they
+// report that the pool is missing) and its pods go with their own events.
+func (d *Dispatcher) DeletePool(key types.NamespacedName) {
+	d.mu.Lock()
+	if p := d.pools[key]; p != nil {
+		p.hash = ""
+		d.gc(p)
+	}
+	d.mu.Unlock()
+}
+
+// syncSession gives a session's free pod to its head, or queues its head for
+// a fresh pod when the session has none and nothing of it runs.
+func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
+	head := s.queue.peek()
+	var want *entry
+	if head != nil && s.running == "" {
+		if s.pod == "" {
+			want = head
+		} else if pi := p.pods[s.pod]; pi != nil && pi.sessionFree && pi.assignedTo == nil {
+			heap.Remove(&s.queue, head.sessionIdx)
+			if s.promoted == head {
+				heap.Remove(&p.queue, head.poolIdx)
+				s.promoted = nil
+			}
+			d.assign(p, head, pi, w)
+			s.running = head.uid
+			return
+		}
+	}
+	if s.promoted == want {
+		return
+	}
+	if s.promoted != nil && s.promoted.poolIdx >= 0 {
+		heap.Remove(&p.queue, s.promoted.poolIdx)
+	}
+	s.promoted = want
+	if want != nil {
+		heap.Push(&p.queue, queued{want, &want.poolIdx})
+		// It may have to learn that its session lost its pod.
+		w.execs = append(w.execs, want.name)
+	}
+}
+
+// fill hands the pool's idle pods to the head of its queue.
+func (d *Dispatcher) fill(p *pool, w *wakes) {
+	for p.queue.Len() > 0 && len(p.idle) > 0 {
+		e := heap.Pop(&p.queue).(*entry)
+		if e.session != "" {
+			s := p.session(e.session)
+			if e.sessionIdx >= 0 {
+				heap.Remove(&s.queue, e.sessionIdx)
+			}
+			s.promoted = nil
+			s.running = e.uid
+		}
+		d.assign(p, e, p.pickIdle(), w)
+	}
+	if n := p.queue.Len(); n != p.lastDemand {
+		p.lastDemand = n
+		w.pools = append(w.pools, p.key)
+	}
+}
+
+func (d *Dispatcher) assign(p *pool, e *entry, pi *podInfo, w *wakes) {
+	delete(p.idle, pi.name)
+	pi.assignedTo = e
+	e.state, e.pod = assigned, pi.name
+	w.execs = append(w.execs, e.name)
+}
+
+// pickIdle returns an idle pod built from the current template if there is
+// one, else any; the lowest name among equals, so choices are reproducible.
+// Linear in the idle pods, which are the pool's warm replicas: few.
+func (p *pool) pickIdle() *podInfo {
+	var best *podInfo
+	for _, pi := range p.idle {
+		if best == nil || (pi.current && !best.current) || (pi.current == best.current && pi.name < best.name) {
+			best = pi
+		}
+	}
+	return best
+}
+
+// Place returns what the dispatcher decided for a waiting Execution, taking
+// it in first if no event brought it yet.
+func (d *Dispatcher) Place(ex *sandboxv1alpha1.Execution) Placement {
+	d.mu.Lock()
+	var w wakes
+	e := d.execs[ex.UID]
+	if e == nil {
+		w = d.updateExecution(ex)
+		e = d.execs[ex.UID]
+	}
+	var pl Placement
+	if e != nil {
+		pl = d.placement(e)
+		// The Execution being reconciled needs no wake-up of its own.
+		w.execs = without(w.execs, e.name)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+	return pl
+}
+
+func without(names []types.NamespacedName, n types.NamespacedName) []types.NamespacedName {
+	out := names[:0]
+	for _, x := range names {
+		if x != n {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (d *Dispatcher) placement(e *entry) Placement {
+	var pl Placement
+	if e.state == assigned {
+		pl.Pod = e.pod
+	}
+	if e.session == "" {
+		pl.NeedsFreshPod = e.state == waiting
+		return pl
+	}
+	s := e.pool.session(e.session)
+	pl.SessionPod = s.pod
+	pl.NeedsFreshPod = s.promoted == e
+	pl.SessionBusy = e.state == waiting && !pl.NeedsFreshPod
+	return pl
+}
+
+// ClaimFailed puts an Execution whose claim of pod did not commit back in its
+// place. The pod, as last seen at resourceVersion rv, is not chosen again
+// until an event shows it anew.
+func (d *Dispatcher) ClaimFailed(uid types.UID, pod, rv string) {
+	d.mu.Lock()
+	var w wakes
+	if e := d.execs[uid]; e != nil && e.state == assigned && e.pod == pod {
+		p := e.pool
+		if pi := p.pods[pod]; pi != nil {
+			pi.assignedTo = nil
+			if pi.rv == rv {
+				pi.idle, pi.sessionFree = false, false
+			} else if pi.idle {
+				p.idle[pod] = pi
+			}
+		}
+		d.requeue(e, &w)
+		w.execs = without(w.execs, e.name)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+// Demand is the number of a pool's Executions waiting for a fresh pod: the
+// pods the pool should add beyond its idle replicas.
+func (d *Dispatcher) Demand(key types.NamespacedName) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.pools[key]; p != nil {
+		return p.queue.Len()
+	}
+	return 0
+}
+
+// Waiting is the number of a pool's Executions that wait for a pod of any kind.
+func (d *Dispatcher) Waiting(key types.NamespacedName) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.pools[key]
+	if p == nil {
+		return 0
+	}
+	n := p.queue.Len()
+	for _, s := range p.sessions {
+		n += s.queue.Len()
+		if s.promoted != nil {
+			n-- // counted in the pool's queue
+		}
+	}
+	return n
+}

@@ -1,0 +1,300 @@
+package dispatch
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+const ns = "ns"
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// recorder collects the wake-ups a dispatcher sends.
+type recorder struct {
+	execs []string
+	pools int
+}
+
+func newDispatcher() (*Dispatcher, *recorder) {
+	rec := &recorder{}
+	d := New(func(n types.NamespacedName) { rec.execs = append(rec.execs, n.Name) },
+		func(types.NamespacedName) { rec.pools++ })
+	return d, rec
+}
+
+func (r *recorder) take() []string {
+	out := r.execs
+	r.execs = nil
+	slices.Sort(out)
+	return out
+}
+
+// ex is a waiting Execution of pool "python" created at t0+sec.
+func ex(name string, sec int) *wrappers.ExecutionWrapper {
+	return wrappers.Execution(ns, name).UID("uid-" + name).Created(t0.Add(time.Duration(sec) * time.Second))
+}
+
+func pod(name string) *wrappers.PodWrapper { return wrappers.Pod(ns, name, "python") }
+
+var poolKey = types.NamespacedName{Namespace: ns, Name: "python"}
+
+func TestFirstComeFirstServed(t *testing.T) {
+	d, rec := newDispatcher()
+	for i, name := range []string{"c", "a", "b"} {
+		d.UpdateExecution(ex(name, 10-i).Obj()) // b oldest, then a, then c
+	}
+	if got := d.Demand(poolKey); got != 3 {
+		t.Fatalf("demand %d, want 3", got)
+	}
+	d.UpdatePod(pod("p1").Obj())
+	d.UpdatePod(pod("p2").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("woke %v, want the two oldest [a b]", got)
+	}
+	if got := d.Place(ex("b", 8).Obj()).Pod; got != "p1" {
+		t.Errorf("b got %q, want p1 (the oldest gets the first pod)", got)
+	}
+	if pl := d.Place(ex("c", 10).Obj()); pl.Pod != "" || !pl.NeedsFreshPod {
+		t.Errorf("c: %+v, want waiting for a fresh pod", pl)
+	}
+	if got := d.Demand(poolKey); got != 1 {
+		t.Errorf("demand %d, want 1", got)
+	}
+}
+
+// Regression (issue 10, item 4): with session followers older than a plain
+// Execution, a freed pod used to wake the oldest waiting Executions, the
+// followers, which cannot take it, and the plain Execution waited for an
+// unrelated event.
+func TestFreedPodGoesToTheHeadNotToSessionFollowers(t *testing.T) {
+	d, rec := newDispatcher()
+	first := ex("s-1", 0).Session("s").Obj()
+	d.UpdatePod(pod("sp").ClaimedBy(first).Obj())
+	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("sp").Obj())
+	for i := 2; i <= 4; i++ {
+		d.UpdateExecution(ex(fmt.Sprintf("s-%d", i), i).Session("s").Obj())
+	}
+	d.UpdateExecution(ex("plain", 9).Obj())
+	rec.take()
+	d.UpdatePod(pod("p1").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"plain"}) {
+		t.Fatalf("woke %v, want [plain]", got)
+	}
+	if got := d.Place(ex("plain", 9).Obj()).Pod; got != "p1" {
+		t.Fatalf("plain got %q, want p1", got)
+	}
+	if pl := d.Place(ex("s-2", 2).Session("s").Obj()); !pl.SessionBusy || pl.Pod != "" || pl.SessionPod != "sp" {
+		t.Errorf("s-2: %+v, want waiting for its busy session pod sp", pl)
+	}
+}
+
+func TestSessionRunsOneAtATimeInOrderOnItsPod(t *testing.T) {
+	d, rec := newDispatcher()
+	s1 := ex("s-1", 0).Session("s").Obj()
+	d.UpdateExecution(s1)
+	d.UpdateExecution(ex("s-2", 1).Session("s").Obj())
+	d.UpdateExecution(ex("s-3", 2).Session("s").Obj())
+	if got := d.Demand(poolKey); got != 1 {
+		t.Fatalf("demand %d, want 1: a session needs one pod", got)
+	}
+	rec.take()
+	d.UpdatePod(pod("p1").Obj())
+	d.UpdatePod(pod("p2").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"s-1"}) {
+		t.Fatalf("woke %v, want [s-1]", got)
+	}
+	// s-1 claims p1; p2 stays idle for others.
+	d.UpdatePod(pod("p1").RV("2").ClaimedBy(s1).Obj())
+	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("p1").Obj())
+	if pl := d.Place(ex("s-2", 1).Session("s").Obj()); pl.Pod != "" || !pl.SessionBusy {
+		t.Fatalf("s-2 while s-1 runs: %+v", pl)
+	}
+	other := ex("other", 5).Obj()
+	d.UpdateExecution(other)
+	if got := d.Place(other).Pod; got != "p2" {
+		t.Fatalf("other got %q, want p2", got)
+	}
+	rec.take()
+	// s-1 ends; its pod is released to the session after its status: s-2 next, not s-3.
+	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("p1").Finished(sandboxv1alpha1.PhaseSucceeded).Obj())
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("woke %v before the pod was released", got)
+	}
+	d.UpdatePod(pod("p1").RV("3").Session("s").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"s-2"}) {
+		t.Fatalf("woke %v, want [s-2]", got)
+	}
+	if got := d.Place(ex("s-2", 1).Session("s").Obj()).Pod; got != "p1" {
+		t.Fatalf("s-2 got %q, want the session pod p1", got)
+	}
+}
+
+func TestSessionWithoutPodQueuesItsHeadAndSaysSo(t *testing.T) {
+	d, rec := newDispatcher()
+	s1 := ex("s-1", 0).Session("s").Obj()
+	d.UpdatePod(pod("sp").ClaimedBy(s1).Obj())
+	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("sp").Obj())
+	d.UpdateExecution(ex("s-2", 1).Session("s").Obj())
+	rec.take()
+	// The session pod is deleted (lost): s-1 ends, s-2 is queued for a fresh
+	// pod and woken so that it can find out the session lost its state.
+	d.DeletePod(pod("sp").Obj())
+	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("sp").Finished(sandboxv1alpha1.PhaseFailed).Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"s-2"}) {
+		t.Fatalf("woke %v, want [s-2]", got)
+	}
+	if pl := d.Place(ex("s-2", 1).Session("s").Obj()); !pl.NeedsFreshPod || pl.SessionPod != "" {
+		t.Fatalf("s-2: %+v", pl)
+	}
+}
+
+func TestFailedClaimKeepsItsPlaceAndSkipsThePodUntilItChanges(t *testing.T) {
+	d, rec := newDispatcher()
+	d.UpdateExecution(ex("a", 0).Obj())
+	d.UpdateExecution(ex("b", 1).Obj())
+	d.UpdatePod(pod("p1").RV("5").Obj())
+	if got := d.Place(ex("a", 0).Obj()).Pod; got != "p1" {
+		t.Fatalf("a got %q", got)
+	}
+	rec.take()
+	d.ClaimFailed("uid-a", "p1", "5")
+	if pl := d.Place(ex("a", 0).Obj()); pl.Pod != "" || !pl.NeedsFreshPod {
+		t.Fatalf("a after a failed claim: %+v", pl)
+	}
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("woke %v: the pod that failed is not offered again before it changes", got)
+	}
+	d.UpdatePod(pod("p1").RV("6").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("woke %v, want [a]: it kept its place ahead of b", got)
+	}
+}
+
+func TestPodTakenByAnotherSendsTheChosenOneBack(t *testing.T) {
+	d, rec := newDispatcher()
+	a := ex("a", 0).Obj()
+	d.UpdateExecution(a)
+	d.UpdatePod(pod("p1").Obj())
+	rec.take()
+	// Another manager (or a stale decision) claimed p1 for someone else.
+	d.UpdatePod(pod("p1").RV("2").ClaimedBy(ex("intruder", 0).Obj()).Obj())
+	d.UpdatePod(pod("p2").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("woke %v, want [a]", got)
+	}
+	if got := d.Place(a).Pod; got != "p2" {
+		t.Fatalf("a got %q, want p2", got)
+	}
+	// Its pod is deleted before the claim: back in the queue, then the next pod.
+	d.DeletePod(pod("p2").Obj())
+	if pl := d.Place(a); pl.Pod != "" {
+		t.Fatalf("a still holds deleted p2: %+v", pl)
+	}
+	d.UpdatePod(pod("p3").Obj())
+	if got := d.Place(a).Pod; got != "p3" {
+		t.Fatalf("a got %q, want p3", got)
+	}
+}
+
+func TestDeletedExecutionGivesItsPodToTheNext(t *testing.T) {
+	d, rec := newDispatcher()
+	d.UpdateExecution(ex("a", 0).Obj())
+	d.UpdateExecution(ex("b", 1).Obj())
+	d.UpdatePod(pod("p1").Obj())
+	rec.take()
+	d.DeleteExecution("uid-a")
+	if got := rec.take(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("woke %v, want [b]", got)
+	}
+	// A cancelled one leaves the queue too.
+	d.UpdateExecution(ex("c", 2).Obj())
+	d.UpdateExecution(ex("c", 2).Cancel().Obj())
+	if got := d.Demand(poolKey); got != 0 {
+		t.Fatalf("demand %d, want 0", got)
+	}
+}
+
+func TestClaimSeenBeforeTheStatusEndsTheWait(t *testing.T) {
+	d, _ := newDispatcher()
+	a := ex("a", 0).Obj()
+	d.UpdateExecution(a)
+	d.UpdatePod(pod("p1").Obj())
+	d.UpdatePod(pod("p1").RV("2").ClaimedBy(a).Obj())
+	if pl := d.Place(a); pl.Pod != "" || pl.NeedsFreshPod {
+		t.Fatalf("a: %+v, want nothing to wait for", pl)
+	}
+	if d.Waiting(poolKey) != 0 || d.Demand(poolKey) != 0 {
+		t.Fatalf("waiting %d demand %d", d.Waiting(poolKey), d.Demand(poolKey))
+	}
+}
+
+func TestCurrentTemplateFirstAndUnusablePodsNever(t *testing.T) {
+	d, _ := newDispatcher()
+	d.Usable = func(p *corev1.Pod) bool { return p.Name != "bad" }
+	pool := wrappers.Pool(ns, "python").Obj()
+	d.UpdatePool(pool)
+	d.UpdatePod(pod("a-old").TemplateHash("old").Obj())
+	d.UpdatePod(pod("bad").Obj())
+	d.UpdatePod(pod("z-new").TemplateHash(sandboxpod.TemplateHash(pool)).Obj())
+	e1, e2, e3 := ex("e1", 0).Obj(), ex("e2", 1).Obj(), ex("e3", 2).Obj()
+	for _, e := range []*sandboxv1alpha1.Execution{e1, e2, e3} {
+		d.UpdateExecution(e)
+	}
+	if got := d.Place(e1).Pod; got != "z-new" {
+		t.Errorf("e1 got %q, want the current-template pod", got)
+	}
+	if got := d.Place(e2).Pod; got != "a-old" {
+		t.Errorf("e2 got %q, want the stale pod", got)
+	}
+	if got := d.Place(e3).Pod; got != "" {
+		t.Errorf("e3 got %q, want none (the pod whose key is gone is never chosen)", got)
+	}
+}
+
+func TestDemandChangesWakeThePool(t *testing.T) {
+	d, rec := newDispatcher()
+	d.UpdateExecution(ex("a", 0).Obj())
+	d.UpdateExecution(ex("b", 1).Obj())
+	if rec.pools != 2 {
+		t.Fatalf("pool woken %d times, want 2", rec.pools)
+	}
+	d.UpdatePod(pod("p1").NotReady().Obj())
+	if rec.pools != 2 {
+		t.Fatalf("pool woken %d times by a pod that changed nothing", rec.pools)
+	}
+	d.UpdatePod(pod("p1").RV("2").Obj())
+	if rec.pools != 3 || d.Demand(poolKey) != 1 {
+		t.Fatalf("pool woken %d times, demand %d", rec.pools, d.Demand(poolKey))
+	}
+}
+
+// BenchmarkDispatch measures one pod freeing up and its Execution leaving the
+// queue, with n Executions waiting: the cost does not grow with n (heap).
+func BenchmarkDispatch(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
+			d := New(nil, nil)
+			for i := 0; i < n+b.N; i++ {
+				d.UpdateExecution(ex(fmt.Sprintf("e-%07d", i), i).Obj())
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				name := fmt.Sprintf("e-%07d", i)
+				d.UpdatePod(pod("p").RV(fmt.Sprint(i)).Obj())
+				e := ex(name, i).Obj()
+				d.UpdatePod(pod("p").RV(fmt.Sprint(i) + "c").ClaimedBy(e).Obj())
+				d.UpdateExecution(ex(name, i).RunningOn("p").Finished(sandboxv1alpha1.PhaseSucceeded).Obj())
+				d.DeletePod(pod("p").Obj())
+			}
+		})
+	}
+}
