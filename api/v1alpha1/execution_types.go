@@ -194,7 +194,8 @@ type ExecutionSpec struct {
 	Cancel bool `json:"cancel,omitempty"`
 
 	// ttlSecondsAfterFinished deletes the Execution this long after it finished.
-	// Unset keeps it until someone deletes it.
+	// Unset: the pool's executionDefaults.ttlSecondsAfterFinished (one hour
+	// unless the pool says otherwise), so finished Executions do not pile up in etcd.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
@@ -213,6 +214,19 @@ type ExecutionError struct {
 	// +optional
 	Traceback string `json:"traceback,omitempty"`
 }
+
+// PodDisposition is what happens to an Execution's pod after its final status.
+// +kubebuilder:validation:Enum=Delete;ReleaseToSession;Reset
+type PodDisposition string
+
+const (
+	// DispositionDelete deletes the pod; the pool replaces it.
+	DispositionDelete PodDisposition = "Delete"
+	// DispositionReleaseToSession keeps the pod and its interpreter for the session's next Execution.
+	DispositionReleaseToSession PodDisposition = "ReleaseToSession"
+	// DispositionReset replaces the interpreter and returns the pod to the pool (reusePolicy FreshInterpreter).
+	DispositionReset PodDisposition = "Reset"
+)
 
 // ExecutionStatus is the observed state of an Execution.
 type ExecutionStatus struct {
@@ -267,6 +281,20 @@ type ExecutionStatus struct {
 	// exitCode of a shell Execution.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
+
+	// codeDigest is the SHA-256 of the code that started ("sha256:<hex>"), so
+	// a restarted manager never runs other code under this Execution's name
+	// (spec.codeFrom can change) and a reader can tell which code ran.
+	// +optional
+	CodeDigest string `json:"codeDigest,omitempty"`
+
+	// podDisposition is what the manager does with the pod once the final
+	// status is stored: Delete it, ReleaseToSession (the session's next
+	// Execution runs on it), or Reset (a fresh interpreter, then back to the
+	// pool). The pod is touched only after this is recorded, so a manager that
+	// stops in between carries it out when it comes back.
+	// +optional
+	PodDisposition PodDisposition `json:"podDisposition,omitempty"`
 
 	// observedGeneration is the generation of the spec this status describes.
 	// +optional

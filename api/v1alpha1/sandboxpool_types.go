@@ -267,6 +267,12 @@ type ExecutionDefaults struct {
 	// +kubebuilder:validation:Maximum=131072
 	// +optional
 	MaxOutputBytes int32 `json:"maxOutputBytes,omitempty"`
+
+	// ttlSecondsAfterFinished deletes finished Executions of this pool this long
+	// after they finished, unless they set their own. Unset: 3600 (one hour).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // SandboxPoolStatus is the observed state of a SandboxPool.

@@ -165,7 +165,10 @@ func (w *ExecutionWrapper) TTL(seconds int32) *ExecutionWrapper {
 }
 
 // UID sets metadata.uid (objects that never reach an API server need one).
-func (w *ExecutionWrapper) UID(uid string) *ExecutionWrapper { w.ObjectMeta.UID = types.UID(uid); return w }
+func (w *ExecutionWrapper) UID(uid string) *ExecutionWrapper {
+	w.ObjectMeta.UID = types.UID(uid)
+	return w
+}
 
 // Created sets metadata.creationTimestamp.
 func (w *ExecutionWrapper) Created(t time.Time) *ExecutionWrapper {
