@@ -24,16 +24,21 @@ const (
 
 // Condition reasons.
 const (
-	ReasonPoolNotFound       = "PoolNotFound"
-	ReasonNoIdleSandbox      = "NoIdleSandbox"
-	ReasonMaxPodsReached     = "MaxPodsReached"
-	ReasonSandboxClaimed     = "SandboxClaimed"
-	ReasonSucceeded          = "Succeeded"
-	ReasonError              = "Error"
-	ReasonTimedOut           = "TimedOut"
-	ReasonCancelled          = "Cancelled"
-	ReasonSandboxLost        = "SandboxLost"
-	ReasonSessionLost        = "SessionLost"
+	ReasonPoolNotFound   = "PoolNotFound"
+	ReasonNoIdleSandbox  = "NoIdleSandbox"
+	ReasonMaxPodsReached = "MaxPodsReached"
+	ReasonSandboxClaimed = "SandboxClaimed"
+	ReasonSucceeded      = "Succeeded"
+	ReasonError          = "Error"
+	ReasonTimedOut       = "TimedOut"
+	ReasonCancelled      = "Cancelled"
+	ReasonSandboxLost    = "SandboxLost"
+	ReasonSessionLost    = "SessionLost"
+	// ReasonSessionBusy: an earlier Execution of the session runs or waits.
+	ReasonSessionBusy = "SessionBusy"
+	// ReasonCodeSourceChanged: after a manager restart the run had not reached
+	// the sandbox, and spec.codeFrom now holds other code than what started.
+	ReasonCodeSourceChanged  = "CodeSourceChanged"
 	ReasonCodeSourceNotFound = "CodeSourceNotFound"
 	ReasonImagePullBackOff   = "ImagePullBackOff"
 	ReasonCrashLoopBackOff   = "CrashLoopBackOff"

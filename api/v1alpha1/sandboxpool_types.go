@@ -39,7 +39,9 @@ type SandboxPoolSpec struct {
 	Replicas int32 `json:"replicas"`
 
 	// maxPods caps the pool's pods, idle and busy together. When it is reached,
-	// new Executions wait for a pod to be freed. Unset means no cap.
+	// new Executions wait for a pod to be freed. Unset means no cap on the total,
+	// but at most 20 pods are started at a time for waiting Executions beyond
+	// spec.replicas, so a burst of a thousand does not ask for a thousand pods at once.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	// +optional

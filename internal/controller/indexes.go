@@ -23,8 +23,10 @@ import (
 const (
 	// indexActive: pool name, for Executions not finished yet (waiting or running).
 	indexActive = "warmpool.active.pool"
-	// indexSession: session name, for Executions of a session, finished ones too.
-	indexSession = "spec.session"
+	// indexSession: "pool/session", for Executions of a session, finished ones too.
+	indexSession = "warmpool.pool.session"
+	// indexClaimedUID: on pods, the UID of the Execution that claimed the pod.
+	indexClaimedUID = "warmpool.claimed.uid"
 )
 
 // SetupIndexes registers the cache indexes the reconcilers query.
@@ -39,9 +41,17 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	return fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexSession, func(o client.Object) []string {
-		if s := o.(*sandboxv1alpha1.Execution).Spec.Session; s != "" {
-			return []string{s}
+	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexSession, func(o client.Object) []string {
+		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" {
+			return []string{sessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return fi.IndexField(ctx, &corev1.Pod{}, indexClaimedUID, func(o client.Object) []string {
+		if uid := o.GetAnnotations()[sandboxpod.AnnotationClaimedUID]; uid != "" {
+			return []string{uid}
 		}
 		return nil
 	})

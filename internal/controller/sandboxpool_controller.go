@@ -32,12 +32,18 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 // maxCreatesPerReconcile bounds one reconcile's burst of pod creations.
 const maxCreatesPerReconcile = 50
+
+// maxSurge bounds, when spec.maxPods is unset, the pods started for waiting
+// Executions beyond spec.replicas: unclaimed pods (warming or idle) a burst
+// asks for. As they are claimed, more start.
+const maxSurge = 20
 
 // SandboxPoolReconciler keeps spec.replicas idle Ready pods per pool, plus one
 // for each Execution waiting for a pod, within spec.maxPods.
@@ -52,7 +58,10 @@ type SandboxPoolReconciler struct {
 	// sandboxpod.LabelAgentClient): the only ingress the pools' NetworkPolicies allow.
 	ManagerNamespace string
 	// KeyEvents wakes pools when the agent signing key changes (AgentKeysReconciler).
-	KeyEvents    chan event.GenericEvent
+	KeyEvents chan event.GenericEvent
+	// Dispatcher knows each pool's waiting Executions: its demand for pods.
+	Dispatcher   *dispatch.Dispatcher
+	demandWakes  *wakeups
 	expectations *expectations
 
 	mu sync.Mutex
@@ -102,17 +111,16 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		seen[podList.Items[i].Name] = podList.Items[i].DeletionTimestamp != nil
 	}
 	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, time.Now())
-	var execs sandboxv1alpha1.ExecutionList
-	if err := r.List(ctx, &execs, client.InNamespace(pool.Namespace), client.MatchingFields{indexActive: pool.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list executions of pool %s: %w", pool.Name, err)
-	}
 	pods := r.classify(pool, podList.Items, deleting, time.Now())
 	r.observeStarts(req.NamespacedName, podList.Items)
-	orphans, err := r.orphans(ctx, pods.busy, &execs)
+	orphans, err := r.orphans(ctx, pods.busy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	demand, pending := demand(&execs, podList.Items)
+	demand, pending := r.Dispatcher.Demand(req.NamespacedName), int32(r.Dispatcher.Waiting(req.NamespacedName))
+	if pool.Spec.MaxPods == nil {
+		demand = min(demand, maxSurge)
+	}
 
 	// How many unclaimed pods the pool wants, and how many it has or will have.
 	want := int(pool.Spec.Replicas) + demand
@@ -327,83 +335,36 @@ func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []
 	r.readySeen[pool] = seen
 }
 
-// demand counts the pool's waiting Executions that need a fresh pod: those
-// without a session, and one per session that has no pod yet.
-func demand(list *sandboxv1alpha1.ExecutionList, pods []corev1.Pod) (int, int32) {
-	sessionPods := map[string]bool{}
-	claimed := map[types.UID]bool{}
-	for i := range pods {
-		if s := claim.Session(&pods[i]); s != "" && !sandboxpod.IsTerminal(&pods[i]) {
-			sessionPods[s] = true
-		}
-		if uid := claim.ClaimedBy(&pods[i]); uid != "" {
-			claimed[uid] = true
-		}
-	}
-	n := 0
-	var pending int32
-	sessions := map[string]bool{}
-	for i := range list.Items {
-		ex := &list.Items[i]
-		// An Execution that claimed a pod but whose status the cache has not
-		// shown yet is not waiting: counting it would create a pod too many.
-		if !isWaiting(ex) || claimed[ex.UID] {
-			continue
-		}
-		pending++
-		switch s := ex.Spec.Session; {
-		case s == "":
-			n++
-		case !sessionPods[s] && !sessions[s] && !sessionStarted(list, s):
-			sessions[s] = true
-			n++
-		}
-	}
-	return n, pending
-}
-
-// orphans returns busy pods claimed by an Execution that no longer exists (it
-// was deleted while the manager was down, or its delete was missed) or has
-// finished (an Execution deletes the pod it used up just after writing its
-// final status; a manager that stops in between leaves the pod to this). list
-// holds the pool's unfinished Executions.
-func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod, list *sandboxv1alpha1.ExecutionList) ([]*corev1.Pod, error) {
-	known := map[types.UID]bool{}
-	for i := range list.Items {
-		known[list.Items[i].UID] = true
-	}
+// orphans returns busy pods claimed by an Execution that no longer exists
+// (it was deleted while the manager was down, or its delete was missed). A
+// pod claimed by a finished Execution is left to that Execution's pod
+// disposition (a session keeps its pod), which the Execution controller
+// carries out after the final status.
+func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod
 	for _, p := range busy {
 		uid := claim.ClaimedBy(p)
-		if uid == "" || known[uid] {
+		if uid == "" {
 			continue
 		}
 		ex := &sandboxv1alpha1.Execution{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		if err == nil && ex.UID == uid {
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		// Not in the cache: make sure around it before deleting a busy pod.
+		err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
 		switch {
-		case apierrors.IsNotFound(err) || (err == nil && (ex.UID != uid || ex.Status.Phase.IsFinished())):
+		case apierrors.IsNotFound(err) || (err == nil && ex.UID != uid):
 			out = append(out, p)
 		case err != nil:
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// isWaiting reports whether an Execution waits for a pod.
-func isWaiting(ex *sandboxv1alpha1.Execution) bool {
-	return (ex.Status.Phase == "" || ex.Status.Phase == sandboxv1alpha1.PhasePending) && ex.Status.PodName == "" &&
-		!ex.Spec.Cancel && ex.DeletionTimestamp == nil
-}
-
-// sessionStarted reports whether an unfinished Execution of the session already got a pod.
-func sessionStarted(list *sandboxv1alpha1.ExecutionList, session string) bool {
-	for i := range list.Items {
-		if list.Items[i].Spec.Session == session && list.Items[i].Status.PodName != "" {
-			return true
-		}
-	}
-	return false
 }
 
 func newestFirst(pods []*corev1.Pod) []*corev1.Pod {
@@ -497,6 +458,10 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 // and the Executions that name them (their demand).
 func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations = newExpectations()
+	// The dispatcher says when a pool's demand changed, a little later so
+	// that a burst of Executions becomes one reconcile.
+	r.demandWakes = &wakeups{delay: demandDebounce}
+	r.Dispatcher.WakePool = r.demandWakes.Wake
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
 	if r.KeyEvents == nil {
 		r.KeyEvents = make(chan event.GenericEvent, 1024)
@@ -514,6 +479,7 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNamespace)).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		WatchesRawSource(source.Channel(r.KeyEvents, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(r.demandWakes).
 		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("sandboxpool").
@@ -544,23 +510,16 @@ func (r *SandboxPoolReconciler) poolsOfNamespace(ctx context.Context, o client.O
 const demandDebounce = 250 * time.Millisecond
 
 // demandHandler enqueues an Execution's pool, a little later, when the
-// Execution appears, changes phase or goes.
+// Execution goes: a pod it still held is an orphan. (Demand changes come from
+// the dispatcher.)
 func demandHandler() handler.EventHandler {
-	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
-		ex := o.(*sandboxv1alpha1.Execution)
-		q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}, demandDebounce)
-	}
 	return handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
-			enqueue(e.Object, q)
-		},
-		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
-			if isWaiting(e.ObjectOld.(*sandboxv1alpha1.Execution)) != isWaiting(e.ObjectNew.(*sandboxv1alpha1.Execution)) {
-				enqueue(e.ObjectNew, q)
-			}
-		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
-			enqueue(e.Object, q)
+			ex, ok := e.Object.(*sandboxv1alpha1.Execution)
+			if !ok {
+				return
+			}
+			q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}, demandDebounce)
 		},
 	}
 }

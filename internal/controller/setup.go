@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/runner"
 )
 
@@ -44,10 +45,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	d := dispatch.New(nil, nil)
 	if err := (&SandboxPoolReconciler{
-		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
+		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: d,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys}).SetupWithManager(mgr)
+	return (&ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys, Dispatcher: d}).SetupWithManager(mgr)
 }

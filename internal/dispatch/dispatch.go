@@ -620,3 +620,16 @@ func (d *Dispatcher) Waiting(key types.NamespacedName) int {
 	}
 	return n
 }
+
+// WaitingOf lists a pool's waiting Executions (to tell them the pool changed).
+func (d *Dispatcher) WaitingOf(key types.NamespacedName) []types.NamespacedName {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []types.NamespacedName
+	for _, e := range d.execs {
+		if e.pool.key == key && e.state != running {
+			out = append(out, e.name)
+		}
+	}
+	return out
+}

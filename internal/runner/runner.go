@@ -20,7 +20,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
@@ -32,6 +31,13 @@ const Slack = 3 * time.Second
 
 // ErrNoAnswer: the agent did not answer in time (unreachable, or the code did not stop).
 var ErrNoAnswer = errors.New("the sandbox agent did not answer")
+
+// ErrNotStarted: on re-attach, the agent does not know the run (the request
+// never reached it, or the agent restarted and lost it).
+var ErrNotStarted = errors.New("the sandbox agent does not know this run")
+
+// attachPoll is how often a re-attached run asks the agent how it ended.
+const attachPoll = 500 * time.Millisecond
 
 // Resolver finds the agent of a pod. Production uses the pod IP; the envtest
 // harness maps pods to local agent processes.
@@ -64,11 +70,13 @@ type Job struct {
 	StartTime time.Time
 	Address   string
 	// PodUID and KeyID address the agent's tokens to this pod (TokenSource).
-	PodUID   types.UID
-	KeyID    string
-	Request  protocol.ExecuteRequest
-	Deadline time.Time
-	Grace    time.Duration
+	PodUID types.UID
+	KeyID  string
+	// CodeDigest is the digest of Request.Code, for the status.
+	CodeDigest string
+	Request    protocol.ExecuteRequest
+	Deadline   time.Time
+	Grace      time.Duration
 }
 
 // Outcome of a run: a Result from the agent, or Err when there is none.
@@ -80,7 +88,9 @@ type Outcome struct {
 }
 
 type run struct {
-	job       Job
+	job Job
+	// since is when this runner took the run (started or re-attached to it).
+	since     time.Time
 	cancel    context.CancelFunc
 	cancelled bool
 	done      bool
@@ -102,21 +112,17 @@ type Runner struct {
 	// http is shared by the clients of all agents; idle connections to pods
 	// that are gone expire instead of piling up.
 	http *http.Client
-	// Events receives an event for the Execution whenever a run ends.
-	Events chan event.GenericEvent
-	// newObject builds the object an event names.
-	newObject func(namespace, name string) event.GenericEvent
+	// wake asks for a reconcile of the Execution whenever a run ends. It must
+	// not block: a run's goroutine must end even when nobody reconciles.
+	wake func(types.NamespacedName)
 }
 
-// New returns a Runner; newEvent makes the event that wakes the Execution's reconcile.
-func New(tokens TokenSource, newEvent func(namespace, name string) event.GenericEvent) *Runner {
+// New returns a Runner; wake asks for a reconcile of an Execution (without blocking).
+func New(tokens TokenSource, wake func(types.NamespacedName)) *Runner {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2
 	tr.IdleConnTimeout = 30 * time.Second
-	return &Runner{
-		Tokens: tokens, runs: map[types.UID]*run{}, http: &http.Client{Transport: tr},
-		Events: make(chan event.GenericEvent, 1024), newObject: newEvent,
-	}
+	return &Runner{Tokens: tokens, runs: map[types.UID]*run{}, http: &http.Client{Transport: tr}, wake: wake}
 }
 
 // client returns a client of the pod's agent whose every request carries a
@@ -131,15 +137,10 @@ func (r *Runner) client(addr string, podUID types.UID, keyID string) *client.Cli
 // same Execution again after a manager restart attaches to the run in the
 // agent (the request ID is the UID), so the code never runs twice.
 func (r *Runner) Start(job Job) {
-	r.mu.Lock()
-	if _, ok := r.runs[job.UID]; ok {
-		r.mu.Unlock()
+	ctx, cancel, ok := r.track(job, job.Deadline.Add(job.Grace+Slack))
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), job.Deadline.Add(job.Grace+Slack))
-	rn := &run{job: job, cancel: cancel}
-	r.runs[job.UID] = rn
-	r.mu.Unlock()
 
 	c := r.client(job.Address, job.PodUID, job.KeyID)
 	req := job.Request
@@ -168,6 +169,66 @@ func (r *Runner) Start(job Job) {
 	}()
 }
 
+// track records a run unless one of this UID is tracked already.
+func (r *Runner) track(job Job, end time.Time) (context.Context, context.CancelFunc, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.runs[job.UID]; ok {
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	r.runs[job.UID] = &run{job: job, since: time.Now(), cancel: cancel}
+	return ctx, cancel, true
+}
+
+// Attach follows a run this manager did not start (it restarted, or another
+// replica started it): it asks the agent how the run ended, or waits for it
+// to end, without sending the code again. Only the agent knows whether the
+// code ran, so nothing is decided before it answers: a finished run reports
+// its real result however long the manager was away, and a run the agent
+// does not know ends with ErrNotStarted for the controller to judge.
+func (r *Runner) Attach(job Job) {
+	// However late this is, give the agent its grace period to answer.
+	end := job.Deadline.Add(job.Grace + Slack)
+	if soon := time.Now().Add(job.Grace + Slack); end.Before(soon) {
+		end = soon
+	}
+	ctx, cancel, ok := r.track(job, end)
+	if !ok {
+		return
+	}
+	c := r.client(job.Address, job.PodUID, job.KeyID)
+	id := string(job.UID)
+	go func() {
+		defer cancel()
+		interrupted := false
+		var last error
+		for {
+			info, err := c.Execution(ctx, id)
+			switch {
+			case client.IsStatus(err, http.StatusNotFound):
+				r.finish(job.UID, Outcome{Err: ErrNotStarted})
+				return
+			case err == nil && info.Result != nil:
+				r.finish(job.UID, Outcome{Result: info.Result})
+				return
+			case err == nil && !interrupted && time.Now().After(job.Deadline.Add(250*time.Millisecond)):
+				// The agent interrupts at the deadline itself; this is the manager's backup.
+				_ = c.Interrupt(ctx, id)
+				interrupted = true
+			case err != nil:
+				last = err
+			}
+			select {
+			case <-ctx.Done():
+				r.finish(job.UID, Outcome{Err: fmt.Errorf("%w by %s after re-attaching: %v", ErrNoAnswer, job.Grace+Slack, last)})
+				return
+			case <-time.After(attachPoll):
+			}
+		}
+	}()
+}
+
 func (r *Runner) finish(uid types.UID, o Outcome) {
 	r.mu.Lock()
 	rn, ok := r.runs[uid]
@@ -179,7 +240,9 @@ func (r *Runner) finish(uid types.UID, o Outcome) {
 	rn.done, rn.outcome = true, o
 	job := rn.job
 	r.mu.Unlock()
-	r.Events <- r.newObject(job.Namespace, job.Name)
+	if r.wake != nil {
+		r.wake(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
+	}
 }
 
 // Cancel interrupts a run (spec.cancel, or the Execution deleted). If the code
@@ -227,6 +290,17 @@ func (r *Runner) Outcome(uid types.UID) (Outcome, bool) {
 		return Outcome{}, false
 	}
 	return rn.outcome, true
+}
+
+// Since returns when this runner took a run (started it or re-attached).
+func (r *Runner) Since(uid types.UID) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rn, ok := r.runs[uid]
+	if !ok {
+		return time.Time{}, false
+	}
+	return rn.since, true
 }
 
 // Tracked reports whether a run of this UID is known (running or finished).

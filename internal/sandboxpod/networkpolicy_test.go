@@ -1,4 +1,4 @@
-package sandboxpod
+package sandboxpod_test
 
 import (
 	"reflect"
@@ -9,13 +9,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
 
 func TestNetworkPolicyDeniesAllButTheManagerByDefault(t *testing.T) {
 	pool := wrappers.Pool("ns", "p").Obj()
-	np := NetworkPolicy(pool, "warmpool-system")
-	if got := np.Spec.PodSelector.MatchLabels; !reflect.DeepEqual(got, map[string]string{LabelPool: "p"}) {
+	np := sandboxpod.NetworkPolicy(pool, "warmpool-system")
+	if got := np.Spec.PodSelector.MatchLabels; !reflect.DeepEqual(got, map[string]string{sandboxpod.LabelPool: "p"}) {
 		t.Errorf("selects %v", got)
 	}
 	if len(np.Spec.PolicyTypes) != 2 {
@@ -29,10 +30,10 @@ func TestNetworkPolicyDeniesAllButTheManagerByDefault(t *testing.T) {
 	}
 	from, port := np.Spec.Ingress[0].From[0], np.Spec.Ingress[0].Ports[0]
 	if from.NamespaceSelector == nil || from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "warmpool-system" ||
-		from.PodSelector == nil || from.PodSelector.MatchLabels[LabelAgentClient] != "true" || from.IPBlock != nil {
+		from.PodSelector == nil || from.PodSelector.MatchLabels[sandboxpod.LabelAgentClient] != "true" || from.IPBlock != nil {
 		t.Errorf("ingress peer %+v: want the manager's namespace and its agent-client pods only", from)
 	}
-	if port.Port.IntValue() != AgentPort || *port.Protocol != "TCP" {
+	if port.Port.IntValue() != sandboxpod.AgentPort || *port.Protocol != "TCP" {
 		t.Errorf("ingress port %v", port)
 	}
 }
@@ -48,7 +49,7 @@ func TestNetworkPolicyEgressAllowlistNeverReachesMetadata(t *testing.T) {
 		{CIDR: "10.1.2.3/24"},
 		{CIDR: "not-a-cidr"},
 	}}
-	eg := NetworkPolicy(pool, "m").Spec.Egress
+	eg := sandboxpod.NetworkPolicy(pool, "m").Spec.Egress
 	if len(eg) != 3 {
 		t.Fatalf("%d egress rules, want 3 (the invalid and metadata ones dropped): %+v", len(eg), eg)
 	}
@@ -74,8 +75,8 @@ func TestNetworkPolicyEgressAllowlistNeverReachesMetadata(t *testing.T) {
 }
 
 func TestDisruptionBudgetCoversBusyPodsOnly(t *testing.T) {
-	pdb := DisruptionBudget(wrappers.Pool("ns", "p").Obj())
-	if got := pdb.Spec.Selector.MatchLabels; !reflect.DeepEqual(got, map[string]string{LabelPool: "p", LabelState: StateBusy}) {
+	pdb := sandboxpod.DisruptionBudget(wrappers.Pool("ns", "p").Obj())
+	if got := pdb.Spec.Selector.MatchLabels; !reflect.DeepEqual(got, map[string]string{sandboxpod.LabelPool: "p", sandboxpod.LabelState: sandboxpod.StateBusy}) {
 		t.Errorf("selects %v", got)
 	}
 	if pdb.Spec.MaxUnavailable.IntValue() != 0 || pdb.Spec.MinAvailable != nil {
@@ -102,16 +103,16 @@ func TestReopensPoolFindsPoliciesThatAllowTrafficToThePoolsPods(t *testing.T) {
 	}{
 		{"every pod of the namespace, ingress from anywhere", np("ns", nil, nil, allowAll, nil), true},
 		{"by a template label", np("ns", map[string]string{"team": "a"}, nil, allowAll, nil), true},
-		{"busy pods only", np("ns", map[string]string{LabelState: StateBusy}, nil, allowAll, nil), true},
+		{"busy pods only", np("ns", map[string]string{sandboxpod.LabelState: sandboxpod.StateBusy}, nil, allowAll, nil), true},
 		{"egress rules, types defaulted", np("ns", nil, nil, nil, []networkingv1.NetworkPolicyEgressRule{{}}), true},
 		{"egress rules, explicit type", np("ns", nil, egress, nil, []networkingv1.NetworkPolicyEgressRule{{}}), true},
 		{"another namespace", np("other", nil, nil, allowAll, nil), false},
 		{"other pods", np("ns", map[string]string{"app": "web"}, nil, allowAll, nil), false},
-		{"another pool", np("ns", map[string]string{LabelPool: "q"}, nil, allowAll, nil), false},
+		{"another pool", np("ns", map[string]string{sandboxpod.LabelPool: "q"}, nil, allowAll, nil), false},
 		{"deny only", np("ns", nil, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, nil, nil), false},
 		{"ingress rules that the types switch off", np("ns", nil, egress, allowAll, nil), false},
 	} {
-		if got := ReopensPool(tc.np, pool); got != tc.want {
+		if got := sandboxpod.ReopensPool(tc.np, pool); got != tc.want {
 			t.Errorf("%s: ReopensPool = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -1,0 +1,288 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// reconcilePending takes a waiting Execution through the dispatcher's
+// decision to a claimed pod and a started run.
+func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	if job, ok := r.Runner.Job(ex.UID); ok {
+		// It claimed a pod and started, but the cache does not show it yet (or
+		// writing Running lost a race): claiming again would take a second pod.
+		r.markRunning(ex, job.Pod, metav1.NewTime(job.StartTime), job.CodeDigest)
+		return ctrl.Result{}, nil
+	}
+	first := ex.Status.Phase == ""
+	if first {
+		ex.Status.Phase = sandboxv1alpha1.PhasePending
+	}
+	if ex.Spec.Cancel {
+		r.end(ex, sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "cancelled before it ran", nil, "")
+		return ctrl.Result{}, nil
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.waiting(ex, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
+			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ex.Spec.PoolRef.Name, ex.Namespace))
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if first && ex.Spec.CodeFrom != nil {
+		// Say at once when the code cannot be read, rather than after the wait for a pod.
+		if _, err := r.code(ctx, ex); err != nil {
+			r.codeFailed(ex, err)
+			return ctrl.Result{}, nil
+		}
+	}
+	// Claimed earlier, but the Running status was lost: carry on with that pod.
+	if pod, err := r.claimedPod(ctx, ex.Namespace, ex.UID); err != nil || pod != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.start(ctx, ex, pool, pod)
+	}
+
+	pl := r.Dispatcher.Place(ex)
+	if pl.NeedsFreshPod && ex.Spec.Session != "" {
+		lost, err := r.sessionLost(ctx, ex)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if lost != "" {
+			msg := fmt.Sprintf("session %s's pod %s is gone (lost, timed out, or idle longer than the pool's sessionIdleTimeout), "+
+				"and with it the session's state: start a new session", ex.Spec.Session, lost)
+			r.fail(ex, sandboxv1alpha1.ReasonSessionLost, msg, "")
+			return ctrl.Result{}, nil
+		}
+	}
+	if pl.Pod == "" {
+		r.waitingFor(ex, pool, pl)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	return r.claimAndStart(ctx, ex, pool, pl.Pod)
+}
+
+// waitingFor says what the Execution waits for.
+func (r *ExecutionReconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pl dispatch.Placement) {
+	switch {
+	case pl.SessionBusy && pl.SessionPod != "":
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf("session %s's pod %s is busy with an earlier Execution of the session", ex.Spec.Session, pl.SessionPod))
+		return
+	case pl.SessionBusy:
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf("waiting for earlier Executions of session %s", ex.Spec.Session))
+		return
+	}
+	// Why the pool has no pod for it, from the pool's own status. No queue
+	// position: it would change, and cost a status write, for every waiting
+	// Execution each time the queue moves.
+	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+		r.waiting(ex, c.Reason, fmt.Sprintf("pool %s cannot start pods: %s", pool.Name, c.Message))
+		return
+	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady); c != nil &&
+		c.Reason == sandboxv1alpha1.ReasonMaxPodsReached {
+		r.waiting(ex, sandboxv1alpha1.ReasonMaxPodsReached, c.Message)
+		return
+	}
+	r.waiting(ex, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
+		"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
+}
+
+// claimAndStart claims the pod the dispatcher chose and starts the run. A
+// claim that does not commit sends the Execution back to its place in the queue.
+func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	podName string) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: podName}, pod); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	rv := pod.ResourceVersion
+	if err := claim.Claim(ctx, r.Client, pod, ex); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || errors.Is(err, claim.ErrNotClaimable) {
+			logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", err.Error())
+			r.Dispatcher.ClaimFailed(ex.UID, podName, rv)
+			return ctrl.Result{RequeueAfter: waitBackstop}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
+	return r.start(ctx, ex, pool, pod)
+}
+
+// start marks the Execution Running on its claimed pod and hands it to the
+// runner. The run starts before the Running status is stored (it saves a
+// round trip); the agent keys runs by the Execution's UID, so a second start
+// after a lost status write attaches to the first.
+func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod) (ctrl.Result, error) {
+	code, err := r.code(ctx, ex)
+	if err != nil {
+		r.codeFailed(ex, err)
+		ex.Status.PodName, ex.Status.PodDisposition = pod.Name, r.unusedPodDisposition(ex, pool)
+		return ctrl.Result{}, nil
+	}
+	job, err := r.job(ex, pool, pod, r.now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	job.Request = r.request(ex, pool, code)
+	job.CodeDigest = digest(code)
+	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)
+	r.Runner.Start(job)
+	return ctrl.Result{}, nil
+}
+
+func (r *ExecutionReconciler) markRunning(ex *sandboxv1alpha1.Execution, pod string, start metav1.Time, codeDigest string) {
+	ex.Status.Phase = sandboxv1alpha1.PhaseRunning
+	ex.Status.PodName = pod
+	ex.Status.StartTime = &start
+	ex.Status.CodeDigest = codeDigest
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed, Message: "running on pod " + pod})
+}
+
+func digest(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// job is the run of ex on pod, without its request (re-attaching sends none).
+func (r *ExecutionReconciler) job(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, start time.Time) (runner.Job, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return runner.Job{}, err
+	}
+	if ex.Status.StartTime != nil {
+		start = ex.Status.StartTime.Time
+	}
+	return runner.Job{
+		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, StartTime: start, Address: addr,
+		PodUID: pod.UID, KeyID: pod.Labels[sandboxpod.LabelAgentKey], CodeDigest: ex.Status.CodeDigest,
+		Deadline: start.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
+	}, nil
+}
+
+func (r *ExecutionReconciler) request(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, code string) protocol.ExecuteRequest {
+	req := protocol.ExecuteRequest{
+		Code:           code,
+		Language:       string(ex.Spec.Language),
+		MaxOutputBytes: int(pool.Spec.ExecutionDefaults.MaxOutputBytes),
+	}
+	if ex.Spec.Context != nil {
+		if ex.Spec.ContextFormat == sandboxv1alpha1.ContextJSON {
+			req.Context = json.RawMessage(*ex.Spec.Context)
+		} else {
+			req.Context, _ = json.Marshal(*ex.Spec.Context)
+		}
+	}
+	if len(ex.Spec.Env) > 0 {
+		req.Env = map[string]string{}
+		for _, e := range ex.Spec.Env {
+			req.Env[e.Name] = e.Value
+		}
+	}
+	return req
+}
+
+func timeoutOf(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if ex.Spec.Timeout != nil {
+		return ex.Spec.Timeout.Duration
+	}
+	if pool.Spec.ExecutionDefaults.Timeout != nil {
+		return pool.Spec.ExecutionDefaults.Timeout.Duration
+	}
+	return 30 * time.Second
+}
+
+func graceOf(pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if g := pool.Spec.ExecutionDefaults.InterruptGracePeriod; g != nil {
+		return g.Duration
+	}
+	return 5 * time.Second
+}
+
+// code returns the code to run, reading spec.codeFrom when set (uncached: the
+// manager does not watch every ConfigMap and Secret of the cluster). Only
+// objects their owner marked with LabelCodeSource are read: the manager may
+// read any Secret, a tenant who may create Executions may not.
+func (r *ExecutionReconciler) code(ctx context.Context, ex *sandboxv1alpha1.Execution) (string, error) {
+	if ex.Spec.Code != nil {
+		return *ex.Spec.Code, nil
+	}
+	from := ex.Spec.CodeFrom
+	if from == nil {
+		return "", errors.New("neither spec.code nor spec.codeFrom is set")
+	}
+	kind, ref := "ConfigMap", from.ConfigMapKeyRef
+	var obj client.Object = &corev1.ConfigMap{}
+	if ref == nil {
+		kind, ref, obj = "Secret", from.SecretKeyRef, &corev1.Secret{}
+	}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, obj); err != nil {
+		return "", fmt.Errorf("spec.codeFrom: %s %s: %w", kind, ref.Name, err)
+	}
+	if obj.GetLabels()[sandboxv1alpha1.LabelCodeSource] != "true" {
+		return "", &unmarkedSourceError{fmt.Sprintf("spec.codeFrom: %s %s is not marked as code for Executions; its owner must "+
+			"label it: kubectl label %s %s %s=true", kind, ref.Name, strings.ToLower(kind), ref.Name, sandboxv1alpha1.LabelCodeSource)}
+	}
+	var v string
+	var ok bool
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		v, ok = o.Data[ref.Key]
+	case *corev1.Secret:
+		var b []byte
+		b, ok = o.Data[ref.Key]
+		v = string(b)
+	}
+	if !ok {
+		return "", fmt.Errorf("spec.codeFrom: %s %s has no key %q", kind, ref.Name, ref.Key)
+	}
+	return v, nil
+}
+
+// codeFailed ends an Execution whose code could not be read.
+func (r *ExecutionReconciler) codeFailed(ex *sandboxv1alpha1.Execution, err error) {
+	reason := sandboxv1alpha1.ReasonCodeSourceNotFound
+	var unmarked *unmarkedSourceError
+	if errors.As(err, &unmarked) {
+		reason = sandboxv1alpha1.ReasonCodeSourceNotMarked
+	}
+	r.fail(ex, reason, err.Error(), "")
+}
+
+// unmarkedSourceError: codeFrom names an object not marked with LabelCodeSource.
+type unmarkedSourceError struct{ msg string }
+
+func (e *unmarkedSourceError) Error() string { return e.msg }

@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// The timeout policy, on the manager's side (the agent enforces the timeout
+// itself too, so code stops even while the manager is away):
+//   - the runner interrupts at the deadline and gives up at deadline + grace + Slack;
+//   - a manager that did not start the run (it restarted) asks the agent what
+//     became of it before deciding anything, and gives it grace + Slack to answer;
+//   - whatever happens to the runner, the reconciler ends a run that is still
+//     not over lateBy after both of those (ownDeadline): no Execution stays
+//     Running forever.
+const lateBy = 2 * runner.Slack
+
+// ownDeadline is when the reconciler stops waiting for the runner.
+func (r *ExecutionReconciler) ownDeadline(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Time {
+	end := ex.Status.StartTime.Add(timeoutOf(ex, pool) + graceOf(pool) + runner.Slack + lateBy)
+	if since, ok := r.Runner.Since(ex.UID); ok {
+		if attached := since.Add(graceOf(pool) + runner.Slack + lateBy); attached.After(end) {
+			end = attached
+		}
+	}
+	return end
+}
+
+func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	poolErr := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool)
+	if poolErr != nil && !apierrors.IsNotFound(poolErr) {
+		return ctrl.Result{}, poolErr
+	}
+	pod, err := r.runningPod(ctx, ex)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	ours := pod != nil && claim.ClaimedBy(pod) == ex.UID
+	if o, ok := r.Runner.Outcome(ex.UID); ok {
+		if errors.Is(o.Err, runner.ErrNotStarted) {
+			return r.notStarted(ctx, ex, pool, pod)
+		}
+		r.finish(ex, pool, pod, o)
+		return ctrl.Result{}, nil
+	}
+	if !ours || sandboxpod.IsTerminal(pod) || poolErr != nil {
+		r.Runner.Cancel(ex.UID)
+		msg := fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName)
+		if pod != nil && pod.Status.Message != "" {
+			msg += ": " + pod.Status.Message
+		}
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, msg, deleteIfOurs(ours))
+		return ctrl.Result{}, nil
+	}
+	if key := pod.Labels[sandboxpod.LabelAgentKey]; !r.Keys.Has(key) {
+		r.Runner.Cancel(ex.UID)
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the manager cannot reach pod %s any more: its agent key %q was "+
+			"removed from the agent keys Secret while the code ran", pod.Name, key), sandboxv1alpha1.DispositionDelete)
+		return ctrl.Result{}, nil
+	}
+	if !r.Runner.Tracked(ex.UID) {
+		// A restarted manager: ask the agent what became of the run, by the
+		// Execution's UID. The code is not sent again.
+		job, err := r.job(ex, pool, pod, r.now())
+		if err != nil {
+			return r.unreachable(ex, pool, err)
+		}
+		logf.FromContext(ctx).Info("re-attaching to a running execution", "pod", pod.Name)
+		r.Runner.Attach(job)
+	}
+	if ex.Spec.Cancel {
+		r.Runner.Cancel(ex.UID)
+	}
+	deadline := r.ownDeadline(ex, pool)
+	if left := deadline.Sub(r.now()); left > 0 {
+		// The runner wakes this Execution when the run ends; this is the backstop.
+		return ctrl.Result{RequeueAfter: max(left, time.Second)}, nil
+	}
+	r.Runner.Cancel(ex.UID)
+	r.Runner.Forget(ex.UID)
+	msg := fmt.Sprintf("no outcome from the sandbox agent by %s, well after the timeout of %s and the grace period of %s; the pod is deleted",
+		deadline.UTC().Format(time.RFC3339), timeoutOf(ex, pool), graceOf(pool))
+	r.end(ex, sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut, msg,
+		&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonTimedOut, Message: msg}, sandboxv1alpha1.DispositionDelete)
+	return ctrl.Result{}, nil
+}
+
+// unreachable handles a pod the manager cannot address (no IP yet after a
+// restart, say): wait until the reconciler's own deadline, then give up.
+func (r *ExecutionReconciler) unreachable(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, err error) (ctrl.Result, error) {
+	if left := r.ownDeadline(ex, pool).Sub(r.now()); left > 0 {
+		return ctrl.Result{RequeueAfter: min(left, 5*time.Second)}, nil
+	}
+	r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("cannot reach pod %s: %v", ex.Status.PodName, err), sandboxv1alpha1.DispositionDelete)
+	return ctrl.Result{}, nil
+}
+
+// notStarted judges a run the agent does not know, found on re-attach: the
+// request never reached the agent (the manager stopped first), or the agent
+// restarted and lost it. The code runs now only if nothing can have run yet
+// and it is the very code that was to start.
+func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod) (ctrl.Result, error) {
+	r.Runner.Forget(ex.UID)
+	if pod == nil || claim.ClaimedBy(pod) != ex.UID {
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName), "")
+		return ctrl.Result{}, nil
+	}
+	if restarted(pod) {
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the sandbox agent of pod %s restarted while the code ran: "+
+			"the run and the interpreter's state are lost", pod.Name), sandboxv1alpha1.DispositionDelete)
+		return ctrl.Result{}, nil
+	}
+	if r.now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))) {
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the run never reached pod %s before the manager stopped, "+
+			"and its timeout of %s has passed since; it was not started", pod.Name, timeoutOf(ex, pool)), r.unusedPodDisposition(ex, pool))
+		return ctrl.Result{}, nil
+	}
+	code, err := r.code(ctx, ex)
+	if err != nil {
+		r.codeFailed(ex, err)
+		ex.Status.PodDisposition = r.unusedPodDisposition(ex, pool)
+		return ctrl.Result{}, nil
+	}
+	if ex.Status.CodeDigest != "" && digest(code) != ex.Status.CodeDigest {
+		r.fail(ex, sandboxv1alpha1.ReasonCodeSourceChanged, fmt.Sprintf("the run never reached pod %s before the manager stopped, "+
+			"and spec.codeFrom now holds other code (%s, not %s): other code is never run under this Execution's name; create a new one",
+			pod.Name, digest(code), ex.Status.CodeDigest), r.unusedPodDisposition(ex, pool))
+		return ctrl.Result{}, nil
+	}
+	job, err := r.job(ex, pool, pod, r.now())
+	if err != nil {
+		return r.unreachable(ex, pool, err)
+	}
+	job.Request = r.request(ex, pool, code)
+	job.CodeDigest = digest(code)
+	logf.FromContext(ctx).Info("the run never reached the agent; starting it now", "pod", pod.Name)
+	r.Runner.Start(job)
+	return ctrl.Result{}, nil
+}
+
+// unusedPodDisposition is the fate of a claimed pod on which nothing ran: a
+// session keeps it, any other goes (a claimed pod never returns to the pool
+// unreset).
+func (r *ExecutionReconciler) unusedPodDisposition(ex *sandboxv1alpha1.Execution, _ *sandboxv1alpha1.SandboxPool) sandboxv1alpha1.PodDisposition {
+	if ex.Spec.Session != "" {
+		return sandboxv1alpha1.DispositionReleaseToSession
+	}
+	return sandboxv1alpha1.DispositionDelete
+}
+
+func restarted(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.RestartCount > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func deleteIfOurs(ours bool) sandboxv1alpha1.PodDisposition {
+	if ours {
+		return sandboxv1alpha1.DispositionDelete
+	}
+	return "" // not ours (any more): never touch it
+}
+
+// runningPod returns the pod of a running Execution, read around the cache
+// when the cache does not show it claimed by ex: the pod informer can lag
+// behind the Execution informer (a run can end before the claim is in the cache).
+func (r *ExecutionReconciler) runningPod(ctx context.Context, ex *sandboxv1alpha1.Execution) (*corev1.Pod, error) {
+	key := types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}
+	pod := &corev1.Pod{}
+	err := r.Get(ctx, key, pod)
+	if err == nil && !sandboxpod.IsTerminal(pod) && claim.ClaimedBy(pod) == ex.UID {
+		return pod, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	live := &corev1.Pod{}
+	switch err := r.APIReader.Get(ctx, key, live); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return live, nil
+}
