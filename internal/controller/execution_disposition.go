@@ -48,9 +48,14 @@ func (r *ExecutionReconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.E
 			logf.FromContext(ctx).Info("cannot reach the agent to reset it for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
 			return r.deleteClaimedPod(ctx, pod, ex.UID)
 		}
+		released := false
 		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
+			if claim.ClaimedBy(p) != ex.UID {
+				return nil // released by an earlier call, whose reset is under way
+			}
+			released = true
 			return claim.ReleaseForReset(ctx, r.Client, p, ex, r.now())
-		}); err != nil {
+		}); err != nil || !released {
 			return err
 		}
 		// A new interpreter takes about a second under gVisor: replace it off

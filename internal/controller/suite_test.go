@@ -2,9 +2,11 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,14 +16,17 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
@@ -97,14 +102,45 @@ var _ = BeforeSuite(func() {
 	})
 })
 
+// crashBefore, when set, makes the manager "die" (stop at once, the write
+// refused) when it is about to write an Execution status it matches: a power
+// cut between two writes.
+var crashBefore atomic.Pointer[func(*sandboxv1alpha1.Execution) bool]
+
+// crashBeforeFinalStatus arms crashBefore for the final status of the named Execution.
+func crashBeforeFinalStatus(name string) {
+	f := func(ex *sandboxv1alpha1.Execution) bool { return ex.Name == name && ex.Status.Phase.IsFinished() }
+	crashBefore.Store(&f)
+}
+
 // startManager starts the warmpool manager, as cmd/manager does.
 func startManager() {
 	opts := managerOptions()
 	cfg := managerConfig()
 	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
+	var crash context.CancelFunc
+	opts.NewClient = func(config *rest.Config, options client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(config, options)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok && sub == "status" {
+					if f := crashBefore.Load(); f != nil && (*f)(ex) {
+						crashBefore.Store(nil)
+						crash()
+						return errors.New("injected: the manager died before this write")
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}), nil
+	}
 	mgr, err := ctrl.NewManager(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
 	mctx, cancel := context.WithCancel(context.Background())
+	crash = cancel
 	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
 	done := make(chan struct{})
 	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()

@@ -331,6 +331,20 @@ func (r *Runner) Forget(uid types.UID) {
 }
 
 // Reset gives a pod's agent a fresh interpreter (reusePolicy FreshInterpreter).
+// The agent publishes a run's result a moment before it frees the
+// interpreter, so a reset that follows the result at once can find it busy
+// (409): that is retried for a few seconds.
 func (r *Runner) Reset(ctx context.Context, addr string, podUID types.UID, keyID string) error {
-	return r.client(addr, podUID, keyID).Reset(ctx)
+	c := r.client(addr, podUID, keyID)
+	for wait := 20 * time.Millisecond; ; wait *= 2 {
+		err := c.Reset(ctx)
+		if !client.IsStatus(err, http.StatusConflict) || wait > 2*time.Second {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }

@@ -239,3 +239,9 @@ func (w *PodWrapper) Session(s string) *PodWrapper {
 	w.Labels[sandboxpod.LabelSession] = s
 	return w
 }
+
+// ExecutionTTL sets spec.executionDefaults.ttlSecondsAfterFinished.
+func (w *PoolWrapper) ExecutionTTL(seconds int32) *PoolWrapper {
+	w.Spec.ExecutionDefaults.TTLSecondsAfterFinished = &seconds
+	return w
+}

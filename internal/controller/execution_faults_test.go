@@ -1,0 +1,130 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// Regression specs of issue 10 (exactly once, whatever fails). Each failed
+// on the main branch before the commit point, re-attach and dispatcher.
+var _ = Describe("Execution under faults", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	// waitForCrash waits for the manager that crashBefore stopped, and starts a new one.
+	restartAfterCrash := func() {
+		Eventually(managerDone, 30*time.Second).Should(BeClosed())
+		startManager()
+	}
+
+	It("keeps a session's result and pod when the manager dies just before the final status", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		crashBeforeFinalStatus("s-1")
+		first := wrappers.Execution(ns, "s-1").Session("nb").Code("x = 41\n'set'").Obj()
+		Expect(k8s.Create(ctx, first)).To(Succeed())
+		restartAfterCrash()
+		done := finished(first)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.Result).To(Equal("'set'"))
+		Expect(done.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionReleaseToSession))
+		second := run(wrappers.Execution(ns, "s-2").Session("nb").Code("x + 1").Obj())
+		Expect(second.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", second.Status)
+		Expect(second.Status.Result).To(Equal("42"), "the session's state survived")
+		Expect(second.Status.PodName).To(Equal(done.Status.PodName))
+	})
+
+	It("keeps a reused pod for the pool when the manager dies just before the final status", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		crashBeforeFinalStatus("r-1")
+		first := wrappers.Execution(ns, "r-1").Code("secret = 1\n'one'").Obj()
+		Expect(k8s.Create(ctx, first)).To(Succeed())
+		restartAfterCrash()
+		done := finished(first)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.Result).To(Equal("'one'"))
+		second := run(wrappers.Execution(ns, "r-2").Code("'secret' in globals()").Obj())
+		Expect(second.Status.PodName).To(Equal(done.Status.PodName), "the pod went back to the pool")
+		Expect(second.Status.Result).To(Equal("False"), "with a fresh interpreter")
+	})
+
+	It("reports the real result after a failover longer than the timeout", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").GracePeriod(time.Second).Obj())
+		ex := wrappers.Execution(ns, "long-failover").Timeout(2 * time.Second).
+			Code("import time\ntime.sleep(0.5)\nprint('done')\n'ok'").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+		stopManager()
+		<-managerDone
+		// Longer than timeout + grace + the runner's slack: a runner started
+		// now is already past its deadline.
+		time.Sleep(7 * time.Second)
+		startManager()
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.Stdout).To(Equal("done\n"))
+		Expect(done.Status.Result).To(Equal("'ok'"))
+	})
+
+	It("finishes a run whose codeFrom was deleted while the manager was away, without reading it again", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job",
+			Labels: map[string]string{sandboxv1alpha1.LabelCodeSource: "true"}},
+			Data: map[string]string{"main.py": "import time\ntime.sleep(1.5)\n'from the configmap'"}}
+		Expect(k8s.Create(ctx, cm)).To(Succeed())
+		ex := wrappers.Execution(ns, "cm-gone").NoCode().CodeFromConfigMap("job", "main.py").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+		Expect(getExec(ex).Status.CodeDigest).To(HavePrefix("sha256:"))
+		stopManager()
+		<-managerDone
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		startManager()
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.Result).To(Equal("'from the configmap'"))
+	})
+
+	It("names sessions within their pool: session s of pool B is not pool A's", func() {
+		createPoolAndWait(wrappers.Pool(ns, "a").Obj())
+		createPoolAndWait(wrappers.Pool(ns, "b").Obj())
+		inA := run(wrappers.Execution(ns, "a-1").Pool("a").Session("s").Code("x = 'a'").Obj())
+		Expect(inA.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		inB := run(wrappers.Execution(ns, "b-1").Pool("b").Session("s").Code("'x' in globals()").Obj())
+		Expect(inB.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", inB.Status)
+		Expect(inB.Status.Result).To(Equal("False"))
+		Expect(inB.Status.PodName).NotTo(Equal(inA.Status.PodName))
+	})
+
+	It("tells a waiting Execution why its pool cannot start pods", func() {
+		none := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}
+		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-pods"}, Spec: corev1.ResourceQuotaSpec{Hard: none}}
+		Expect(k8s.Create(ctx, quota)).To(Succeed())
+		// The quota controller (absent from envtest) would publish this; admission enforces what it says.
+		quota.Status = corev1.ResourceQuotaStatus{Hard: none, Used: none}
+		Expect(k8s.Status().Update(ctx, quota)).To(Succeed())
+		Expect(k8s.Create(ctx, wrappers.Pool(ns, "python").Obj())).To(Succeed())
+		ex := wrappers.Execution(ns, "starved").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getExec(ex).Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
+		}).Should(And(HaveField("Status", "True"), HaveField("Reason", "CreatePodFailed"),
+			HaveField("Message", And(ContainSubstring("pool python cannot start pods"), ContainSubstring("quota")))))
+	})
+
+	It("deletes finished Executions after the pool's default TTL", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").ExecutionTTL(1).Obj())
+		ex := run(wrappers.Execution(ns, "short-lived").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)) }, 10*time.Second).Should(BeTrue())
+	})
+})
