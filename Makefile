@@ -94,16 +94,18 @@ run: manifests generate ## Run the manager against the cluster in KUBECONFIG.
 
 # The sandbox image's Python comes from Debian's python3 package on this machine.
 PYTHON_FOR_IMAGE ?= /usr/bin/python3
-# numpy from Debian's python3-numpy goes in when installed, for `python.preload: [numpy]`.
+# numpy from Debian's python3-numpy goes in, for `python.preload: [numpy]` (installed
+# when missing; NUMPY_FOR_IMAGE= builds without it).
 NUMPY_FOR_IMAGE ?= /usr/lib/python3/dist-packages/numpy
 
 .PHONY: images
 images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar, dist/pause.tar.
+	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) hack/image-deps.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/pause ./hack/pause
 	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
-		$(if $(wildcard $(NUMPY_FOR_IMAGE)),-python-packages $(NUMPY_FOR_IMAGE)) \
+		$(if $(NUMPY_FOR_IMAGE),-python-packages $(NUMPY_FOR_IMAGE)) \
 		-add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
 		-cmd serve,--listen,:8080,--workspace,/workspace \
 		-user 65532:65532 -workdir /workspace

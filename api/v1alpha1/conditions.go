@@ -42,6 +42,9 @@ const (
 	ReasonCodeSourceNotFound = "CodeSourceNotFound"
 	ReasonImagePullBackOff   = "ImagePullBackOff"
 	ReasonCrashLoopBackOff   = "CrashLoopBackOff"
+	// ReasonSandboxStartFailed: pods fail before they can run code (a preload
+	// that does not import, an image without python); replacements back off.
+	ReasonSandboxStartFailed = "SandboxStartFailed"
 	ReasonPodsStarting       = "PodsStarting"
 	ReasonIdleReplicasReady  = "IdleReplicasReady"
 	ReasonPodsHealthy        = "PodsHealthy"

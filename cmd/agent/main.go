@@ -118,6 +118,7 @@ func serve(args []string) error {
 	noAuth := fs.Bool("insecure-no-auth", false, "serve TCP without a token (never in a cluster)")
 	workers := fs.Int("workers", 1, "number of interpreters; requests go to a free one")
 	verbose := fs.Int("v", 0, "log verbosity")
+	terminationLog := fs.String("termination-log", "/dev/termination-log", "where to write why the agent gave up (the pod's termination message)")
 	var ifl interpFlags
 	ifl.register(fs, "/workspace")
 	_ = fs.Parse(args)
@@ -164,9 +165,17 @@ func serve(args []string) error {
 		it := ifl.interpreter(log.WithValues("worker", i))
 		interps = append(interps, it)
 		go func() {
-			// Readiness reports a failure; the agent keeps serving health and the API.
-			if err := it.Start(); err != nil {
+			err := it.Start()
+			if err == nil {
+				_, err = it.Ready() // a failed preload
+			}
+			if err != nil {
+				// A sandbox whose interpreter cannot start (a preload that does not
+				// import, no python) is useless: end the container with the reason,
+				// which the kubelet keeps as the pod's termination message, the
+				// pool reports as Degraded and waiting Executions repeat.
 				log.Error(err, "interpreter start", "worker", i)
+				exitWith(*terminationLog, fmt.Sprintf("interpreter %d cannot start: %v", i, err))
 			}
 		}()
 	}
@@ -322,4 +331,15 @@ func execCmd(args []string) (int, error) {
 		return *res.ExitCode, nil
 	}
 	return 1, nil
+}
+
+// exitWith ends the agent for a reason a person must act on: the reason goes
+// to the termination log (best effort: outside a pod it may not exist) and,
+// as the last line, to stderr.
+func exitWith(terminationLog, reason string) {
+	if terminationLog != "" {
+		_ = os.WriteFile(terminationLog, []byte(reason), 0o644)
+	}
+	fmt.Fprintln(os.Stderr, reason)
+	os.Exit(1)
 }

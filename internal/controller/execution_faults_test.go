@@ -128,3 +128,28 @@ var _ = Describe("Execution under faults", func() {
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)) }, 10*time.Second).Should(BeTrue())
 	})
 })
+
+var _ = Describe("A pool whose pods cannot start", func() {
+	It("reports the import error, tells waiting Executions, and backs off instead of churning pods", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, wrappers.Pool(ns, "broken").Preload("no_such_module_xyz").Obj())).To(Succeed())
+		ex := wrappers.Execution(ns, "waits").Pool("broken").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getPool(ns, "broken").Status.Conditions, sandboxv1alpha1.PoolConditionDegraded)
+		}).Should(And(HaveField("Status", "True"), HaveField("Reason", sandboxv1alpha1.ReasonSandboxStartFailed),
+			HaveField("Message", ContainSubstring("No module named 'no_such_module_xyz'"))))
+		Eventually(func() *metaCondition {
+			return condition(getExec(ex).Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
+		}).Should(And(HaveField("Reason", sandboxv1alpha1.ReasonSandboxStartFailed),
+			HaveField("Message", ContainSubstring("No module named 'no_such_module_xyz'"))))
+		// Backoff: 1 s, 2 s, 4 s... between attempts, not a pod per reconcile.
+		seen := map[string]bool{}
+		for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			for _, p := range poolPods(ns, "broken") {
+				seen[p.Name] = true
+			}
+		}
+		Expect(len(seen)).To(BeNumerically("<=", 5), "pods started in 6 s: %v", seen)
+	})
+})

@@ -68,6 +68,8 @@ type SandboxPoolReconciler struct {
 	// readySeen: per pool, the Ready pods whose start latency was observed;
 	// rebuilt on every reconcile, so deleted pods drop out.
 	readySeen map[types.NamespacedName]map[types.UID]bool
+	// startFailures backs off pools whose pods fail before they run code.
+	startFailures startFailures
 }
 
 // poolPods is a pool's pods sorted by what the reconciler does with them.
@@ -88,6 +90,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			metrics.ForgetPool(req.Namespace, req.Name)
 			r.mu.Lock()
 			delete(r.readySeen, req.NamespacedName)
+			r.startFailures.forget(req.NamespacedName)
 			r.mu.Unlock()
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -111,8 +114,14 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		seen[podList.Items[i].Name] = podList.Items[i].DeletionTimestamp != nil
 	}
 	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, time.Now())
-	pods := r.classify(pool, podList.Items, deleting, time.Now())
+	now := time.Now()
+	pods := r.classify(pool, podList.Items, deleting, now)
 	r.observeStarts(req.NamespacedName, podList.Items)
+	r.startFailures.observe(req.NamespacedName, sandboxpod.TemplateHash(pool), podList.Items, now)
+	backoff, failMsg := r.startFailures.wait(req.NamespacedName, now)
+	if failMsg != "" {
+		pods.degradedReason, pods.degMsg = sandboxv1alpha1.ReasonSandboxStartFailed, failMsg
+	}
 	orphans, err := r.orphans(ctx, pods.busy)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -141,6 +150,12 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	var errs []error
+	if create > 0 && backoff > 0 {
+		create = 0 // the last pods failed to start: wait before the next attempt
+		if pods.nextExpiry == 0 || backoff < pods.nextExpiry {
+			pods.nextExpiry = backoff
+		}
+	}
 	if create > 0 {
 		create = min(create, maxCreatesPerReconcile)
 		for i := 0; i < create; i++ {

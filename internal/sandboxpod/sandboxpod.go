@@ -196,8 +196,11 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 				Env:             env,
 				Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: AgentPort, Protocol: corev1.ProtocolTCP}},
 				Resources:       resources,
-				ReadinessProbe:  probe("/v1/readyz", 1, 1),
-				LivenessProbe:   probe("/v1/healthz", 10, 3),
+				// The agent writes why it gave up to /dev/termination-log; its log's
+				// tail stands in if it could not.
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				ReadinessProbe:           probe("/v1/readyz", 1, 1),
+				LivenessProbe:            probe("/v1/healthz", 10, 3),
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false),
 					ReadOnlyRootFilesystem:   ptr.To(true),

@@ -57,6 +57,8 @@ type proc struct {
 	addr     string
 	stopping bool
 	exited   chan struct{}
+	// terminationLog is where the agent writes why it gave up.
+	terminationLog string
 }
 
 // Address implements runner.Resolver.
@@ -151,6 +153,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if k.Python != "" {
 		args = append(args, "--python", k.Python)
 	}
+	// The container runtime's /dev/termination-log, per pod.
+	terminationLog := filepath.Join(dir, "termination-log")
+	args = append(args, "--termination-log", terminationLog)
 	cmd := exec.Command(k.AgentBinary, args...)
 	cmd.Env = os.Environ()
 	for _, e := range pod.Spec.Containers[0].Env {
@@ -169,7 +174,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start agent for pod %s: %w", pod.Name, err)
 	}
-	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://127.0.0.1:%d", port), exited: make(chan struct{})}
+	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://127.0.0.1:%d", port), exited: make(chan struct{}), terminationLog: terminationLog}
 	k.mu.Lock()
 	k.procs[key] = p
 	k.started++
@@ -179,6 +184,13 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	c := agentclient.New(p.addr, "") // readiness needs no token
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	go func() {
+		select {
+		case <-p.exited: // it gave up: watch marks the pod Failed
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
 	if err := c.WaitReady(rctx); err != nil {
 		return fmt.Errorf("agent of pod %s: %w", pod.Name, err)
 	}
@@ -216,9 +228,18 @@ func (k *Kubelet) watch(key types.NamespacedName, p *proc) {
 	if k.Get(context.Background(), key, pod) != nil || pod.UID != p.uid {
 		return
 	}
+	message, _ := os.ReadFile(p.terminationLog)
 	_ = k.setStatus(context.Background(), pod, func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodFailed
 		st.Reason, st.Message = "Error", fmt.Sprintf("the agent exited: %v", err)
+		// As the kubelet reports a container that ended (RestartPolicy Never).
+		exit := int32(1)
+		if p.cmd.ProcessState != nil {
+			exit = int32(p.cmd.ProcessState.ExitCode())
+		}
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, Image: pod.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error",
+				Message: string(message), FinishedAt: metav1.Now()}}}}
 		for i := range st.Conditions {
 			if st.Conditions[i].Type == corev1.PodReady || st.Conditions[i].Type == corev1.ContainersReady {
 				st.Conditions[i].Status = corev1.ConditionFalse

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Makes sure the Debian packages the sandbox image is built from are here:
+# python3 (the image's interpreter) and, unless NUMPY_FOR_IMAGE is empty,
+# python3-numpy (pools that preload numpy). Installs them as root, else says
+# what to install: an image built without them would leave such pools
+# warming forever.
+set -euo pipefail
+missing=()
+[[ -x ${PYTHON_FOR_IMAGE:-/usr/bin/python3} ]] || missing+=(python3)
+if [[ -n ${NUMPY_FOR_IMAGE-/usr/lib/python3/dist-packages/numpy} && ! -d ${NUMPY_FOR_IMAGE:-/usr/lib/python3/dist-packages/numpy} ]]; then
+  missing+=(python3-numpy)
+fi
+((${#missing[@]})) || exit 0
+if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+  echo "the sandbox image needs the Debian packages ${missing[*]}: apt-get install ${missing[*]}" >&2
+  echo "(or build without numpy: make images NUMPY_FOR_IMAGE=)" >&2
+  exit 1
+fi
+echo "[image-deps] apt-get install ${missing[*]}" >&2
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }
