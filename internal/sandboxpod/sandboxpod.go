@@ -35,7 +35,9 @@ const (
 	AnnotationClaimedUID = "sandbox.warmpool.dev/claimed-uid"
 	// AnnotationLastUsed is when the last Execution on the pod finished (RFC 3339), for session idle timeouts.
 	AnnotationLastUsed = "sandbox.warmpool.dev/last-used"
-	// AnnotationUsed marks a pod that has run code; it is never handed to another claim unless the pool reuses pods.
+	// AnnotationUsed marks a pod that was claimed at least once: one that fails
+	// later is not a start failure of its pool. (Only a FreshInterpreter pool
+	// returns a used pod to idle, after replacing its interpreter.)
 	AnnotationUsed = "sandbox.warmpool.dev/used"
 	// LabelAgentKey is the ID of the manager key the pod's agent trusts, so the
 	// manager signs the pod's tokens with it (internal/agentauth).
