@@ -69,6 +69,14 @@ test: manifests generate vet ## Run unit and envtest integration tests.
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		$(GO) test ./... -coverprofile cover.out
 
+CHAOS_EXECUTIONS ?= 200
+CHAOS_SEED ?= 1
+
+.PHONY: test-chaos
+test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUTIONS, CHAOS_SEED), invariants checked.
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
+		CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_SEED=$(CHAOS_SEED) $(GO) test ./test/chaos/ -count=1 -v -timeout 30m
+
 E2E_TIMEOUT ?= 30m
 
 .PHONY: test-e2e

@@ -50,11 +50,13 @@ func (r *ExecutionReconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.E
 		}
 		released := false
 		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
+			released = false
 			if claim.ClaimedBy(p) != ex.UID {
 				return nil // released by an earlier call, whose reset is under way
 			}
-			released = true
-			return claim.ReleaseForReset(ctx, r.Client, p, ex, r.now())
+			err := claim.ReleaseForReset(ctx, r.Client, p, ex, r.now())
+			released = err == nil
+			return err
 		}); err != nil || !released {
 			return err
 		}

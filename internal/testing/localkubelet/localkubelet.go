@@ -49,6 +49,14 @@ type Kubelet struct {
 	procs map[types.NamespacedName]*proc
 	// Started counts agent processes started.
 	started int
+
+	// AgentPort, when set, gives every pod an address of its own on the
+	// loopback network (127.1.0.1, 127.1.0.2...) with the agents all on this
+	// port, as pod IPs on a cluster: a manager in another process then reaches
+	// them with runner.PodIPResolver{Port: AgentPort}. Unset: 127.0.0.1 and a
+	// free port per agent, reachable through Address only.
+	AgentPort int
+	nextIP    uint32
 }
 
 type proc struct {
@@ -70,6 +78,26 @@ func (k *Kubelet) Address(pod *corev1.Pod) (string, error) {
 		return "", fmt.Errorf("no agent runs for pod %s", pod.Name)
 	}
 	return p.addr, nil
+}
+
+// KillAgent kills the agent of a pod with SIGKILL, as a crashing container:
+// the pod is marked Failed. It reports whether an agent ran.
+func (k *Kubelet) KillAgent(namespace, name string) bool {
+	k.mu.Lock()
+	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	k.mu.Unlock()
+	return ok && p.cmd.Process.Kill() == nil
+}
+
+// AgentPID returns the PID of a pod's agent process (its interpreters are its children).
+func (k *Kubelet) AgentPID(namespace, name string) (int, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	if !ok {
+		return 0, false
+	}
+	return p.cmd.Process.Pid, true
 }
 
 // Started returns how many agent processes were started.
@@ -118,7 +146,8 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 					Message: fmt.Sprintf("Back-off pulling image %q", pod.Spec.Containers[0].Image)}}}}
 		})
 	}
-	return ctrl.Result{}, k.start(ctx, pod)
+	// A pod deleted while its agent started is no error.
+	return ctrl.Result{}, client.IgnoreNotFound(k.start(ctx, pod))
 }
 
 func freePort() (int, error) {
@@ -136,16 +165,25 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o755); err != nil {
 		return err
 	}
-	port, err := freePort()
-	if err != nil {
-		return err
+	ip, port := "127.0.0.1", k.AgentPort
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
+	} else {
+		k.mu.Lock()
+		k.nextIP++
+		n := k.nextIP
+		k.mu.Unlock()
+		ip = fmt.Sprintf("127.%d.%d.%d", 1+n/65025, n/255%255, 1+n%255)
 	}
 	// The container's own args, with the kubelet's local paths and port.
 	args := append([]string{}, pod.Spec.Containers[0].Args...)
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
 		case "--listen":
-			args[i+1] = fmt.Sprintf("127.0.0.1:%d", port)
+			args[i+1] = fmt.Sprintf("%s:%d", ip, port)
 		case "--workspace":
 			args[i+1] = filepath.Join(dir, "workspace")
 		}
@@ -174,7 +212,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start agent for pod %s: %w", pod.Name, err)
 	}
-	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://127.0.0.1:%d", port), exited: make(chan struct{}), terminationLog: terminationLog}
+	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://%s:%d", ip, port), exited: make(chan struct{}), terminationLog: terminationLog}
 	k.mu.Lock()
 	k.procs[key] = p
 	k.started++
@@ -197,8 +235,8 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	now := metav1.Now()
 	return k.setStatus(ctx, pod, func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodRunning
-		st.PodIP, st.HostIP = "127.0.0.1", "127.0.0.1"
-		st.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+		st.PodIP, st.HostIP = ip, "127.0.0.1"
+		st.PodIPs = []corev1.PodIP{{IP: ip}}
 		st.StartTime = &now
 		st.Conditions = []corev1.PodCondition{
 			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},

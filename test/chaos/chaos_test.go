@@ -1,0 +1,291 @@
+// Package chaos runs many Executions of mixed kinds against two manager
+// processes under leader election while it injects faults at random
+// (seeded, reported): SIGKILL of the leading manager, SIGKILL of sandbox
+// agents and interpreters, sandbox pods deleted mid-run, the kube-apiserver
+// killed and restarted. It then checks what a user relies on: every Execution
+// ends; no code ran twice; every Succeeded result is the one its code
+// computes; no session saw another's state; no pod is leaked or left
+// claimed; no Execution waited long while an idle pod was free.
+//
+// The control plane is envtest's; the pods are run by the local kubelet
+// (internal/testing/localkubelet) as real agents with real python3, each on
+// an address of its own, so the managers reach them as they reach pod IPs.
+//
+// CHAOS_EXECUTIONS and CHAOS_SEED (default 1) size and seed a run; without
+// CHAOS_EXECUTIONS the test is skipped. `make test-chaos` runs 200 (CI does),
+// docs/reliability.md has a long run.
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/localkubelet"
+	"github.com/warmpool/warmpool/internal/testing/testenv"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+const (
+	ns          = "chaos"
+	managerNS   = "warmpool-system"
+	leaseName   = "manager.warmpool.dev"
+	idleBound   = 20 * time.Second // longest an Execution may wait while an idle pod is free (a failover takes ~5 s)
+	settleLimit = 5 * time.Minute  // all Executions end within this after the last one is created
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func TestChaos(t *testing.T) {
+	total, seed := envInt("CHAOS_EXECUTIONS", 0), int64(envInt("CHAOS_SEED", 1))
+	if total == 0 {
+		t.Skip("set CHAOS_EXECUTIONS (make test-chaos): the chaos suite takes minutes")
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel))) // errors only
+	h := newHarness(t, seed)
+	t.Logf("chaos: %d executions, seed %d", total, seed)
+
+	h.createPools()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); h.injectFaults(stop) }()
+	go func() { defer wg.Done(); h.watchIdleWaits(stop) }()
+	start := time.Now()
+	h.submit(total)
+	created := time.Now()
+	h.waitAllFinished(created.Add(settleLimit))
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	h.settle()
+	r := h.check()
+	r.elapsed, r.seed = elapsed, seed
+	t.Log("\n" + r.String())
+	if r.lost+r.doubleRuns+r.wrong+r.isolation+r.leaked+r.idleViolations > 0 {
+		t.Fatalf("invariants broken: %s", r.summary())
+	}
+	if f := h.faultCount("kill-leader"); total >= 200 && f < 3 {
+		t.Fatalf("only %d leader kills: the run did not test failover", f)
+	}
+}
+
+// harness owns the control plane, the kubelet, the managers and the workload.
+type harness struct {
+	t          *testing.T
+	env        *testenv.Env
+	k8s        client.Client
+	kubelet    *localkubelet.Kubelet
+	agentPort  int
+	managerBin string
+	kubeconfig string
+	dir        string
+	runLog     string
+	rng        *rand.Rand
+
+	mu       sync.Mutex
+	managers []*managerProc
+	faults   map[string]int
+	expected map[string]expectation
+	apiPID   int
+	// lastLeaderKill is only used by the fault goroutine.
+	lastLeaderKill time.Time
+	// idleWaitMax is the longest wait for a fresh pod seen while the pool had an idle one.
+	idleWaitMax    time.Duration
+	idleViolations []string
+}
+
+type managerProc struct {
+	cmd         *exec.Cmd
+	metricsAddr string
+	done        chan struct{}
+}
+
+func newHarness(t *testing.T, seed int64) *harness {
+	h := &harness{t: t, rng: rand.New(rand.NewSource(seed)), faults: map[string]int{}, expected: map[string]expectation{}}
+	h.dir = t.TempDir()
+	h.runLog = filepath.Join(h.dir, "runs.log")
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.killAPIServerCopy()
+		_ = env.Stop()
+	})
+	h.env, h.k8s = env, env.Client
+
+	// The managers' credentials: an admin user of envtest's API server.
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "chaos-manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.kubeconfig = filepath.Join(h.dir, "kubeconfig")
+	must(t, os.WriteFile(h.kubeconfig, kc, 0o600))
+
+	h.managerBin = filepath.Join(h.dir, "manager")
+	agent := filepath.Join(h.dir, "agent")
+	for bin, pkg := range map[string]string{h.managerBin: "./cmd/manager", agent: "./cmd/agent"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Dir = testenv.RepoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "runtimeclass", "runtimeclass.yaml"))
+	must(t, err)
+	rc := &nodev1.RuntimeClass{}
+	must(t, yaml.Unmarshal(data, rc))
+	ctx := context.Background()
+	must(t, h.k8s.Create(ctx, rc))
+	for _, name := range []string{ns, managerNS} {
+		must(t, h.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	}
+
+	// The kubelet stand-in, in this process: pods outlive the managers.
+	h.agentPort = freePort(t)
+	kmgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	must(t, err)
+	h.kubelet = &localkubelet.Kubelet{Client: kmgr.GetClient(), AgentBinary: agent, Dir: filepath.Join(h.dir, "pods"),
+		AgentPort: h.agentPort, Log: ctrl.Log.WithName("kubelet")}
+	must(t, h.kubelet.SetupWithManager(kmgr))
+	kctx, kcancel := context.WithCancel(context.Background())
+	go func() { _ = kmgr.Start(kctx) }()
+	t.Cleanup(func() { kcancel(); h.kubelet.StopAll() })
+
+	for i := 0; i < 2; i++ {
+		h.startManager(i)
+	}
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, m := range h.managers {
+			if m != nil {
+				_ = m.cmd.Process.Kill()
+				<-m.done
+			}
+		}
+	})
+	return h
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startManager starts manager process i (cmd/manager, as deployed, with a
+// short lease so failovers take seconds).
+func (h *harness) startManager(i int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.managers) <= i {
+		h.managers = append(h.managers, nil)
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(h.t))
+	logFile, err := os.OpenFile(filepath.Join(h.dir, fmt.Sprintf("manager-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(h.t, err)
+	cmd := exec.Command(h.managerBin, "--kubeconfig", h.kubeconfig, "--leader-elect", "--leader-election-namespace", managerNS,
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+		"--manager-namespace", managerNS, "--agent-port", strconv.Itoa(h.agentPort),
+		"--metrics-bind-address", metrics, "--metrics-secure=false", "--health-probe-bind-address", "0")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(h.t, cmd.Start())
+	m := &managerProc{cmd: cmd, metricsAddr: metrics, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(m.done) }()
+	h.managers[i] = m
+}
+
+// leader returns the index of the manager that leads, or -1.
+func (h *harness) leader() int {
+	h.mu.Lock()
+	managers := append([]*managerProc{}, h.managers...)
+	h.mu.Unlock()
+	c := http.Client{Timeout: time.Second}
+	for i, m := range managers {
+		resp, err := c.Get("http://" + m.metricsAddr + "/metrics")
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if l := sc.Text(); strings.HasPrefix(l, "leader_election_master_status") && strings.HasSuffix(l, " 1") {
+				resp.Body.Close()
+				return i
+			}
+		}
+		resp.Body.Close()
+	}
+	return -1
+}
+
+func (h *harness) count(fault string) {
+	h.mu.Lock()
+	h.faults[fault]++
+	h.mu.Unlock()
+}
+
+func (h *harness) faultCount(fault string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.faults[fault]
+}
+
+func (h *harness) createPools() {
+	ctx := context.Background()
+	pools := []*sandboxv1alpha1.SandboxPool{
+		wrappers.Pool(ns, "plain").Replicas(4).GracePeriod(time.Second).Obj(),
+		wrappers.Pool(ns, "fresh").Replicas(2).GracePeriod(time.Second).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj(),
+		wrappers.Pool(ns, "sessions").Replicas(2).GracePeriod(time.Second).SessionIdleTimeout(20 * time.Second).Obj(),
+	}
+	for _, p := range pools {
+		must(h.t, h.k8s.Create(ctx, p))
+	}
+}

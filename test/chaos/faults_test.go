@@ -1,0 +1,224 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+const leaderKillGap = 8 * time.Second
+
+func keyOf(name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+
+// injectFaults picks a fault every 0.5 to 2.5 s until stop.
+func (h *harness) injectFaults(stop <-chan struct{}) {
+	faults := []struct {
+		name string
+		w    int
+		do   func() bool
+	}{
+		{"kill-leader", 20, h.killLeader},
+		{"kill-agent", 15, h.killAgent},
+		{"kill-interpreter", 20, h.killInterpreter},
+		{"delete-pod", 20, h.deleteBusyPod},
+		{"restart-apiserver", 5, h.restartAPIServer},
+	}
+	total := 0
+	for _, f := range faults {
+		total += f.w
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(500+h.rng.Intn(2000)) * time.Millisecond):
+		}
+		x := h.rng.Intn(total)
+		for _, f := range faults {
+			if x < f.w {
+				if f.do() {
+					h.count(f.name)
+				}
+				break
+			}
+			x -= f.w
+		}
+	}
+}
+
+// killLeader SIGKILLs the manager that leads and starts it again a moment
+// later, so a follower is there to take over next time. At most one kill per
+// leaderKillGap: the pool must also work between failovers.
+func (h *harness) killLeader() bool {
+	if time.Since(h.lastLeaderKill) < leaderKillGap {
+		return false
+	}
+	i := h.leader()
+	if i < 0 {
+		return false // between leaders already
+	}
+	h.mu.Lock()
+	m := h.managers[i]
+	h.mu.Unlock()
+	_ = m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+	h.lastLeaderKill = time.Now()
+	go func() {
+		time.Sleep(time.Second)
+		h.startManager(i)
+	}()
+	return true
+}
+
+// busyPods lists the sandbox pods that run code right now.
+func (h *harness) busyPods() []corev1.Pod {
+	var list corev1.PodList
+	if err := h.k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		return nil
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if claim.ClaimedBy(&p) != "" && !sandboxpod.IsTerminal(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (h *harness) randomBusyPod() *corev1.Pod {
+	pods := h.busyPods()
+	if len(pods) == 0 {
+		return nil
+	}
+	return &pods[h.rng.Intn(len(pods))]
+}
+
+func (h *harness) killAgent() bool {
+	p := h.randomBusyPod()
+	return p != nil && h.kubelet.KillAgent(p.Namespace, p.Name)
+}
+
+// killInterpreter SIGKILLs the python processes of a busy pod's agent.
+func (h *harness) killInterpreter() bool {
+	p := h.randomBusyPod()
+	if p == nil {
+		return false
+	}
+	pid, ok := h.kubelet.AgentPID(p.Namespace, p.Name)
+	if !ok {
+		return false
+	}
+	killed := false
+	for _, child := range children(pid) {
+		if syscall.Kill(child, syscall.SIGKILL) == nil {
+			killed = true
+		}
+	}
+	return killed
+}
+
+// children lists the PIDs whose parent is pid.
+func children(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid(child) == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+func ppid(pid int) int {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return -1
+	}
+	// pid (comm) state ppid ...; comm may hold spaces, so read after the last ')'.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 2 {
+		return -1
+	}
+	n, _ := strconv.Atoi(fields[1])
+	return n
+}
+
+func (h *harness) deleteBusyPod() bool {
+	p := h.randomBusyPod()
+	return p != nil && h.k8s.Delete(context.Background(), p) == nil
+}
+
+// restartAPIServer SIGKILLs envtest's kube-apiserver and starts it again with
+// the same command line (same port, certificates and etcd): every client's
+// watches break and requests fail for a few seconds.
+func (h *harness) restartAPIServer() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pid := h.apiPID
+	if pid == 0 {
+		for _, child := range children(os.Getpid()) {
+			if comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(child), "comm")); strings.TrimSpace(string(comm)) == "kube-apiserver" {
+				pid = child
+			}
+		}
+	}
+	if pid == 0 {
+		return false
+	}
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+	time.Sleep(time.Duration(500+h.rng.Intn(2000)) * time.Millisecond) // down for a while
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		h.t.Errorf("restart kube-apiserver: %v", err)
+		return false
+	}
+	go func() { _ = cmd.Wait() }()
+	h.apiPID = cmd.Process.Pid
+	// Ready again before the next fault.
+	for i := 0; i < 300; i++ {
+		if err := h.k8s.Get(context.Background(), keyOf("none"), &corev1.ConfigMap{}); err == nil || apierrors.IsNotFound(err) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
+// killAPIServerCopy stops the kube-apiserver the harness restarted (envtest
+// stops only the one it started).
+func (h *harness) killAPIServerCopy() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.apiPID != 0 {
+		_ = syscall.Kill(h.apiPID, syscall.SIGTERM)
+	}
+}
