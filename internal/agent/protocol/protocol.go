@@ -65,6 +65,11 @@ type ExecuteRequest struct {
 	// Session routes executions of one session to the same interpreter when the
 	// agent runs several (daemon mode with --workers).
 	Session string `json:"session,omitempty"`
+	// Interpreter, when set, is the Result.Interpreter of the session's last
+	// run: the code runs only on that same interpreter process. If it died or
+	// was replaced since (its state is gone), the agent does not run the code
+	// and answers a failed Result of type ErrorInterpreterRestarted.
+	Interpreter string `json:"interpreter,omitempty"`
 }
 
 // Status of a finished execution.
@@ -85,6 +90,9 @@ const (
 const (
 	ErrorInterpreterDied   = "InterpreterDied"
 	ErrorInterpreterKilled = "InterpreterKilled"
+	// ErrorInterpreterRestarted: the request named an interpreter (its session's)
+	// that is no longer the one running; the code did not run.
+	ErrorInterpreterRestarted = "InterpreterRestarted"
 )
 
 // Error describes why the code failed.
@@ -113,7 +121,10 @@ type Result struct {
 	ExitCode *int `json:"exitCode,omitempty"`
 	// StateLost is true when the interpreter was killed or died, so variables
 	// and imports of earlier executions are gone.
-	StateLost      bool      `json:"stateLost,omitempty"`
+	StateLost bool `json:"stateLost,omitempty"`
+	// Interpreter identifies the interpreter process that ran the code (new
+	// with each start of an interpreter), for ExecuteRequest.Interpreter.
+	Interpreter    string    `json:"interpreter,omitempty"`
 	StartedAt      time.Time `json:"startedAt"`
 	FinishedAt     time.Time `json:"finishedAt"`
 	DurationMillis float64   `json:"durationMillis"`
