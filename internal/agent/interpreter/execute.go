@@ -3,6 +3,7 @@ package interpreter
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,9 +57,11 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	interrupt := make(chan struct{}, 1)
 	done := make(chan struct{})
 	defer close(done)
+	id := newID() // see the package comment: the code cannot know it in advance
+	p.expect(id)
+	defer p.expect("")
+	drainStale(p)
 	it.mu.Lock()
-	it.seq++
-	id := it.seq
 	it.interrupt = interrupt
 	it.mu.Unlock()
 	defer func() {
@@ -93,7 +96,7 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		_ = p.cmd.Process.Signal(syscall.SIGINT)
 		graceC = time.After(grace)
 	}
-	want := fmt.Sprint(id)
+	want := strconv.Quote(id)
 	var reply json.RawMessage
 loop:
 	for {
@@ -104,7 +107,9 @@ loop:
 			}
 			switch {
 			case m.Method != "":
-				it.bridge(p, m, hooks, done)
+				if m.Run == id {
+					it.bridge(p, m, hooks, done)
+				}
 			case string(m.ID) == want:
 				reply = m.Result
 				if m.Error != nil {

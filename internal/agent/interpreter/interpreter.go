@@ -2,18 +2,38 @@
 // embedded REPL server, speaks JSON-RPC with it on pipes of their own (fd 3 and
 // 4), captures the user's fd 1 and 2, interrupts with SIGINT, and kills and
 // restarts the interpreter when it does not stop or dies.
+//
+// The code runs in the REPL server's process, so it can write to the protocol
+// pipe and read the server's memory: it can always lie about its own execution.
+// It must not be able to lie about a later one, nor to hurt the agent:
+//
+//   - Every request gets a fresh id of 128 random bits (newID). A reply counts
+//     only if it carries the id of the request in flight, a bridge call only if
+//     its "run" is that id (process.accepts); everything else is dropped as it
+//     is read. The code can find the id of its own request (it is in a frame of
+//     the server loop), but not the id of the next one, which does not exist
+//     before its own execution ended. (A thread the code leaves running is the
+//     code still running: it shares the process with every later execution.)
+//   - Messages are lines of at most MaxMessageBytes; a longer line is dropped
+//     while it is read, without holding more than the limit in memory. The REPL
+//     server starts every message on a new line, so a fragment the code left on
+//     the pipe spoils only itself. What is logged of a dropped message is cut to
+//     logSample bytes, and only the first few and then every 1000th are logged.
 package interpreter
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,7 +69,10 @@ type Config struct {
 	DefaultMaxBridgeCalls int
 	// MaxResultChars bounds the repr or FINAL value of a result.
 	MaxResultChars int
-	Log            logr.Logger
+	// MaxMessageBytes bounds one message from the REPL server (a reply or a
+	// bridge call); default 16 MiB.
+	MaxMessageBytes int
+	Log             logr.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -74,6 +97,9 @@ func (c *Config) setDefaults() {
 	if c.MaxResultChars == 0 {
 		c.MaxResultChars = 64 * 1024
 	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 16 << 20
+	}
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
@@ -96,7 +122,6 @@ type Interpreter struct {
 	mu        sync.Mutex
 	proc      *process
 	startErr  error
-	seq       int64
 	interrupt chan struct{} // non-nil while an execution runs
 }
 
@@ -107,7 +132,9 @@ func New(cfg Config) *Interpreter {
 }
 
 type rpcMessage struct {
-	ID     json.RawMessage `json:"id,omitempty"`
+	ID json.RawMessage `json:"id,omitempty"`
+	// Run is the id of the request a bridge call belongs to.
+	Run    string          `json:"run,omitempty"`
 	Method string          `json:"method,omitempty"`
 	Params json.RawMessage `json:"params,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
@@ -134,6 +161,121 @@ type process struct {
 	stdout, stderr stream
 	drained        sync.WaitGroup // the output readers hit EOF
 	info           ReadyInfo
+
+	mu      sync.Mutex
+	ready   bool   // the ready message arrived
+	current string // quoted id of the request in flight; "" when none
+	dropped int    // messages dropped, for the log
+}
+
+// expect makes id the request in flight ("" for none); messages for any other
+// request are dropped from then on.
+func (p *process) expect(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.current = ""
+	if id != "" {
+		p.current = strconv.Quote(id)
+	}
+}
+
+// accepts says whether a message from the interpreter belongs to the request
+// in flight (or is the ready message of a starting interpreter).
+func (p *process) accepts(m *rpcMessage) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.ready:
+		p.ready = m.Method == "ready"
+		return p.ready
+	case p.current == "":
+		return false
+	case m.Method != "":
+		return strconv.Quote(m.Run) == p.current
+	default:
+		return string(m.ID) == p.current
+	}
+}
+
+// logSample is how much of a dropped message the log shows.
+const logSample = 120
+
+// drop logs a message it drops: the first five, then every 1000th.
+func (p *process) drop(log logr.Logger, reason string, size int, start []byte) {
+	p.mu.Lock()
+	p.dropped++
+	n := p.dropped
+	p.mu.Unlock()
+	if n <= 5 || n%1000 == 0 {
+		log.Info("dropped a message from the interpreter", "reason", reason, "bytes", size,
+			"start", string(start[:min(len(start), logSample)]), "droppedSoFar", n)
+	}
+}
+
+// readMessages reads the interpreter's messages until EOF and passes on those
+// of the request in flight.
+func (it *Interpreter) readMessages(p *process, r io.Reader) {
+	br := bufio.NewReaderSize(r, 64*1024)
+	for {
+		line, size, err := readLine(br, it.cfg.MaxMessageBytes)
+		switch {
+		case size > it.cfg.MaxMessageBytes:
+			p.drop(it.cfg.Log, fmt.Sprintf("longer than %d bytes", it.cfg.MaxMessageBytes), size, line)
+		case len(bytes.TrimSpace(line)) == 0:
+		default:
+			var m rpcMessage
+			if jerr := json.Unmarshal(line, &m); jerr != nil {
+				p.drop(it.cfg.Log, "not JSON-RPC: "+jerr.Error(), size, line)
+			} else if !p.accepts(&m) {
+				p.drop(it.cfg.Log, "not for the request in flight", size, line)
+			} else {
+				select {
+				case p.msgs <- m:
+				case <-p.exited:
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readLine reads one line of at most max bytes. For a longer line it returns
+// the line's length and only its start, having read and dropped the rest; it
+// never holds more than max bytes of it.
+func readLine(r *bufio.Reader, max int) (line []byte, size int, err error) {
+	var chunks [][]byte // copies of the buffer's fragments, joined once at the end
+	for {
+		frag, err := r.ReadSlice('\n')
+		switch {
+		case size+len(frag) <= max+1: // +1: the newline
+			chunks = append(chunks, append([]byte(nil), frag...))
+		case size <= max: // the line just became too long: keep a sample of its start
+			var sample []byte
+			for _, c := range append(chunks, frag) {
+				sample = append(sample, c[:min(len(c), logSample-len(sample))]...)
+			}
+			chunks = [][]byte{sample}
+		}
+		size += len(frag)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if size > 0 && err == nil {
+				size-- // the newline
+			}
+			if len(chunks) == 1 {
+				return chunks[0], size, err
+			}
+			return bytes.Join(chunks, nil), size, err
+		}
+	}
+}
+
+// newID is a request id the code cannot guess.
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func (p *process) send(msg any) error {
@@ -181,7 +323,8 @@ func (it *Interpreter) spawn() (*process, error) {
 	}
 	cmd := exec.Command(it.cfg.Python, "-u", "-c", replServer)
 	cmd.Dir = it.cfg.Dir
-	cmd.Env = append(append([]string{}, it.cfg.Env...), "WARMPOOL_PRELOAD="+strings.Join(it.cfg.Preload, ","))
+	cmd.Env = append(append([]string{}, it.cfg.Env...), "WARMPOOL_PRELOAD="+strings.Join(it.cfg.Preload, ","),
+		fmt.Sprintf("WARMPOOL_MAX_MESSAGE_BYTES=%d", it.cfg.MaxMessageBytes))
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
 	// Own process group: SIGKILL reaches subprocesses of the code too; Pdeathsig:
@@ -204,21 +347,7 @@ func (it *Interpreter) spawn() (*process, error) {
 	go func() {
 		defer close(p.msgs)
 		defer func() { _ = respR.Close() }()
-		r := bufio.NewReaderSize(respR, 64*1024)
-		for {
-			line, err := r.ReadBytes('\n')
-			if len(line) > 0 {
-				var m rpcMessage
-				if jerr := json.Unmarshal(line, &m); jerr != nil {
-					it.cfg.Log.Error(jerr, "bad message from the interpreter", "line", string(line))
-				} else {
-					p.msgs <- m
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
+		it.readMessages(p, respR)
 	}()
 	go func() {
 		p.waitErr = cmd.Wait()
@@ -347,14 +476,14 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 	if err != nil {
 		return nil, err
 	}
-	it.mu.Lock()
-	it.seq++
-	id := it.seq
-	it.mu.Unlock()
+	id := newID()
+	p.expect(id)
+	defer p.expect("")
+	drainStale(p)
 	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
 		return nil, fmt.Errorf("send %s: %w", method, err)
 	}
-	want := fmt.Sprint(id)
+	want := strconv.Quote(id)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -401,7 +530,19 @@ func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 }
 
 func newMarker() []byte {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return []byte("\x1ewarmpool-end-" + hex.EncodeToString(b) + "\x1e")
+	return []byte("\x1ewarmpool-end-" + newID() + "\x1e")
+}
+
+// drainStale drops messages left over from an earlier request.
+func drainStale(p *process) {
+	for {
+		select {
+		case _, ok := <-p.msgs:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
 }

@@ -1,20 +1,35 @@
 # warmpool REPL server: embedded in the agent binary and run as `python3 -u -c`.
 #
-# It talks JSON-RPC 2.0, one message per line, with the agent on fd 3 (requests
-# in) and fd 4 (responses and bridge calls out). fd 0 is /dev/null, so input()
+# It talks JSON-RPC 2.0, one message per line, with the agent on two pipes that
+# it receives as fd 3 (requests in) and fd 4 (responses and bridge calls out)
+# and moves at once to high, close-on-exec fds. fd 0 is /dev/null, so input()
 # raises EOFError; fd 1 and 2 are the user's stdout and stderr, which the agent
 # reads at the file-descriptor level, so os.write(1, ...), C extensions and
 # subprocesses are captured too. The user's output never shares a channel with
 # the protocol.
+#
+# The code runs in this process, so it can always reach the protocol pipe (it is
+# in /proc/self/fd) and read this server's state. What the agent relies on
+# instead (see process.accepts in interpreter.go):
+#   - every request carries a fresh random id from the agent; replies and bridge
+#     calls ("run": id) count only for the request in flight, so whatever the
+#     code writes to the pipe cannot be taken for a later request, whose id it
+#     cannot know in advance;
+#   - every message starts on a new line ("\n" before it), so garbage the code
+#     left unterminated does not swallow the next message;
+#   - messages are bounded (WARMPOOL_MAX_MESSAGE_BYTES): a reply that would be
+#     larger is replaced by an error, a bridge call by an exception in the code.
 import ast
 import builtins
 import ctypes
 import ctypes.util
+import fcntl
 import importlib
 import json
 import linecache
 import os
 import re
+import resource
 import signal
 import sys
 import time
@@ -22,8 +37,31 @@ import traceback
 
 SERVER_FILE = "<string>"  # co_filename of this file's frames when run with -c
 
-_rpc_in = os.fdopen(3, "rb", buffering=0)
-_rpc_out = os.fdopen(4, "wb", buffering=0)
+_MAX_MESSAGE_BYTES = int(os.environ.pop("WARMPOOL_MAX_MESSAGE_BYTES", "") or 16 << 20)
+
+
+def _fd_floor():
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        soft = 1024
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        soft = 1 << 16
+    return max(10, min(soft, 4096) - 64)
+
+
+def _stash_fd(fd):
+    """A close-on-exec copy of fd at a high number, out of the way of the code's
+    own fds and not inherited by its subprocesses."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _fd_floor())
+    except OSError:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+
+
+_RPC_IN, _RPC_OUT = _stash_fd(3), _stash_fd(4)
+os.close(3)
+os.close(4)
 _in_buf = b""
 
 try:
@@ -32,13 +70,26 @@ try:
 except Exception:  # pragma: no cover - no libc (unusual); C stdio is then not flushed
     _libc = None
 
+def _write_fd(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except InterruptedError:
+            pass
+
 
 def _send(msg):
-    _rpc_out.write(json.dumps(msg, separators=(",", ":"), default=repr).encode() + b"\n")
+    data = json.dumps(msg, separators=(",", ":"), default=repr).encode()
+    if len(data) > _MAX_MESSAGE_BYTES and "result" in msg:
+        data = json.dumps({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": (
+            f"the reply is {len(data)} bytes of JSON, above the agent's limit of {_MAX_MESSAGE_BYTES} bytes")}}).encode()
+    # The leading newline ends whatever the code may have left unterminated on the pipe.
+    _write_fd(_RPC_OUT, b"\n" + data + b"\n")
 
 
 def _recv():
-    """Reads one message from fd 3; None at EOF (the agent went away)."""
+    """Reads one message from the agent; None at EOF (the agent went away)."""
     global _in_buf
     while True:
         nl = _in_buf.find(b"\n")
@@ -47,7 +98,7 @@ def _recv():
             if line.strip():
                 return json.loads(line)
             continue
-        chunk = os.read(3, 1 << 16)
+        chunk = os.read(_RPC_IN, 1 << 16)
         if not chunk:
             return None
         _in_buf += chunk
@@ -55,6 +106,7 @@ def _recv():
 
 class _State:
     running = False        # SIGINT raises KeyboardInterrupt only while user code runs
+    run_id = None          # the agent's id of the request in flight
     final_called = False   # FINAL may be called once per interpreter (session)
     exec_count = 0
     bridge_calls = 0
@@ -101,7 +153,11 @@ def _bridge(method, params):
     _state.bridge_calls += 1
     _state.bridge_seq += 1
     call_id = f"b{_state.exec_count}-{_state.bridge_seq}"
-    _send({"jsonrpc": "2.0", "id": call_id, "method": method, "params": params})
+    msg = {"jsonrpc": "2.0", "id": call_id, "run": _state.run_id, "method": method, "params": params}
+    size = len(json.dumps(msg, separators=(",", ":"), default=repr))
+    if size > _MAX_MESSAGE_BYTES:
+        raise ValueError(f"{method}: the call is {size} bytes of JSON, above the agent's limit of {_MAX_MESSAGE_BYTES} bytes")
+    _send(msg)
     while True:
         msg = _recv()
         if msg is None:
@@ -218,12 +274,23 @@ def _user_tb(tb):
     return tb
 
 
-def _error(exc):
+def _error(exc, limit=65536):
     if isinstance(exc, SyntaxError):
         lines = traceback.format_exception_only(type(exc), exc)
     else:
         lines = traceback.format_exception(type(exc), exc, _user_tb(exc.__traceback__))
-    return {"type": type(exc).__name__, "message": str(exc), "traceback": "".join(lines)}
+    try:
+        message = str(exc)
+    except BaseException as e:  # a broken __str__ must not break the server
+        message = f"<str() failed: {type(e).__name__}>"
+    tb = "".join(lines)
+    if len(tb) > limit:  # the end of a traceback says most
+        tb = f"[{len(tb) - limit} characters cut]...\n" + tb[-limit:]
+    return {"type": type(exc).__name__, "message": _clip(message, limit), "traceback": tb}
+
+
+def _clip(s, limit):
+    return s if len(s) <= limit else s[:limit] + f"... [{len(s) - limit} characters cut]"
 
 
 def _safe_repr(value, limit):
@@ -231,7 +298,7 @@ def _safe_repr(value, limit):
         r = repr(value)
     except BaseException as e:  # a broken __repr__ must not break the server
         r = f"<repr failed: {type(e).__name__}: {e}>"
-    return r if len(r) <= limit else r[:limit] + f"... [{len(r) - limit} characters cut]"
+    return _clip(r, limit)
 
 
 def _execute(params):
@@ -273,14 +340,14 @@ def _execute(params):
                 result = result[:result_limit] + f"... [{len(result) - result_limit} characters cut]"
             status = "final"
         except KeyboardInterrupt as e:
-            status, error = "interrupted", _error(e)
+            status, error = "interrupted", _error(e, result_limit)
         except SystemExit as e:
-            status, error = "error", {"type": "SystemExit", "message": f"the code called exit({e.code!r})",
+            status, error = "error", {"type": "SystemExit", "message": _clip(f"the code called exit({e.code!r})", result_limit),
                                       "traceback": ""}
         except BaseException as e:
-            status, error = "error", _error(e)
+            status, error = "error", _error(e, result_limit)
     except KeyboardInterrupt as e:  # SIGINT landed between user code and this frame
-        status, error = "interrupted", _error(e)
+        status, error = "interrupted", _error(e, result_limit)
     finally:
         for k, v in saved_env.items():
             if v is None:
@@ -308,14 +375,8 @@ def _write_marker(marker):
     knows it has read everything the code wrote before the reply."""
     if not marker:
         return
-    m = marker.encode()
     for fd in (1, 2):
-        view = memoryview(m)
-        while view:
-            try:
-                view = view[os.write(fd, view):]
-            except InterruptedError:
-                pass
+        _write_fd(fd, marker.encode())
 
 
 def main():
@@ -356,6 +417,7 @@ def main():
         method = msg.get("method")
         if method is None:
             continue  # a stale bridge answer
+        _state.run_id = msg.get("id")
         fn = handlers.get(method)
         if fn is None:
             _send({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32601, "message": f"unknown method {method}"}})
