@@ -19,12 +19,15 @@
 #     left unterminated does not swallow the next message;
 #   - messages are bounded (WARMPOOL_MAX_MESSAGE_BYTES): a reply that would be
 #     larger is replaced by an error, a bridge call by an exception in the code.
+# Before and after each execution the server restores fd 0, 1, 2 and
+# sys.stdin/stdout/stderr from copies kept at high fds.
 import ast
 import builtins
 import ctypes
 import ctypes.util
 import fcntl
 import importlib
+import io
 import json
 import linecache
 import os
@@ -64,6 +67,12 @@ os.close(3)
 os.close(4)
 _in_buf = b""
 
+# The standard streams as they were at start-up, restored around every execution.
+_STD_FDS = {fd: _stash_fd(fd) for fd in (0, 1, 2)}
+_STD_FLAGS = {fd: fcntl.fcntl(fd, fcntl.F_GETFL) for fd in (0, 1, 2)}
+_STD_STREAMS = {"stdin": sys.stdin, "stdout": sys.stdout, "stderr": sys.stderr}
+_STD_TEXT = {name: (s.encoding, s.errors) for name, s in _STD_STREAMS.items()}
+
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
     _libc.fflush.argtypes = [ctypes.c_void_p]
@@ -102,6 +111,36 @@ def _recv():
         if not chunk:
             return None
         _in_buf += chunk
+
+
+def _open_std(name):
+    encoding, errors = _STD_TEXT[name]
+    if name == "stdin":
+        return io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding, errors=errors)
+    fd = 1 if name == "stdout" else 2
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=encoding, errors=errors,
+                            line_buffering=True, write_through=True)
+
+
+def _restore_std():
+    """Puts fd 0, 1, 2 and sys.stdin/stdout/stderr back as they were at start-up,
+    whatever the code did to them (closed, dup2'ed over, replaced, set to None)."""
+    for fd, saved in _STD_FDS.items():
+        try:
+            os.dup2(saved, fd)
+            fcntl.fcntl(fd, fcntl.F_SETFL, _STD_FLAGS[fd])
+        except OSError:
+            pass
+    for name in ("stdin", "stdout", "stderr"):
+        s = _STD_STREAMS[name]
+        try:
+            closed = s.closed
+        except Exception:
+            closed = True
+        if closed:
+            s = _STD_STREAMS[name] = _open_std(name)
+        setattr(sys, name, s)
+        setattr(sys, f"__{name}__", s)
 
 
 class _State:
@@ -305,6 +344,7 @@ def _execute(params):
     code = params["code"]
     _state.exec_count += 1
     filename = f"<exec-{_state.exec_count}>"
+    _restore_std()
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     if "context" in params:
         _globals["context"] = params["context"]
@@ -356,6 +396,7 @@ def _execute(params):
                 os.environ[k] = v
         _state.bridge_enabled = False
     _flush_output()
+    _restore_std()  # before the end markers: the code may have closed fd 1 or 2
     return {"status": status, "result": result, "error": error}
 
 
