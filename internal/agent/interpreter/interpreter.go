@@ -72,7 +72,24 @@ type Config struct {
 	// MaxMessageBytes bounds one message from the REPL server (a reply or a
 	// bridge call); default 16 MiB.
 	MaxMessageBytes int
-	Log             logr.Logger
+	// MaxVariableBytes bounds the JSON of a variable that Variable returns;
+	// default DefaultMaxVariableBytes.
+	MaxVariableBytes int
+	Log              logr.Logger
+}
+
+// DefaultMaxVariableBytes is the default bound of Variable's JSON.
+const DefaultMaxVariableBytes = 4 << 20
+
+// VariableTooLargeError says a variable's JSON is larger than the limit.
+type VariableTooLargeError struct {
+	Name  string
+	Limit int
+}
+
+func (e *VariableTooLargeError) Error() string {
+	return fmt.Sprintf("variable %q is larger than %d bytes as JSON; read a part of it (for example a slice) into a smaller variable",
+		e.Name, e.Limit)
 }
 
 func (c *Config) setDefaults() {
@@ -99,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 16 << 20
+	}
+	if c.MaxVariableBytes == 0 {
+		c.MaxVariableBytes = DefaultMaxVariableBytes
 	}
 	if c.Env == nil {
 		c.Env = os.Environ()
@@ -510,21 +530,26 @@ func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 		return nil, false, ErrBusy
 	}
 	defer it.busy.Unlock()
-	raw, err := it.call("get_variable", map[string]string{"name": name}, 10*time.Second)
+	limit := it.cfg.MaxVariableBytes
+	raw, err := it.call("get_variable", map[string]any{"name": name, "max_bytes": limit}, 10*time.Second)
 	if err != nil {
 		return nil, false, err
 	}
 	var v struct {
-		Found bool            `json:"found"`
-		JSON  json.RawMessage `json:"json"`
-		Repr  string          `json:"repr"`
-		Type  string          `json:"type"`
+		Found    bool            `json:"found"`
+		TooLarge bool            `json:"too_large"`
+		JSON     json.RawMessage `json:"json"`
+		Repr     string          `json:"repr"`
+		Type     string          `json:"type"`
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, false, err
 	}
 	if !v.Found {
 		return nil, false, nil
+	}
+	if v.TooLarge || len(v.JSON) > limit {
+		return nil, true, &VariableTooLargeError{Name: name, Limit: limit}
 	}
 	return &protocol.Variable{Name: name, Type: v.Type, JSON: v.JSON, Repr: v.Repr}, true, nil
 }

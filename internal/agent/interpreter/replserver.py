@@ -41,6 +41,7 @@ import traceback
 SERVER_FILE = "<string>"  # co_filename of this file's frames when run with -c
 
 _MAX_MESSAGE_BYTES = int(os.environ.pop("WARMPOOL_MAX_MESSAGE_BYTES", "") or 16 << 20)
+_LINECACHE_BUDGET = 1 << 20  # characters of earlier executions' source kept for tracebacks
 
 
 def _fd_floor():
@@ -340,12 +341,32 @@ def _safe_repr(value, limit):
     return _clip(r, limit)
 
 
+_sources = []  # (filename, characters) of earlier executions in linecache, oldest first
+
+
+def _cache_source(filename, code):
+    """Puts this execution's source in linecache for its tracebacks, and keeps
+    earlier executions' sources, newest first, only within _LINECACHE_BUDGET."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    total, keep = 0, 0
+    for i in range(len(_sources) - 1, -1, -1):
+        if total + _sources[i][1] > _LINECACHE_BUDGET:
+            for name, _ in _sources[:i + 1]:
+                linecache.cache.pop(name, None)
+            keep = len(_sources) - i - 1
+            break
+        total += _sources[i][1]
+    else:
+        keep = len(_sources)
+    _sources[:] = _sources[len(_sources) - keep:] + [(filename, len(code))]
+
+
 def _execute(params):
     code = params["code"]
     _state.exec_count += 1
     filename = f"<exec-{_state.exec_count}>"
     _restore_std()
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    _cache_source(filename, code)
     if "context" in params:
         _globals["context"] = params["context"]
     env = params.get("env") or {}
@@ -402,13 +423,23 @@ def _execute(params):
 
 def _get_variable(params):
     name = params["name"]
+    limit = int(params.get("max_bytes") or 4 << 20)
     if name not in _globals or name in _HELPERS or name.startswith("__"):
         return {"found": False}
     value = _globals[name]
+    kind = type(value).__name__
     try:
-        return {"found": True, "json": json.loads(json.dumps(value)), "type": type(value).__name__}
-    except (TypeError, ValueError):
-        return {"found": True, "repr": _safe_repr(value, 65536), "type": type(value).__name__}
+        # Encoded piecewise, so a huge value is refused after `limit` bytes
+        # instead of being turned into one huge string first.
+        parts, size = [], 0
+        for part in json.JSONEncoder(allow_nan=False, separators=(",", ":")).iterencode(value):
+            size += len(part)
+            if size > limit:
+                return {"found": True, "too_large": True, "limit": limit, "type": kind}
+            parts.append(part)
+        return {"found": True, "json": json.loads("".join(parts)), "type": kind}
+    except (TypeError, ValueError, RecursionError):
+        return {"found": True, "repr": _safe_repr(value, 65536), "type": kind}
 
 
 def _write_marker(marker):

@@ -478,7 +478,10 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, found, err := s.sessionWorker(r.URL.Query().Get("session")).interp.Variable(name)
+	var tooLarge *interpreter.VariableTooLargeError
 	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 	case errors.Is(err, interpreter.ErrBusy):
 		writeError(w, http.StatusConflict, err.Error())
 	case err != nil:
