@@ -28,6 +28,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
+	"github.com/warmpool/warmpool/internal/agent/procs"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agent/reaper"
 	"github.com/warmpool/warmpool/internal/agent/server"
@@ -156,9 +157,11 @@ func serve(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if os.Getpid() == 1 {
-		go reaper.Run(ctx)
-	}
+	// Orphans of user code are re-parented to the agent: it is PID 1 in a pod and
+	// a child subreaper elsewhere, so that it can end them with their interpreter
+	// (internal/agent/interpreter/procs.go). It reaps those that exit by themselves.
+	procs.BecomeSubreaper()
+	go reaper.Run(ctx)
 
 	var interps []*interpreter.Interpreter
 	for i := 0; i < *workers; i++ {

@@ -41,6 +41,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/warmpool/warmpool/internal/agent/procs"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 )
 
@@ -173,6 +174,7 @@ type ReadyInfo struct {
 
 type process struct {
 	cmd            *exec.Cmd
+	tag            string // in the environment of every process the interpreter starts (procs.go)
 	writeMu        sync.Mutex
 	req            *os.File
 	msgs           chan rpcMessage
@@ -318,8 +320,9 @@ func (p *process) alive() bool {
 	}
 }
 
-// kill ends the interpreter and everything it started (its process group).
+// kill ends the interpreter and every process it started (procs.go).
 func (p *process) kill() {
+	killProcesses(p.cmd.Process.Pid, p.tag)
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
 }
@@ -341,16 +344,18 @@ func (it *Interpreter) spawn() (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	tag := newID()
 	cmd := exec.Command(it.cfg.Python, "-u", "-c", replServer)
 	cmd.Dir = it.cfg.Dir
 	cmd.Env = append(append([]string{}, it.cfg.Env...), "WARMPOOL_PRELOAD="+strings.Join(it.cfg.Preload, ","),
-		fmt.Sprintf("WARMPOOL_MAX_MESSAGE_BYTES=%d", it.cfg.MaxMessageBytes))
+		tagVar+"="+tag, fmt.Sprintf("WARMPOOL_MAX_MESSAGE_BYTES=%d", it.cfg.MaxMessageBytes))
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
 	// Own process group: SIGKILL reaches subprocesses of the code too; Pdeathsig:
 	// the interpreter never outlives the agent.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
+	procs.BecomeSubreaper() // see procs.go
+	err = procs.Start(cmd)
 	for _, f := range []*os.File{reqR, respW, outW, errW} {
 		_ = f.Close()
 	}
@@ -360,7 +365,7 @@ func (it *Interpreter) spawn() (*process, error) {
 		}
 		return nil, fmt.Errorf("start %s: %w", it.cfg.Python, err)
 	}
-	p := &process{cmd: cmd, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
+	p := &process{cmd: cmd, tag: tag, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
 	p.drained.Add(2)
 	go func() { defer p.drained.Done(); p.stdout.run(outR); _ = outR.Close() }()
 	go func() { defer p.drained.Done(); p.stderr.run(errR); _ = errR.Close() }()
@@ -371,6 +376,10 @@ func (it *Interpreter) spawn() (*process, error) {
 	}()
 	go func() {
 		p.waitErr = cmd.Wait()
+		procs.Done(cmd.Process.Pid)
+		// What it started lives on elsewhere when it died by itself: end it too,
+		// before anyone waits for the output pipes those processes hold.
+		killProcesses(0, tag)
 		_ = reqW.Close()
 		close(p.exited)
 	}()

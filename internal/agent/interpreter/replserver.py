@@ -20,7 +20,9 @@
 #   - messages are bounded (WARMPOOL_MAX_MESSAGE_BYTES): a reply that would be
 #     larger is replaced by an error, a bridge call by an exception in the code.
 # Before and after each execution the server restores fd 0, 1, 2 and
-# sys.stdin/stdout/stderr from copies kept at high fds.
+# sys.stdin/stdout/stderr from copies kept at high fds, and it is a child
+# subreaper, so processes the code starts and orphans stay its descendants and
+# the agent finds and kills all of them with the interpreter (procs.go).
 import ast
 import builtins
 import ctypes
@@ -79,6 +81,12 @@ try:
     _libc.fflush.argtypes = [ctypes.c_void_p]
 except Exception:  # pragma: no cover - no libc (unusual); C stdio is then not flushed
     _libc = None
+
+try:  # PR_SET_CHILD_SUBREAPER: orphans of the code's processes are re-parented here
+    _libc.prctl(36, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+except Exception:  # pragma: no cover
+    pass
+
 
 def _write_fd(fd, data):
     view = memoryview(data)

@@ -11,14 +11,14 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/warmpool/warmpool/internal/agent/procs"
 )
 
 // Run reaps zombies that are the agent's children but were not started by the
-// agent itself, until ctx ends. The agent starts every child (interpreters,
-// shell commands) as the leader of its own process group and waits for it
-// through exec.Cmd; an orphan of user code lives in such a group without
-// leading it. (An orphan that made itself a group leader is left alone: it is
-// indistinguishable from the agent's own children here.)
+// agent itself (procs.Own), until ctx ends: orphans of user code, re-parented
+// to the agent because it is PID 1 or a child subreaper. The agent's own
+// children are waited for by their exec.Cmd.
 func Run(ctx context.Context) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
@@ -38,12 +38,14 @@ func Run(ctx context.Context) {
 }
 
 func reapOrphans() {
-	for _, z := range zombieChildren() {
-		if z.pgrp != z.pid { // not a group leader: not started by the agent
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(z.pid, &ws, syscall.WNOHANG, nil)
+	procs.Locked(func(own func(int) bool) {
+		for _, z := range zombieChildren() {
+			if !own(z.pid) {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(z.pid, &ws, syscall.WNOHANG, nil)
+			}
 		}
-	}
+	})
 }
 
 type zombie struct{ pid, pgrp int }

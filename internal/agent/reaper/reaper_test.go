@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warmpool/warmpool/internal/agent/procs"
 )
 
 func zombiePIDs() []int {
@@ -28,21 +30,22 @@ func TestReapsOrphansButNotOwnChildren(t *testing.T) {
 	// The agent's own child: a group leader that exec.Cmd waits for.
 	own := exec.Command("sh", "-c", "exit 0")
 	own.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := own.Start(); err != nil {
+	if err := procs.Start(own); err != nil {
 		t.Fatal(err)
 	}
-	// User code that leaves an orphan behind: the grandchild outlives its parent.
-	parent := exec.Command("sh", "-c", "sleep 0.2 & exit 0")
+	// User code that leaves orphans behind: the grandchildren outlive their
+	// parent, one of them in a session (and process group) of its own.
+	parent := exec.Command("sh", "-c", "sleep 0.2 & setsid sleep 0.2 & exit 0")
 	parent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := parent.Run(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the orphan (sleep) has exited and is a zombie of ours, next to the own child.
-	for end := time.Now().Add(5 * time.Second); len(zombiePIDs()) < 2 && time.Now().Before(end); {
+	// Wait until the orphans (sleep) have exited and are zombies of ours, next to the own child.
+	for end := time.Now().Add(5 * time.Second); len(zombiePIDs()) < 3 && time.Now().Before(end); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(zombiePIDs()) < 2 {
-		t.Fatalf("setup: want the orphan and the own child as zombies, got %v", zombiePIDs())
+	if len(zombiePIDs()) < 3 {
+		t.Fatalf("setup: want the orphans and the own child as zombies, got %v", zombiePIDs())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/output"
+	"github.com/warmpool/warmpool/internal/agent/procs"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 )
 
@@ -38,11 +39,15 @@ func Run(ctx context.Context, command string, opts Options) (*protocol.ShellResu
 	// A background process that keeps the pipes open must not hold the result.
 	cmd.WaitDelay = time.Second
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := procs.Start(cmd); err != nil {
 		return nil, err
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		procs.Done(cmd.Process.Pid)
+		done <- err
+	}()
 
 	timer := time.NewTimer(opts.Timeout)
 	defer timer.Stop()
