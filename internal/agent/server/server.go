@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,9 +53,20 @@ type Config struct {
 	Log          logr.Logger
 }
 
+// Sessions and workers (daemon mode, --workers N): a session is bound to one
+// interpreter from its first execution until it is reset, and an interpreter
+// serves at most one session, so two sessions never see each other's state.
+// Runs without a session go to interpreters no session is bound to; a session
+// that binds an interpreter on which such runs left state gets it reset first.
+// When every interpreter is bound, a new session (or a run without one) is
+// refused with 409 rather than put on another session's interpreter; queueing
+// would not help, since a binding lasts until the session is reset.
+// (In a pod there is one worker and no sessions: every run goes to it.)
 type worker struct {
-	interp *interpreter.Interpreter
-	busy   bool
+	interp  *interpreter.Interpreter
+	busy    bool
+	session string // the session bound to it; "" for none
+	dirty   bool   // runs without a session left state in it
 }
 
 // Server is the agent's HTTP API.
@@ -63,6 +76,22 @@ type Server struct {
 	mu       sync.Mutex
 	workers  []*worker
 	sessions map[string]int // session -> worker index
+}
+
+// apiError is an error with the HTTP status it is answered with.
+type apiError struct {
+	code int
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorCode(err error, def int) int {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.code
+	}
+	return def
 }
 
 // New returns a Server; call Handler to serve it.
@@ -165,38 +194,70 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// acquire reserves a free worker, the session's own when it has one.
-func (s *Server) acquire(session string) (*worker, error) {
+// boundSessions lists the sessions bound to workers, for messages.
+func (s *Server) boundSessions() string {
+	names := make([]string, 0, len(s.sessions))
+	for name := range s.sessions {
+		names = append(names, strconv.Quote(name))
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// acquire reserves a free worker for a run: the session's own when it has one,
+// else one no session is bound to (see worker). reset says the worker must get
+// a fresh interpreter before the run.
+func (s *Server) acquire(session string, python bool) (wk *worker, reset bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i, ok := s.sessions[session]; ok && session != "" {
 		if s.workers[i].busy {
-			return nil, fmt.Errorf("session %q is busy with another execution; executions of one session run one at a time", session)
+			return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
+				"session %q is busy with another execution; executions of one session run one at a time", session)}
 		}
 		s.workers[i].busy = true
-		return s.workers[i], nil
+		return s.workers[i], false, nil
 	}
-	taken := map[int]bool{}
-	for _, i := range s.sessions {
-		taken[i] = true
-	}
-	// Prefer a worker no session holds, so sessions keep their state.
-	for pass := 0; pass < 2; pass++ {
-		for i, w := range s.workers {
-			if w.busy || (pass == 0 && taken[i]) {
-				continue
-			}
-			w.busy = true
-			if session != "" {
-				s.sessions[session] = i
-			}
-			return w, nil
+	var free *worker
+	unbound := 0
+	for _, w := range s.workers {
+		if w.session != "" {
+			continue
+		}
+		unbound++
+		// A new session prefers an interpreter without state.
+		if !w.busy && (free == nil || (session != "" && free.dirty && !w.dirty)) {
+			free = w
 		}
 	}
-	if len(s.workers) == 1 {
-		return nil, errors.New("an execution is already running; one runs at a time: wait for it or interrupt it")
+	switch {
+	case unbound == 0 && session != "":
+		return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
+			"all %d interpreters are bound to other sessions (%s); reset one of them (POST %s?session=NAME) to free its interpreter, "+
+				"or start the agent with more --workers", len(s.workers), s.boundSessions(), protocol.PathReset)}
+	case unbound == 0:
+		return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
+			"all %d interpreters are bound to sessions (%s), and a run without a session must not share their state: "+
+				"pass a session, or reset one of them (POST %s?session=NAME)", len(s.workers), s.boundSessions(), protocol.PathReset)}
+	case free == nil && len(s.workers) == 1:
+		return nil, false, &apiError{http.StatusConflict, "an execution is already running; one runs at a time: wait for it or interrupt it"}
+	case free == nil:
+		return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
+			"all %d interpreters not bound to other sessions are busy; retry later or interrupt one", unbound)}
 	}
-	return nil, fmt.Errorf("all %d interpreters are busy; retry later or interrupt one", len(s.workers))
+	free.busy = true
+	if session != "" {
+		for i, w := range s.workers {
+			if w == free {
+				s.sessions[session] = i
+			}
+		}
+		free.session = session
+		reset, free.dirty = free.dirty, false
+	} else if python {
+		free.dirty = true
+	}
+	return free, reset, nil
 }
 
 func (s *Server) release(w *worker) {
@@ -205,14 +266,24 @@ func (s *Server) release(w *worker) {
 	s.mu.Unlock()
 }
 
-// sessionWorker is the worker of a session, or the first one.
-func (s *Server) sessionWorker(session string) *worker {
+// sessionWorker is the worker of a session; for "", the first worker no
+// session is bound to (in a pod, the only one).
+func (s *Server) sessionWorker(session string) (*worker, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, ok := s.sessions[session]; ok {
-		return s.workers[i]
+	if session != "" {
+		if i, ok := s.sessions[session]; ok {
+			return s.workers[i], nil
+		}
+		return nil, &apiError{http.StatusNotFound, fmt.Sprintf("no session %q: it has not run anything since the agent started or it was reset", session)}
 	}
-	return s.workers[0]
+	for _, w := range s.workers {
+		if w.session == "" {
+			return w, nil
+		}
+	}
+	return nil, &apiError{http.StatusConflict, fmt.Sprintf(
+		"all %d interpreters are bound to sessions (%s): name one with ?session=", len(s.workers), s.boundSessions())}
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -263,13 +334,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	e, created := s.reg.getOrCreate(req.ID)
 	if created {
-		wk, err := s.acquire(req.Session)
+		wk, reset, err := s.acquire(req.Session, req.Language != protocol.LanguageShell)
 		if err != nil {
 			s.reg.forget(req.ID)
-			writeError(w, http.StatusConflict, err.Error())
+			writeError(w, errorCode(err, http.StatusConflict), err.Error())
 			return
 		}
-		s.start(e, wk, req, stream)
+		s.start(e, wk, req, stream, reset)
 	} else {
 		s.cfg.Log.V(1).Info("attaching to execution", "id", req.ID)
 	}
@@ -286,7 +357,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 
 // start runs the execution on the worker, independent of the HTTP request: a
 // caller that goes away does not stop the code, and can attach again by ID.
-func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, stream bool) {
+func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, stream bool, reset bool) {
 	onOut := func(kind string) func([]byte) {
 		if !stream {
 			return nil
@@ -329,7 +400,14 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 		req.TimeoutMillis = s.cfg.DefaultTimeout.Milliseconds()
 	}
 	go func() {
-		res, err := wk.interp.Execute(req, hooks)
+		var res *protocol.Result
+		var err error
+		if reset { // a new session on an interpreter that runs without a session used
+			err = wk.interp.Reset()
+		}
+		if err == nil {
+			res, err = wk.interp.Execute(req, hooks)
+		}
 		s.release(wk) // before the result is visible: see the shell case
 		if err != nil {
 			res = &protocol.Result{ID: req.ID, Status: protocol.StatusFailed, StartedAt: time.Now(), FinishedAt: time.Now(),
@@ -477,7 +555,12 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a Python identifier", name))
 		return
 	}
-	v, found, err := s.sessionWorker(r.URL.Query().Get("session")).interp.Variable(name)
+	wk, err := s.sessionWorker(r.URL.Query().Get("session"))
+	if err != nil {
+		writeError(w, errorCode(err, http.StatusBadRequest), err.Error())
+		return
+	}
+	v, found, err := wk.interp.Variable(name)
 	var tooLarge *interpreter.VariableTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -493,8 +576,25 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// reset gives the session (or the runs without one) a fresh interpreter; a
+// session's interpreter is then free for any session.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
-	err := s.sessionWorker(r.URL.Query().Get("session")).interp.Reset()
+	session := r.URL.Query().Get("session")
+	wk, err := s.sessionWorker(session)
+	if err != nil {
+		writeError(w, errorCode(err, http.StatusBadRequest), err.Error())
+		return
+	}
+	err = wk.interp.Reset()
+	if err == nil {
+		s.mu.Lock()
+		if session != "" && wk.session == session {
+			delete(s.sessions, session)
+			wk.session = ""
+		}
+		wk.dirty = false
+		s.mu.Unlock()
+	}
 	switch {
 	case errors.Is(err, interpreter.ErrBusy):
 		writeError(w, http.StatusConflict, err.Error())
