@@ -288,6 +288,13 @@ type ExecutionStatus struct {
 	// +optional
 	CodeDigest string `json:"codeDigest,omitempty"`
 
+	// interpreter identifies the interpreter process that ran the code. The
+	// session's next Execution runs only on that same process: if it died or
+	// was replaced in between, the session's state is gone and the next
+	// Execution ends SessionLost instead of running on an empty interpreter.
+	// +optional
+	Interpreter string `json:"interpreter,omitempty"`
+
 	// podDisposition is what the manager does with the pod once the final
 	// status is stored: Delete it, ReleaseToSession (the session's next
 	// Execution runs on it), or Reset (a fresh interpreter, then back to the

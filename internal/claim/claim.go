@@ -75,6 +75,9 @@ func ReleaseToSession(ctx context.Context, c client.Client, pod *corev1.Pod, ex 
 	delete(pod.Annotations, sandboxpod.AnnotationClaimedBy)
 	delete(pod.Annotations, sandboxpod.AnnotationClaimedUID)
 	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
+	if ex.Status.Interpreter != "" {
+		pod.Annotations[sandboxpod.AnnotationInterpreter] = ex.Status.Interpreter
+	}
 	if err := c.Update(ctx, pod); err != nil {
 		return fmt.Errorf("release pod %s to session %s: %w", pod.Name, ex.Spec.Session, err)
 	}

@@ -1,6 +1,11 @@
 package controller_test
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -94,6 +99,24 @@ var _ = Describe("Execution under faults", func() {
 		Expect(done.Status.Result).To(Equal("'from the configmap'"))
 	})
 
+	It("ends a session's next Execution SessionLost when the interpreter died in between, without running it", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		first := run(wrappers.Execution(ns, "s-1").Session("nb").Code("x = 1").Obj())
+		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		Expect(first.Status.Interpreter).NotTo(BeEmpty())
+		pid, ok := kubelet.AgentPID(ns, first.Status.PodName)
+		Expect(ok).To(BeTrue())
+		Expect(killChildren(pid)).To(BeNumerically(">", 0), "the interpreter of the session's pod")
+		second := run(wrappers.Execution(ns, "s-2").Session("nb").Code("x").Obj())
+		Expect(second.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", second.Status)
+		// SessionLost when the agent had replaced the interpreter already;
+		// InterpreterDied when the run found it dead. Never NameError from a fresh one.
+		Expect(condition(second.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(Or(
+			And(HaveField("Reason", sandboxv1alpha1.ReasonSessionLost), HaveField("Message", ContainSubstring("interpreter died or was replaced"))),
+			HaveField("Reason", "InterpreterDied")))
+		Expect(second.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionDelete))
+	})
+
 	It("names sessions within their pool: session s of pool B is not pool A's", func() {
 		createPoolAndWait(wrappers.Pool(ns, "a").Obj())
 		createPoolAndWait(wrappers.Pool(ns, "b").Obj())
@@ -153,3 +176,24 @@ var _ = Describe("A pool whose pods cannot start", func() {
 		Expect(len(seen)).To(BeNumerically("<=", 5), "pods started in 6 s: %v", seen)
 	})
 })
+
+// killChildren SIGKILLs the processes whose parent is pid and returns how many.
+func killChildren(pid int) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) && syscall.Kill(child, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}

@@ -40,13 +40,19 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 	default:
 		res := o.Result
 		r.copyResult(ex, res)
-		switch res.Status {
-		case protocol.StatusSucceeded:
+		switch {
+		case res.Error != nil && res.Error.Type == protocol.ErrorInterpreterRestarted:
+			phase, reason = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSessionLost
+			msg = fmt.Sprintf("session %s's interpreter died or was replaced since the session's last Execution, and with it "+
+				"the session's state: the code did not run; start a new session", ex.Spec.Session)
+			execErr = &sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonSessionLost, Message: msg}
+			res.StateLost = true
+		case res.Status == protocol.StatusSucceeded:
 			phase, reason, msg = sandboxv1alpha1.PhaseSucceeded, sandboxv1alpha1.ReasonSucceeded, "the code ran to its end"
-		case protocol.StatusTimedOut:
+		case res.Status == protocol.StatusTimedOut:
 			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
 			msg = fmt.Sprintf("interrupted (KeyboardInterrupt) at the timeout of %s", timeoutOf(ex, pool))
-		case protocol.StatusInterrupted:
+		case res.Status == protocol.StatusInterrupted:
 			// Only two parties interrupt: a cancel, and the runner at the deadline.
 			phase, reason, msg = sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "interrupted on request"
 			if !o.Cancelled && !ex.Spec.Cancel {
@@ -101,6 +107,7 @@ func (r *ExecutionReconciler) copyResult(ex *sandboxv1alpha1.Execution, res *pro
 	if res.Error != nil {
 		st.Error = &sandboxv1alpha1.ExecutionError{Type: res.Error.Type, Message: cut(res.Error.Message, 16384), Traceback: cut(res.Error.Traceback, 16384)}
 	}
+	st.Interpreter = res.Interpreter
 	if res.ExitCode != nil {
 		c := int32(*res.ExitCode)
 		st.ExitCode = &c

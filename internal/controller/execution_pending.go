@@ -157,6 +157,10 @@ func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Exe
 		return ctrl.Result{}, err
 	}
 	job.Request = r.request(ex, pool, code)
+	if ex.Spec.Session != "" {
+		// Only on the interpreter that holds the session's state.
+		job.Request.Interpreter = pod.Annotations[sandboxpod.AnnotationInterpreter]
+	}
 	job.CodeDigest = digest(code)
 	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)
 	r.Runner.Start(job)

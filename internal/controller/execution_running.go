@@ -147,6 +147,9 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 		return r.unreachable(ex, pool, err)
 	}
 	job.Request = r.request(ex, pool, code)
+	if ex.Spec.Session != "" {
+		job.Request.Interpreter = pod.Annotations[sandboxpod.AnnotationInterpreter]
+	}
 	job.CodeDigest = digest(code)
 	logf.FromContext(ctx).Info("the run never reached the agent; starting it now", "pod", pod.Name)
 	r.Runner.Start(job)

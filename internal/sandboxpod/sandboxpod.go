@@ -35,6 +35,9 @@ const (
 	AnnotationClaimedUID = "sandbox.warmpool.dev/claimed-uid"
 	// AnnotationLastUsed is when the last Execution on the pod finished (RFC 3339), for session idle timeouts.
 	AnnotationLastUsed = "sandbox.warmpool.dev/last-used"
+	// AnnotationInterpreter is, on a session's pod, the interpreter that ran the
+	// session's last Execution: the next one runs only on it.
+	AnnotationInterpreter = "sandbox.warmpool.dev/interpreter"
 	// AnnotationUsed marks a pod that was claimed at least once: one that fails
 	// later is not a start failure of its pool. (Only a FreshInterpreter pool
 	// returns a used pod to idle, after replacing its interpreter.)

@@ -33,7 +33,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +41,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -71,7 +70,7 @@ func TestChaos(t *testing.T) {
 	if total == 0 {
 		t.Skip("set CHAOS_EXECUTIONS (make test-chaos): the chaos suite takes minutes")
 	}
-	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel))) // errors only
+	logf.SetLogger(logr.Discard()) // the kubelet stand-in's errors while the API server is down are expected
 	h := newHarness(t, seed)
 	t.Logf("chaos: %d executions, seed %d", total, seed)
 
@@ -118,6 +117,8 @@ type harness struct {
 	faults   map[string]int
 	expected map[string]expectation
 	apiPID   int
+	// stopping ends the restarts of managers that exit.
+	stopping chan struct{}
 	// lastLeaderKill is only used by the fault goroutine.
 	lastLeaderKill time.Time
 	// idleWaitMax is the longest wait for a fresh pod seen while the pool had an idle one.
@@ -132,7 +133,8 @@ type managerProc struct {
 }
 
 func newHarness(t *testing.T, seed int64) *harness {
-	h := &harness{t: t, rng: rand.New(rand.NewSource(seed)), faults: map[string]int{}, expected: map[string]expectation{}}
+	h := &harness{t: t, rng: rand.New(rand.NewSource(seed)), faults: map[string]int{}, expected: map[string]expectation{},
+		stopping: make(chan struct{})}
 	h.dir = t.TempDir()
 	h.runLog = filepath.Join(h.dir, "runs.log")
 	env, err := testenv.Start()
@@ -193,6 +195,7 @@ func newHarness(t *testing.T, seed int64) *harness {
 		h.startManager(i)
 	}
 	t.Cleanup(func() {
+		close(h.stopping)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		for _, m := range h.managers {
@@ -238,7 +241,18 @@ func (h *harness) startManager(i int) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(h.t, cmd.Start())
 	m := &managerProc{cmd: cmd, metricsAddr: metrics, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logFile.Close(); close(m.done) }()
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(m.done)
+		// Like a Deployment's kubelet: a manager that exits (killed, or it lost
+		// its lease while the API server was away) is started again.
+		select {
+		case <-h.stopping:
+		case <-time.After(time.Second):
+			h.startManager(i)
+		}
+	}()
 	h.managers[i] = m
 }
 

@@ -197,7 +197,11 @@ func (h *harness) check() report {
 		r.outcomes[string(ex.Status.Phase)+"/"+reason]++
 		if !ex.Status.Phase.IsFinished() {
 			r.lost++
-			example("lost: %s still %s", ex.Name, ex.Status.Phase)
+			why := ""
+			for _, c := range ex.Status.Conditions {
+				why += fmt.Sprintf(" [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
+			}
+			example("lost: %s still %s%s; pool: %s", ex.Name, ex.Status.Phase, why, h.poolState(ex.Spec.PoolRef.Name))
 			continue
 		}
 		if d := ex.Status.CompletionTime.Sub(ex.CreationTimestamp.Time); d > r.maxLatency {
@@ -301,4 +305,24 @@ func startDelay(ex *sandboxv1alpha1.Execution) string {
 		return "never"
 	}
 	return ex.Status.StartTime.Sub(ex.CreationTimestamp.Time).Round(time.Millisecond).String()
+}
+
+// poolState describes a pool for a report: its conditions and pods.
+func (h *harness) poolState(name string) string {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := h.k8s.Get(context.Background(), keyOf(name), pool); err != nil {
+		return err.Error()
+	}
+	out := fmt.Sprintf("replicas %d idle %d busy %d pending %d;", pool.Status.Replicas, pool.Status.IdleReplicas,
+		pool.Status.BusyReplicas, pool.Status.PendingExecutions)
+	for _, c := range pool.Status.Conditions {
+		out += fmt.Sprintf(" [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
+	}
+	var pods corev1.PodList
+	_ = h.k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{sandboxpod.LabelPool: name})
+	for _, p := range pods.Items {
+		out += fmt.Sprintf(" pod %s %s ready=%v state=%s claimed=%s;", p.Name, p.Status.Phase, sandboxpod.IsReady(&p),
+			p.Labels[sandboxpod.LabelState], p.Annotations[sandboxpod.AnnotationClaimedBy])
+	}
+	return out
 }

@@ -34,6 +34,16 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterDied, Message: "the interpreter could not start: " + err.Error()}
 		return finish(), nil
 	}
+	res.Interpreter = p.tag
+	if req.Interpreter != "" && req.Interpreter != p.tag {
+		// The caller's state lived in an interpreter that died or was replaced:
+		// running on this one would silently start from nothing.
+		res.Status = protocol.StatusFailed
+		res.StateLost = true
+		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterRestarted, Message: "the interpreter that held this session's " +
+			"state died or was replaced since its last run; the code did not run"}
+		return finish(), nil
+	}
 
 	timeout := protocol.Millis(req.TimeoutMillis, it.cfg.DefaultTimeout)
 	grace := protocol.Millis(req.GraceMillis, it.cfg.DefaultGrace)

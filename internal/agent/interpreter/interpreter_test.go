@@ -3,6 +3,8 @@ package interpreter
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -348,5 +350,37 @@ func TestBadPreloadIsNotReady(t *testing.T) {
 	_ = it.Start()
 	if _, err := it.Ready(); err == nil || !strings.Contains(err.Error(), "no_such_module_xyz") {
 		t.Fatalf("ready err = %v", err)
+	}
+}
+
+// A session's state lives in one interpreter process: a request that names it
+// must not run on its replacement (issue 10: found by the chaos suite, a
+// session step ran on a fresh interpreter after the old one was killed).
+func TestRequestNamingAnInterpreterRunsOnlyOnIt(t *testing.T) {
+	it := newInterp(t)
+	first := run(t, it, "x = 41")
+	if first.Interpreter == "" {
+		t.Fatal("the result does not name its interpreter")
+	}
+	same := run(t, it, "x + 1", func(r *protocol.ExecuteRequest) { r.Interpreter = first.Interpreter })
+	if same.Status != protocol.StatusSucceeded || same.Result == nil || *same.Result != "42" || same.Interpreter != first.Interpreter {
+		t.Fatalf("same interpreter: %+v", same)
+	}
+	// The interpreter dies between two runs of the session (killed from outside).
+	it.mu.Lock()
+	_ = it.proc.cmd.Process.Kill()
+	exited := it.proc.exited
+	it.mu.Unlock()
+	<-exited
+	marker := filepath.Join(t.TempDir(), "ran")
+	res := run(t, it, fmt.Sprintf("open(%q, 'w').close()\nx", marker), func(r *protocol.ExecuteRequest) { r.Interpreter = first.Interpreter })
+	if res.Status != protocol.StatusFailed || res.Error == nil || res.Error.Type != protocol.ErrorInterpreterRestarted || !res.StateLost {
+		t.Fatalf("after a restart: %+v", res)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the code ran on the new interpreter")
+	}
+	if res.Interpreter == first.Interpreter || res.Interpreter == "" {
+		t.Fatalf("the new interpreter is not named apart: %q", res.Interpreter)
 	}
 }
