@@ -1,11 +1,6 @@
 package controller_test
 
 import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -104,9 +99,7 @@ var _ = Describe("Execution under faults", func() {
 		first := run(wrappers.Execution(ns, "s-1").Session("nb").Code("x = 1").Obj())
 		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
 		Expect(first.Status.Interpreter).NotTo(BeEmpty())
-		pid, ok := kubelet.AgentPID(ns, first.Status.PodName)
-		Expect(ok).To(BeTrue())
-		Expect(killChildren(pid)).To(BeNumerically(">", 0), "the interpreter of the session's pod")
+		Expect(kubelet.KillInterpreters(ns, first.Status.PodName)).To(BeNumerically(">", 0), "the interpreter of the session's pod")
 		second := run(wrappers.Execution(ns, "s-2").Session("nb").Code("x").Obj())
 		Expect(second.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", second.Status)
 		// SessionLost when the agent had replaced the interpreter already;
@@ -176,24 +169,3 @@ var _ = Describe("A pool whose pods cannot start", func() {
 		Expect(len(seen)).To(BeNumerically("<=", 5), "pods started in 6 s: %v", seen)
 	})
 })
-
-// killChildren SIGKILLs the processes whose parent is pid and returns how many.
-func killChildren(pid int) int {
-	entries, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) && syscall.Kill(child, syscall.SIGKILL) == nil {
-			n++
-		}
-	}
-	return n
-}

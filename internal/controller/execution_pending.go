@@ -71,9 +71,19 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 
 	pl := r.Dispatcher.Place(ex)
 	if pl.NeedsFreshPod && ex.Spec.Session != "" {
-		lost, err := r.sessionLost(ctx, ex)
+		lost, live, err := r.sessionLost(ctx, ex)
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if live != nil {
+			// The session has a pod the dispatcher has not seen yet: tell it, and
+			// give back any fresh pod it chose (a session never gets two pods).
+			r.Dispatcher.UpdatePod(live)
+			if pl.Pod != "" {
+				r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
+			}
+			r.waitingFor(ex, pool, dispatch.Placement{SessionBusy: true, SessionPod: live.Name})
+			return ctrl.Result{RequeueAfter: waitBackstop}, nil
 		}
 		if lost != "" {
 			msg := fmt.Sprintf("session %s's pod %s is gone (lost, timed out, or idle longer than the pool's sessionIdleTimeout), "+

@@ -25,14 +25,15 @@ func sessionKey(pool, session string) string { return pool + "/" + session }
 // when the session has no live pod any more; "" for a session that never had
 // one (ex is its first Execution). It is called only when the dispatcher saw
 // no pod for the session, and reads the pods around the cache before saying
-// "lost": the pod informer can lag behind the Execution informer.
-func (r *ExecutionReconciler) sessionLost(ctx context.Context, ex *sandboxv1alpha1.Execution) (string, error) {
+// "lost". The pod informer can lag behind the Execution informer (and a new
+// leader's dispatcher can learn of Executions before pods): a live pod found
+// that way is returned, and the session must wait for it, never take a second pod.
+func (r *ExecutionReconciler) sessionLost(ctx context.Context, ex *sandboxv1alpha1.Execution) (lost string, live *corev1.Pod, err error) {
 	var history sandboxv1alpha1.ExecutionList
 	if err := r.List(ctx, &history, client.InNamespace(ex.Namespace),
 		client.MatchingFields{indexSession: sessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}); err != nil {
-		return "", fmt.Errorf("list executions of session %s: %w", ex.Spec.Session, err)
+		return "", nil, fmt.Errorf("list executions of session %s: %w", ex.Spec.Session, err)
 	}
-	lost := ""
 	for i := range history.Items {
 		if o := &history.Items[i]; o.UID != ex.UID && o.Status.PodName != "" {
 			lost = o.Status.PodName
@@ -40,19 +41,19 @@ func (r *ExecutionReconciler) sessionLost(ctx context.Context, ex *sandboxv1alph
 		}
 	}
 	if lost == "" {
-		return "", nil
+		return "", nil, nil
 	}
-	var live corev1.PodList
-	if err := r.APIReader.List(ctx, &live, client.InNamespace(ex.Namespace), client.MatchingLabels{
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ex.Namespace), client.MatchingLabels{
 		sandboxpod.LabelPool: ex.Spec.PoolRef.Name, sandboxpod.LabelSession: ex.Spec.Session}); err != nil {
-		return "", fmt.Errorf("list pods of session %s: %w", ex.Spec.Session, err)
+		return "", nil, fmt.Errorf("list pods of session %s: %w", ex.Spec.Session, err)
 	}
-	for i := range live.Items {
-		if !sandboxpod.IsTerminal(&live.Items[i]) {
-			return "", nil // the cache has not caught up; the pod's event will wake the session
+	for i := range pods.Items {
+		if !sandboxpod.IsTerminal(&pods.Items[i]) {
+			return "", &pods.Items[i], nil
 		}
 	}
-	return lost, nil
+	return lost, nil, nil
 }
 
 // claimedPod returns the live (not ending) pod claimed by the Execution with this UID.

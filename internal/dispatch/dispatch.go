@@ -564,7 +564,10 @@ func (d *Dispatcher) placement(e *entry) Placement {
 	}
 	s := e.pool.session(e.session)
 	pl.SessionPod = s.pod
-	pl.NeedsFreshPod = s.promoted == e
+	// Queued for a fresh pod, or given one: either way the session has no pod
+	// the dispatcher knows of, which the caller must confirm (a new leader can
+	// see a session's Executions before its pod).
+	pl.NeedsFreshPod = s.promoted == e || (e.state == assigned && e.pod != s.pod)
 	pl.SessionBusy = e.state == waiting && !pl.NeedsFreshPod
 	return pl
 }

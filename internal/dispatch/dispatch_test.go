@@ -157,6 +157,26 @@ func TestSessionWithoutPodQueuesItsHeadAndSaysSo(t *testing.T) {
 	}
 }
 
+// Regression (found by the chaos suite): a new leader learns of a session's
+// Executions before its pod; a fresh pod it hands the session's head must be
+// flagged, so that the controller checks for the session's own pod first.
+func TestFreshPodForASessionIsFlagged(t *testing.T) {
+	d, _ := newDispatcher()
+	s2 := ex("s-2", 2).Session("s").Obj()
+	d.UpdateExecution(s2)
+	d.UpdatePod(pod("fresh").Obj())
+	pl := d.Place(s2)
+	if pl.Pod != "fresh" || !pl.NeedsFreshPod {
+		t.Fatalf("s-2: %+v, want the fresh pod, flagged", pl)
+	}
+	// The session's own pod shows up; the fresh one is given back.
+	d.UpdatePod(pod("sp").Session("s").Obj())
+	d.ClaimFailed("uid-s-2", "fresh", "")
+	if pl := d.Place(s2); pl.Pod != "sp" || pl.NeedsFreshPod {
+		t.Fatalf("s-2 after its pod was seen: %+v, want its session pod", pl)
+	}
+}
+
 func TestFailedClaimKeepsItsPlaceAndSkipsThePodUntilItChanges(t *testing.T) {
 	d, rec := newDispatcher()
 	d.UpdateExecution(ex("a", 0).Obj())

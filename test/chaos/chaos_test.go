@@ -51,11 +51,14 @@ import (
 )
 
 const (
-	ns          = "chaos"
-	managerNS   = "warmpool-system"
-	leaseName   = "manager.warmpool.dev"
-	idleBound   = 20 * time.Second // longest an Execution may wait while an idle pod is free (a failover takes ~5 s)
-	settleLimit = 5 * time.Minute  // all Executions end within this after the last one is created
+	ns        = "chaos"
+	managerNS = "warmpool-system"
+	leaseName = "manager.warmpool.dev"
+	// idleBound is the longest an Execution may wait for a fresh pod while its
+	// pool has an idle one and a manager leads: a new leader syncs its caches
+	// first, and after an API server restart both managers may have lost their lease.
+	idleBound   = 30 * time.Second
+	settleLimit = 5 * time.Minute // all Executions end within this after the last one is created
 )
 
 func envInt(name string, def int) int {
@@ -117,6 +120,7 @@ type harness struct {
 	faults   map[string]int
 	expected map[string]expectation
 	apiPID   int
+	proxy    *lagProxy
 	// stopping ends the restarts of managers that exit.
 	stopping chan struct{}
 	// lastLeaderKill is only used by the fault goroutine.
@@ -147,17 +151,15 @@ func newHarness(t *testing.T, seed int64) *harness {
 	})
 	h.env, h.k8s = env, env.Client
 
-	// The managers' credentials: an admin user of envtest's API server.
+	// The managers' credentials, used by the proxy: an admin user of envtest's API server.
 	user, err := env.ControlPlane.AddUser(envtest.User{Name: "chaos-manager", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The managers reach the API server through a proxy that can make their pod cache lag.
+	h.proxy = newLagProxy(t, user.Config())
 	h.kubeconfig = filepath.Join(h.dir, "kubeconfig")
-	must(t, os.WriteFile(h.kubeconfig, kc, 0o600))
+	must(t, os.WriteFile(h.kubeconfig, h.proxy.kubeconfig(), 0o600))
 
 	h.managerBin = filepath.Join(h.dir, "manager")
 	agent := filepath.Join(h.dir, "agent")

@@ -233,6 +233,9 @@ func (h *harness) check() report {
 		switch {
 		case string(ex.Status.Phase) != want:
 			r.wrong++
+			if exp.session != "" && len(r.examples) < 20 {
+				example("session %s: %s", exp.session, h.sessionHistory(exp.session))
+			}
 			example("wrong phase: %s (%s) ended %s/%s, want %s: %+v", ex.Name, exp.kind, ex.Status.Phase, reason, want, ex.Status.Error)
 		case ex.Status.Phase == sandboxv1alpha1.PhaseSucceeded:
 			r.succeeded++
@@ -323,6 +326,21 @@ func (h *harness) poolState(name string) string {
 	for _, p := range pods.Items {
 		out += fmt.Sprintf(" pod %s %s ready=%v state=%s claimed=%s;", p.Name, p.Status.Phase, sandboxpod.IsReady(&p),
 			p.Labels[sandboxpod.LabelState], p.Annotations[sandboxpod.AnnotationClaimedBy])
+	}
+	return out
+}
+
+// sessionHistory lists a session's Executions: pod, interpreter, outcome.
+func (h *harness) sessionHistory(session string) string {
+	var list sandboxv1alpha1.ExecutionList
+	_ = h.k8s.List(context.Background(), &list, client.InNamespace(ns))
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	out := ""
+	for _, ex := range list.Items {
+		if ex.Spec.Session == session {
+			out += fmt.Sprintf("%s on %s interp %s %s/%s started %v; ", ex.Name, ex.Status.PodName, ex.Status.Interpreter,
+				ex.Status.Phase, condition(ex.Status.Conditions), ex.Status.StartTime)
+		}
 	}
 	return out
 }

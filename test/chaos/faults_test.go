@@ -35,6 +35,7 @@ func (h *harness) injectFaults(stop <-chan struct{}) {
 		{"kill-interpreter", 20, h.killInterpreter},
 		{"delete-pod", 20, h.deleteBusyPod},
 		{"restart-apiserver", 5, h.restartAPIServer},
+		{"lag-pod-cache", 10, h.lagPodCache},
 	}
 	total := 0
 	for _, f := range faults {
@@ -106,23 +107,10 @@ func (h *harness) killAgent() bool {
 	return p != nil && h.kubelet.KillAgent(p.Namespace, p.Name)
 }
 
-// killInterpreter SIGKILLs the python processes of a busy pod's agent.
+// killInterpreter SIGKILLs the interpreter of a busy pod.
 func (h *harness) killInterpreter() bool {
 	p := h.randomBusyPod()
-	if p == nil {
-		return false
-	}
-	pid, ok := h.kubelet.AgentPID(p.Namespace, p.Name)
-	if !ok {
-		return false
-	}
-	killed := false
-	for _, child := range children(pid) {
-		if syscall.Kill(child, syscall.SIGKILL) == nil {
-			killed = true
-		}
-	}
-	return killed
+	return p != nil && h.kubelet.KillInterpreters(p.Namespace, p.Name) > 0
 }
 
 // children lists the PIDs whose parent is pid.
@@ -134,26 +122,24 @@ func children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if ppid(child) == pid {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
 			out = append(out, child)
 		}
 	}
 	return out
 }
 
-func ppid(pid int) int {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return -1
-	}
-	// pid (comm) state ppid ...; comm may hold spaces, so read after the last ')'.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 2 {
-		return -1
-	}
-	n, _ := strconv.Atoi(fields[1])
-	return n
+// lagPodCache holds back the managers' pod watch streams for a few seconds.
+func (h *harness) lagPodCache() bool {
+	lag, span := time.Duration(200+h.rng.Intn(800))*time.Millisecond, time.Duration(2+h.rng.Intn(4))*time.Second
+	h.proxy.lag.Store(int64(lag))
+	time.AfterFunc(span, func() { h.proxy.lag.Store(0) })
+	return true
 }
 
 func (h *harness) deleteBusyPod() bool {

@@ -7,12 +7,14 @@
 package localkubelet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,15 +91,34 @@ func (k *Kubelet) KillAgent(namespace, name string) bool {
 	return ok && p.cmd.Process.Kill() == nil
 }
 
-// AgentPID returns the PID of a pod's agent process (its interpreters are its children).
-func (k *Kubelet) AgentPID(namespace, name string) (int, bool) {
+// KillInterpreters SIGKILLs the child processes of a pod's agent (its
+// interpreters, and anything else it started) and returns how many.
+func (k *Kubelet) KillInterpreters(namespace, name string) int {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	k.mu.Unlock()
 	if !ok {
-		return 0, false
+		return 0
 	}
-	return p.cmd.Process.Pid, true
+	agent := strconv.Itoa(p.cmd.Process.Pid)
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces, so read after the last ')'.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 1 && fields[1] == agent && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Started returns how many agent processes were started.
