@@ -30,11 +30,18 @@ const lateBy = 2 * runner.Slack
 
 // ownDeadline is when the reconciler stops waiting for the runner.
 func (r *ExecutionReconciler) ownDeadline(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Time {
-	end := ex.Status.StartTime.Add(timeoutOf(ex, pool) + graceOf(pool) + runner.Slack + lateBy)
-	if since, ok := r.Runner.Since(ex.UID); ok {
-		if attached := since.Add(graceOf(pool) + runner.Slack + lateBy); attached.After(end) {
-			end = attached
-		}
+	since, _ := r.Runner.Since(ex.UID)
+	return reconcilerDeadline(ex.Status.StartTime.Time, since, timeoutOf(ex, pool), graceOf(pool))
+}
+
+// reconcilerDeadline: the run's own end (start + timeout + grace + slack), or,
+// for a run this manager took over late (since: when it started or
+// re-attached; zero if it has not), the grace and slack counted from then;
+// plus lateBy.
+func reconcilerDeadline(start, since time.Time, timeout, grace time.Duration) time.Time {
+	end := start.Add(timeout + grace + runner.Slack + lateBy)
+	if attached := since.Add(grace + runner.Slack + lateBy); !since.IsZero() && attached.After(end) {
+		end = attached
 	}
 	return end
 }
