@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -32,6 +33,7 @@ func newLagProxy(t *testing.T, cfg *rest.Config) *lagProxy {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = tr
 	rp.FlushInterval = -1 // watch events go through as they come
+	rp.ErrorLog = log.New(io.Discard, "", 0) // refused while the API server restarts: expected
 	rp.ModifyResponse = func(resp *http.Response) error {
 		q := resp.Request.URL.Query()
 		if strings.HasSuffix(resp.Request.URL.Path, "/pods") && q.Get("watch") != "" && q.Get("watch") != "false" {
