@@ -32,7 +32,7 @@ func newLagProxy(t *testing.T, cfg *rest.Config) *lagProxy {
 	p := &lagProxy{}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = tr
-	rp.FlushInterval = -1 // watch events go through as they come
+	rp.FlushInterval = -1                    // watch events go through as they come
 	rp.ErrorLog = log.New(io.Discard, "", 0) // refused while the API server restarts: expected
 	rp.ModifyResponse = func(resp *http.Response) error {
 		q := resp.Request.URL.Query()
