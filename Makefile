@@ -71,11 +71,12 @@ test: manifests generate vet ## Run unit and envtest integration tests.
 
 CHAOS_EXECUTIONS ?= 200
 CHAOS_SEED ?= 1
+CHAOS_FAULT_SECONDS ?= 60
 
 .PHONY: test-chaos
 test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUTIONS, CHAOS_SEED), invariants checked.
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
-		CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_SEED=$(CHAOS_SEED) $(GO) test ./test/chaos/ -count=1 -v -timeout 30m
+		CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_SECONDS=$(CHAOS_FAULT_SECONDS) $(GO) test ./test/chaos/ -count=1 -v -timeout 30m
 
 E2E_TIMEOUT ?= 30m
 

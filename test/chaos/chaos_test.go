@@ -11,7 +11,8 @@
 // (internal/testing/localkubelet) as real agents with real python3, each on
 // an address of its own, so the managers reach them as they reach pod IPs.
 //
-// CHAOS_EXECUTIONS and CHAOS_SEED (default 1) size and seed a run; without
+// CHAOS_EXECUTIONS, CHAOS_SEED (default 1) and CHAOS_FAULT_SECONDS (the least
+// time faults go on, default 60) size and seed a run; without
 // CHAOS_EXECUTIONS the test is skipped. `make test-chaos` runs 200 (CI does),
 // docs/reliability.md has a long run.
 package chaos
@@ -58,7 +59,7 @@ const (
 	// pool has an idle one and a manager leads: a new leader syncs its caches
 	// first, and after an API server restart both managers may have lost their lease.
 	idleBound   = 30 * time.Second
-	settleLimit = 5 * time.Minute // all Executions end within this after the last one is created
+	settleLimit = 5 * time.Minute // all Executions end within this after the faults stop
 )
 
 func envInt(name string, def int) int {
@@ -70,24 +71,30 @@ func envInt(name string, def int) int {
 
 func TestChaos(t *testing.T) {
 	total, seed := envInt("CHAOS_EXECUTIONS", 0), int64(envInt("CHAOS_SEED", 1))
+	faultPhase := time.Duration(envInt("CHAOS_FAULT_SECONDS", 60)) * time.Second
 	if total == 0 {
 		t.Skip("set CHAOS_EXECUTIONS (make test-chaos): the chaos suite takes minutes")
 	}
 	logf.SetLogger(logr.Discard()) // the kubelet stand-in's errors while the API server is down are expected
 	h := newHarness(t, seed)
-	t.Logf("chaos: %d executions, seed %d", total, seed)
+	t.Logf("chaos: %d executions, seed %d, faults for at least %s", total, seed, faultPhase)
 
 	h.createPools()
-	stop := make(chan struct{})
+	stopFaults, stopWatch := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); h.injectFaults(stop) }()
-	go func() { defer wg.Done(); h.watchIdleWaits(stop) }()
+	go func() { defer wg.Done(); h.injectFaults(stopFaults) }()
+	go func() { defer wg.Done(); h.watchIdleWaits(stopWatch) }()
 	start := time.Now()
 	h.submit(total)
-	created := time.Now()
-	h.waitAllFinished(created.Add(settleLimit))
-	close(stop)
+	// Faults go on for at least faultPhase, then everything must end within settleLimit.
+	if left := time.Until(start.Add(faultPhase)); left > 0 {
+		time.Sleep(left)
+	}
+	close(stopFaults)
+	faultsEnded := time.Now()
+	h.waitAllFinished(faultsEnded.Add(settleLimit))
+	close(stopWatch)
 	wg.Wait()
 	elapsed := time.Since(start)
 	h.settle()
