@@ -69,6 +69,9 @@ type proc struct {
 	exited   chan struct{}
 	// terminationLog is where the agent writes why it gave up.
 	terminationLog string
+	// ready: the agent answered its readiness probe; ip is the pod's address.
+	ready bool
+	ip    string
 }
 
 // Address implements runner.Resolver.
@@ -156,7 +159,17 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		k.stop(req.NamespacedName)
 		running = false
 	}
-	if running || pod.Status.Phase == corev1.PodFailed {
+	if running {
+		// The agent is ready but writing that failed (the API server was away): write it again.
+		k.mu.Lock()
+		ready, ip := p.ready, p.ip
+		k.mu.Unlock()
+		if ready && pod.Status.Phase == corev1.PodPending {
+			return ctrl.Result{}, client.IgnoreNotFound(k.markReady(ctx, pod, ip))
+		}
+		return ctrl.Result{}, nil
+	}
+	if pod.Status.Phase == corev1.PodFailed {
 		return ctrl.Result{}, nil
 	}
 	if _, ok := pod.Annotations[AnnotationImagePullBackOff]; ok {
@@ -253,6 +266,14 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := c.WaitReady(rctx); err != nil {
 		return fmt.Errorf("agent of pod %s: %w", pod.Name, err)
 	}
+	k.mu.Lock()
+	p.ip, p.ready = ip, true
+	k.mu.Unlock()
+	return k.markReady(ctx, pod, ip)
+}
+
+// markReady reports a pod whose agent is ready as Running and Ready.
+func (k *Kubelet) markReady(ctx context.Context, pod *corev1.Pod, ip string) error {
 	now := metav1.Now()
 	return k.setStatus(ctx, pod, func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodRunning
