@@ -44,7 +44,12 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Dispatcher = dispatch.New(r.wakeups.Wake, nil)
 	}
 	r.Dispatcher.WakeExecution = r.wakeups.Wake
-	r.Dispatcher.Usable = func(p *corev1.Pod) bool { return r.Keys.Has(p.Labels[sandboxpod.LabelAgentKey]) }
+	// Until the keys are loaded (just after a start) every pod counts as usable:
+	// judged then, all would be unusable until their next change. A pod whose
+	// key really is gone is replaced by its pool.
+	r.Dispatcher.Usable = func(p *corev1.Pod) bool {
+		return !r.Keys.Loaded() || r.Keys.Has(p.Labels[sandboxpod.LabelAgentKey])
+	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -108,6 +109,16 @@ var _ = Describe("Execution under faults", func() {
 			And(HaveField("Reason", sandboxv1alpha1.ReasonSessionLost), HaveField("Message", ContainSubstring("interpreter died or was replaced"))),
 			HaveField("Reason", "InterpreterDied")))
 		Expect(second.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionDelete))
+	})
+
+	It("gives the pods that were idle before a manager restart to Executions after it", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Obj())
+		for i := 0; i < 3; i++ {
+			restartManager()
+			// maxPods 1: only the pod from before the restart can run it.
+			ex := run(wrappers.Execution(ns, fmt.Sprintf("after-restart-%d", i)).Obj())
+			Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
+		}
 	})
 
 	It("names sessions within their pool: session s of pool B is not pool A's", func() {
