@@ -92,6 +92,21 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 			return ctrl.Result{}, nil
 		}
 	}
+	if pl.Pod != "" && ex.Spec.Session != "" {
+		preds, err := r.sessionPredecessors(ctx, ex)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(preds) > 0 {
+			// The dispatcher did not know them yet: tell it, and give the pod back.
+			for _, o := range preds {
+				r.Dispatcher.UpdateExecution(o)
+			}
+			r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
+			r.waitingFor(ex, pool, dispatch.Placement{SessionBusy: true})
+			return ctrl.Result{RequeueAfter: waitBackstop}, nil
+		}
+	}
 	if pl.Pod == "" {
 		r.waitingFor(ex, pool, pl)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil

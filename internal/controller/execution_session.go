@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -54,6 +55,31 @@ func (r *ExecutionReconciler) sessionLost(ctx context.Context, ex *sandboxv1alph
 		}
 	}
 	return lost, nil, nil
+}
+
+// sessionPredecessors returns the unfinished Executions of ex's session that
+// must run before it: one that holds (or claimed) a pod, or an older waiting
+// one. The dispatcher orders a session's Executions, but it learns of them
+// through its own event handler, which can lag behind the reconcile's cache
+// (and a new leader's first list is in name order, not creation order); the
+// cache holds every Execution created before ex, so this check is the guarantee.
+func (r *ExecutionReconciler) sessionPredecessors(ctx context.Context, ex *sandboxv1alpha1.Execution) ([]*sandboxv1alpha1.Execution, error) {
+	var list sandboxv1alpha1.ExecutionList
+	if err := r.List(ctx, &list, client.InNamespace(ex.Namespace),
+		client.MatchingFields{indexActiveSession: sessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}); err != nil {
+		return nil, fmt.Errorf("list executions of session %s: %w", ex.Spec.Session, err)
+	}
+	var out []*sandboxv1alpha1.Execution
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == ex.UID {
+			continue
+		}
+		if o.Status.PodName != "" || (dispatch.IsWaiting(o) && dispatch.Before(o, ex)) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // claimedPod returns the live (not ending) pod claimed by the Execution with this UID.

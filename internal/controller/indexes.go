@@ -25,6 +25,8 @@ const (
 	indexActive = "warmpool.active.pool"
 	// indexSession: "pool/session", for Executions of a session, finished ones too.
 	indexSession = "warmpool.pool.session"
+	// indexActiveSession: "pool/session", for unfinished Executions of a session.
+	indexActiveSession = "warmpool.active.session"
 	// indexClaimedUID: on pods, the UID of the Execution that claimed the pod.
 	indexClaimedUID = "warmpool.claimed.uid"
 )
@@ -43,6 +45,14 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexSession, func(o client.Object) []string {
 		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" {
+			return []string{sessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexActiveSession, func(o client.Object) []string {
+		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" && !ex.Status.Phase.IsFinished() {
 			return []string{sessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}
 		}
 		return nil

@@ -172,6 +172,12 @@ func IsWaiting(ex *sandboxv1alpha1.Execution) bool {
 		!ex.Spec.Cancel && ex.DeletionTimestamp == nil
 }
 
+// Before reports whether a goes before b in a queue: created earlier, or at
+// the same time (creation times have whole seconds) with a lower name.
+func Before(a, b *sandboxv1alpha1.Execution) bool {
+	return before(a.CreationTimestamp.Time, a.Name, b.CreationTimestamp.Time, b.Name)
+}
+
 // UpdateExecution takes in an Execution as the informer (or a reconcile) saw it.
 func (d *Dispatcher) UpdateExecution(ex *sandboxv1alpha1.Execution) {
 	d.mu.Lock()

@@ -1,5 +1,7 @@
 package dispatch
 
+import "time"
+
 // queued is an entry in one heap; idx points at the entry's index field for
 // that heap, so an entry can sit in its session's queue and its pool's queue
 // at once and be removed from either in O(log n).
@@ -15,10 +17,14 @@ func (h entryHeap) Len() int { return len(h) }
 
 func (h entryHeap) Less(i, j int) bool {
 	a, b := h[i].e, h[j].e
-	if !a.created.Equal(b.created) {
-		return a.created.Before(b.created)
+	return before(a.created, a.name.Name, b.created, b.name.Name)
+}
+
+func before(aCreated time.Time, aName string, bCreated time.Time, bName string) bool {
+	if !aCreated.Equal(bCreated) {
+		return aCreated.Before(bCreated)
 	}
-	return a.name.Name < b.name.Name
+	return aName < bName
 }
 
 func (h entryHeap) Swap(i, j int) {

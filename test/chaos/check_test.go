@@ -241,6 +241,9 @@ func (h *harness) check() report {
 			r.succeeded++
 			if ex.Status.Result != exp.result || (exp.stdout != "" && ex.Status.Stdout != exp.stdout) {
 				r.wrong++
+				if exp.session != "" && len(r.examples) < 20 {
+					example("session %s: %s", exp.session, h.sessionHistory(exp.session))
+				}
 				example("wrong result: %s gave %q / %q, want %q / %q", ex.Name, ex.Status.Result, ex.Status.Stdout, exp.result, exp.stdout)
 			}
 		case exp.kind == kindRaise && (ex.Status.Error == nil || ex.Status.Error.Type != "ValueError"):
@@ -338,8 +341,12 @@ func (h *harness) sessionHistory(session string) string {
 	out := ""
 	for _, ex := range list.Items {
 		if ex.Spec.Session == session {
-			out += fmt.Sprintf("%s on %s interp %s %s/%s started %v; ", ex.Name, ex.Status.PodName, ex.Status.Interpreter,
-				ex.Status.Phase, condition(ex.Status.Conditions), ex.Status.StartTime)
+			start := ""
+			if ex.Status.StartTime != nil {
+				start = ex.Status.StartTime.Format("15:04:05")
+			}
+			out += fmt.Sprintf("%s created %s on %s interp %.6s %s/%s result %s started %s; ", ex.Name, ex.CreationTimestamp.Format("15:04:05"),
+				ex.Status.PodName, ex.Status.Interpreter, ex.Status.Phase, condition(ex.Status.Conditions), ex.Status.Result, start)
 		}
 	}
 	return out
