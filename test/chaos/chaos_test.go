@@ -101,6 +101,16 @@ func TestChaos(t *testing.T) {
 	r := h.check()
 	r.elapsed, r.seed = elapsed, seed
 	t.Log("\n" + r.String())
+	if dir := os.Getenv("CHAOS_KEEP_LOGS"); dir != "" {
+		// The managers' logs outlive the run's temporary directory.
+		_ = os.MkdirAll(dir, 0o755)
+		for i := 0; i < 2; i++ {
+			name := fmt.Sprintf("manager-%d.log", i)
+			if data, err := os.ReadFile(filepath.Join(h.dir, name)); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, name), data, 0o644)
+			}
+		}
+	}
 	if r.lost+r.doubleRuns+r.wrong+r.isolation+r.leaked+r.idleViolations > 0 {
 		t.Fatalf("invariants broken: %s", r.summary())
 	}

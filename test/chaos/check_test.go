@@ -211,7 +211,12 @@ func (h *harness) check() report {
 		}
 		if n := runs[ex.Name]; n > 1 {
 			r.doubleRuns++
-			example("double run: %s ran %d times", ex.Name, n)
+			start := ""
+			if ex.Status.StartTime != nil {
+				start = ex.Status.StartTime.Format("15:04:05.000")
+			}
+			example("double run: %s (uid %s) ran %d times; ended %s/%s on %s, started %s, disposition %s", ex.Name, ex.UID, n,
+				ex.Status.Phase, reason, ex.Status.PodName, start, ex.Status.PodDisposition)
 		}
 		// Outcomes a fault explains: the pod, agent or interpreter went away.
 		faulted := reason == sandboxv1alpha1.ReasonSandboxLost || reason == "InterpreterDied" ||
