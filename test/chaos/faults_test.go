@@ -17,6 +17,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 )
 
 const leaderKillGap = 8 * time.Second
@@ -113,27 +114,6 @@ func (h *harness) killInterpreter() bool {
 	return p != nil && h.kubelet.KillInterpreters(p.Namespace, p.Name) > 0
 }
 
-// children lists the PIDs whose parent is pid.
-func children(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, child)
-		}
-	}
-	return out
-}
-
 // lagPodCache holds back the managers' pod watch streams for a few seconds.
 func (h *harness) lagPodCache() bool {
 	lag, span := time.Duration(200+h.rng.Intn(800))*time.Millisecond, time.Duration(2+h.rng.Intn(4))*time.Second
@@ -155,7 +135,7 @@ func (h *harness) restartAPIServer() bool {
 	defer h.mu.Unlock()
 	pid := h.apiPID
 	if pid == 0 {
-		for _, child := range children(os.Getpid()) {
+		for _, child := range localkubelet.ChildPIDs(os.Getpid()) {
 			if comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(child), "comm")); strings.TrimSpace(string(comm)) == "kube-apiserver" {
 				pid = child
 			}

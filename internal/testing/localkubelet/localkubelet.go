@@ -103,11 +103,22 @@ func (k *Kubelet) KillInterpreters(namespace, name string) int {
 	if !ok {
 		return 0
 	}
-	agent := strconv.Itoa(p.cmd.Process.Pid)
-	entries, _ := os.ReadDir("/proc")
 	n := 0
+	for _, pid := range ChildPIDs(p.cmd.Process.Pid) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// ChildPIDs lists the processes whose parent is pid (from /proc).
+func ChildPIDs(pid int) []int {
+	parent := strconv.Itoa(pid)
+	entries, _ := os.ReadDir("/proc")
+	var out []int
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+		child, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
@@ -116,12 +127,11 @@ func (k *Kubelet) KillInterpreters(namespace, name string) int {
 			continue
 		}
 		// "pid (comm) state ppid ...": comm may hold spaces, so read after the last ')'.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 && fields[1] == agent && syscall.Kill(pid, syscall.SIGKILL) == nil {
-			n++
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 1 && f[1] == parent {
+			out = append(out, child)
 		}
 	}
-	return n
+	return out
 }
 
 // Started returns how many agent processes were started.
