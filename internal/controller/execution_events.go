@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -63,10 +62,6 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("execution").
 		Complete(r)
 }
-
-// NewRunner returns a runner whose calls carry tokens signed with keys and
-// that wakes nobody (for tests that drive a runner by hand).
-func NewRunner(keys *agentauth.Keyring) *runner.Runner { return runner.New(keys, nil) }
 
 func (r *ExecutionReconciler) executionEvents() handler.EventHandler {
 	return handler.Funcs{

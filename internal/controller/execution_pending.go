@@ -174,7 +174,7 @@ func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Exe
 	code, err := r.code(ctx, ex)
 	if err != nil {
 		r.codeFailed(ex, err)
-		ex.Status.PodName, ex.Status.PodDisposition = pod.Name, r.unusedPodDisposition(ex, pool)
+		ex.Status.PodName, ex.Status.PodDisposition = pod.Name, unusedPodDisposition(ex)
 		return ctrl.Result{}, nil
 	}
 	job, err := r.job(ex, pool, pod, r.now())

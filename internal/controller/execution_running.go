@@ -134,19 +134,19 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 	}
 	if r.now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))) {
 		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the run never reached pod %s before the manager stopped, "+
-			"and its timeout of %s has passed since; it was not started", pod.Name, timeoutOf(ex, pool)), r.unusedPodDisposition(ex, pool))
+			"and its timeout of %s has passed since; it was not started", pod.Name, timeoutOf(ex, pool)), unusedPodDisposition(ex))
 		return ctrl.Result{}, nil
 	}
 	code, err := r.code(ctx, ex)
 	if err != nil {
 		r.codeFailed(ex, err)
-		ex.Status.PodDisposition = r.unusedPodDisposition(ex, pool)
+		ex.Status.PodDisposition = unusedPodDisposition(ex)
 		return ctrl.Result{}, nil
 	}
 	if ex.Status.CodeDigest != "" && digest(code) != ex.Status.CodeDigest {
 		r.fail(ex, sandboxv1alpha1.ReasonCodeSourceChanged, fmt.Sprintf("the run never reached pod %s before the manager stopped, "+
 			"and spec.codeFrom now holds other code (%s, not %s): other code is never run under this Execution's name; create a new one",
-			pod.Name, digest(code), ex.Status.CodeDigest), r.unusedPodDisposition(ex, pool))
+			pod.Name, digest(code), ex.Status.CodeDigest), unusedPodDisposition(ex))
 		return ctrl.Result{}, nil
 	}
 	job, err := r.job(ex, pool, pod, r.now())
@@ -166,7 +166,7 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 // unusedPodDisposition is the fate of a claimed pod on which nothing ran: a
 // session keeps it, any other goes (a claimed pod never returns to the pool
 // unreset).
-func (r *ExecutionReconciler) unusedPodDisposition(ex *sandboxv1alpha1.Execution, _ *sandboxv1alpha1.SandboxPool) sandboxv1alpha1.PodDisposition {
+func unusedPodDisposition(ex *sandboxv1alpha1.Execution) sandboxv1alpha1.PodDisposition {
 	if ex.Spec.Session != "" {
 		return sandboxv1alpha1.DispositionReleaseToSession
 	}

@@ -21,8 +21,6 @@ import (
 // Cache indexes of Executions. Reconciles list only what they need: finished
 // Executions pile up (until their TTL), and the hot paths must not scan them.
 const (
-	// indexActive: pool name, for Executions not finished yet (waiting or running).
-	indexActive = "warmpool.active.pool"
 	// indexSession: "pool/session", for Executions of a session, finished ones too.
 	indexSession = "warmpool.pool.session"
 	// indexActiveSession: "pool/session", for unfinished Executions of a session.
@@ -34,15 +32,6 @@ const (
 // SetupIndexes registers the cache indexes the reconcilers query.
 func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	fi := mgr.GetFieldIndexer()
-	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexActive, func(o client.Object) []string {
-		ex := o.(*sandboxv1alpha1.Execution)
-		if ex.Status.Phase.IsFinished() {
-			return nil
-		}
-		return []string{ex.Spec.PoolRef.Name}
-	}); err != nil {
-		return err
-	}
 	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, indexSession, func(o client.Object) []string {
 		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" {
 			return []string{sessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}
