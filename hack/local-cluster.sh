@@ -13,6 +13,7 @@
 #   hack/local-cluster.sh status
 #   hack/local-cluster.sh kubeconfig  # prints the kubeconfig path
 #   hack/local-cluster.sh load      # re-imports dist/*.tar (after `make images`)
+#   hack/local-cluster.sh restart-apiserver  # a fault for the e2e chaos spec
 #
 # Needs root. Every daemon's state, logs and PID file live in $LOCAL_CLUSTER_DIR
 # (default ~/.cache/warmpool/local-cluster); the kubeconfig is
@@ -737,5 +738,10 @@ case ${1:-} in
   status) status ;;
   kubeconfig) echo "$STATE/kubeconfig" ;;
   load) load_images ;;
-  *) die "usage: $0 up|down|status|kubeconfig|load" ;;
+  # For fault tests (test/e2e chaos spec): the API server goes away and comes back.
+  restart-apiserver)
+    K8S_DIR=$CACHE_ROOT/k8s/$K8S_VERSION
+    running kube-apiserver || die "kube-apiserver is not running"
+    stop kube-apiserver; start_apiserver ;;
+  *) die "usage: $0 up|down|status|kubeconfig|load|restart-apiserver" ;;
 esac

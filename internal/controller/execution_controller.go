@@ -56,6 +56,17 @@ type ExecutionReconciler struct {
 	wakeups *wakeups
 }
 
+// afterWrite is what a reconcile does once its status write succeeded: code
+// is sent to an agent only on a status stored with the resourceVersion the
+// reconcile read (Running, naming the pod). A reconcile working from a stale
+// view of an Execution (after a failover or a watch that lagged) fails that
+// write and so never runs code a second time; the pod it claimed on that view
+// is handed back.
+type afterWrite struct {
+	send    *runner.Job
+	claimed *podClaim
+}
+
 // waitBackstop re-checks a waiting Execution in case a wake-up was missed.
 const waitBackstop = 30 * time.Second
 
@@ -80,21 +91,29 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	orig := ex.DeepCopy()
 	var result ctrl.Result
 	var err error
+	next := &afterWrite{}
 	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning {
-		result, err = r.reconcileRunning(ctx, ex)
+		result, err = r.reconcileRunning(ctx, ex, next)
 	} else {
-		result, err = r.reconcilePending(ctx, ex)
+		result, err = r.reconcilePending(ctx, ex, next)
 	}
 	ex.Status.ObservedGeneration = ex.Generation
-	if !equality.Semantic.DeepEqual(orig.Status, ex.Status) {
+	// A run is sent only after a write: even when the status did not change,
+	// the resourceVersion precondition proves this reconcile saw the latest one.
+	if next.send != nil || !equality.Semantic.DeepEqual(orig.Status, ex.Status) {
 		// The optimistic lock makes a reconcile that worked from a stale cache
-		// fail here instead of overwriting a newer status.
+		// fail here instead of overwriting a newer status (or starting code that
+		// already ran).
 		patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 		if perr := r.Status().Patch(ctx, ex, patch); perr != nil {
 			if apierrors.IsConflict(perr) {
-				return ctrl.Result{Requeue: true}, err
+				// Stale: nothing was sent, so a pod claimed on that view goes back.
+				return ctrl.Result{Requeue: true}, errors.Join(err, r.unclaim(ctx, next.claimed))
 			}
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
+		}
+		if next.send != nil {
+			r.Runner.Start(*next.send)
 		}
 		if !orig.Status.Phase.IsFinished() && ex.Status.Phase.IsFinished() {
 			r.recordEnd(ex)
@@ -110,6 +129,8 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // reconcileFinished carries out the pod disposition if that did not happen
 // yet (the manager stopped just after the final status), then applies the TTL.
 func (r *ExecutionReconciler) reconcileFinished(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	// A reconcile from a stale view may have queued it again (Place); forget it.
+	r.Dispatcher.UpdateExecution(ex)
 	if err := r.dispose(ctx, ex); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -2,6 +2,8 @@ package controller_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
 
@@ -56,6 +60,54 @@ var _ = Describe("Execution under faults", func() {
 		second := run(wrappers.Execution(ns, "r-2").Code("'secret' in globals()").Obj())
 		Expect(second.Status.PodName).To(Equal(done.Status.PodName), "the pod went back to the pool")
 		Expect(second.Status.Result).To(Equal("False"), "with a fresh interpreter")
+	})
+
+	It("never runs code twice when it reconciles from a stale view of an Execution that already ran", func() {
+		// Pods are not reused: the stale claim can only take the replacement,
+		// whose agent has never seen the run (a reused pod's would attach to it).
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(2).Obj())
+		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
+		ex := wrappers.Execution(ns, "once").Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\n'done'", runLog)).Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		asCreated := ex.DeepCopy() // Pending, as a lagging cache would still show it
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "a replacement is warm")
+
+		// A manager whose cache lags: it sees the Execution waiting and the pod idle.
+		stopManager()
+		<-managerDone
+		staleView.Store(asCreated)
+		startManager()
+		Eventually(func() bool { return staleView.Load() == nil }, 20*time.Second).Should(BeTrue(), "the manager acted on the stale view")
+		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 3*time.Second).Should(Equal("ran\n"),
+			"the code ran once")
+		Expect(getExec(ex).Status).To(Equal(done.Status), "the stored result is untouched")
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "the pod claimed on the stale view went back")
+		next := run(wrappers.Execution(ns, "next").Obj())
+		Expect(next.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", next.Status)
+	})
+
+	It("replaces a pod left claimed by an Execution that ran elsewhere (a claimer that died before handing it back)", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		ex := run(wrappers.Execution(ns, "ran").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
+		var stray *corev1.Pod
+		Eventually(func() *corev1.Pod {
+			for _, p := range poolPods(ns, "python") {
+				if p.Name != ex.Status.PodName && p.Labels[sandboxpod.LabelState] == sandboxpod.StateIdle && sandboxpod.IsReady(&p) {
+					stray = p.DeepCopy()
+				}
+			}
+			return stray
+		}).ShouldNot(BeNil())
+		Expect(claim.Claim(ctx, k8s, stray, ex)).To(Succeed())
+		Eventually(func() bool {
+			p := &corev1.Pod{}
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(stray), p)
+			return apierrors.IsNotFound(err) || (err == nil && p.UID != stray.UID) || p.DeletionTimestamp != nil
+		}).Should(BeTrue(), "the stray claim's pod is replaced")
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(2))
 	})
 
 	It("reports the real result after a failover longer than the timeout", func() {

@@ -30,7 +30,7 @@ import (
 
 // reconcilePending takes a waiting Execution through the dispatcher's
 // decision to a claimed pod and a started run.
-func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
 	if job, ok := r.Runner.Job(ex.UID); ok {
 		// It claimed a pod and started, but the cache does not show it yet (or
 		// writing Running lost a race): claiming again would take a second pod.
@@ -66,7 +66,7 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return r.start(ctx, ex, pool, pod)
+		return r.start(ctx, ex, pool, pod, next)
 	}
 
 	pl := r.Dispatcher.Place(ex)
@@ -111,7 +111,7 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 		r.waitingFor(ex, pool, pl)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	return r.claimAndStart(ctx, ex, pool, pl.Pod)
+	return r.claimAndStart(ctx, ex, pool, pl.Pod, next)
 }
 
 // waitingFor says what the Execution waits for.
@@ -143,7 +143,7 @@ func (r *ExecutionReconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sa
 // claimAndStart claims the pod the dispatcher chose and starts the run. A
 // claim that does not commit sends the Execution back to its place in the queue.
 func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
-	podName string) (ctrl.Result, error) {
+	podName string, next *afterWrite) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: podName}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -152,7 +152,7 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	rv := pod.ResourceVersion
+	rv, before := pod.ResourceVersion, pod.DeepCopy()
 	if err := claim.Claim(ctx, r.Client, pod, ex); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || errors.Is(err, claim.ErrNotClaimable) {
 			logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", err.Error())
@@ -162,15 +162,33 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		return ctrl.Result{}, err
 	}
 	metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
-	return r.start(ctx, ex, pool, pod)
+	next.claimed = &podClaim{pod: pod, before: before}
+	return r.start(ctx, ex, pool, pod, next)
 }
 
-// start marks the Execution Running on its claimed pod and hands it to the
-// runner. The run starts before the Running status is stored (it saves a
-// round trip); the agent keys runs by the Execution's UID, so a second start
-// after a lost status write attaches to the first.
+// podClaim is a claim made by this reconcile, and the pod as it was before.
+type podClaim struct{ pod, before *corev1.Pod }
+
+// unclaim hands back a pod claimed by a reconcile whose status write failed
+// on a stale view: no code was sent to it. If the pod changed since, the
+// pool controller finds it claimed by an Execution that runs elsewhere (or
+// ended) and replaces it.
+func (r *ExecutionReconciler) unclaim(ctx context.Context, c *podClaim) error {
+	if c == nil {
+		return nil
+	}
+	err := claim.Undo(ctx, r.Client, c.pod, c.before)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// start marks the Execution Running on its claimed pod; the run is sent once
+// that status is stored (afterWrite). The agent keys runs by the Execution's
+// UID, so a second send after a lost reply attaches to the first.
 func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
-	pod *corev1.Pod) (ctrl.Result, error) {
+	pod *corev1.Pod, next *afterWrite) (ctrl.Result, error) {
 	code, err := r.code(ctx, ex)
 	if err != nil {
 		r.codeFailed(ex, err)
@@ -188,7 +206,7 @@ func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Exe
 	}
 	job.CodeDigest = digest(code)
 	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)
-	r.Runner.Start(job)
+	next.send = &job
 	return ctrl.Result{}, nil
 }
 

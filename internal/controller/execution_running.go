@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -46,7 +48,7 @@ func reconcilerDeadline(start, since time.Time, timeout, grace time.Duration) ti
 	return end
 }
 
-func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
 	pool := &sandboxv1alpha1.SandboxPool{}
 	poolErr := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool)
 	if poolErr != nil && !apierrors.IsNotFound(poolErr) {
@@ -59,7 +61,7 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 	ours := pod != nil && claim.ClaimedBy(pod) == ex.UID
 	if o, ok := r.Runner.Outcome(ex.UID); ok {
 		if errors.Is(o.Err, runner.ErrNotStarted) {
-			return r.notStarted(ctx, ex, pool, pod)
+			return r.notStarted(ctx, ex, pool, pod, next)
 		}
 		r.finish(ex, pool, pod, o)
 		return ctrl.Result{}, nil
@@ -121,7 +123,7 @@ func (r *ExecutionReconciler) unreachable(ex *sandboxv1alpha1.Execution, pool *s
 // restarted and lost it. The code runs now only if nothing can have run yet
 // and it is the very code that was to start.
 func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
-	pod *corev1.Pod) (ctrl.Result, error) {
+	pod *corev1.Pod, next *afterWrite) (ctrl.Result, error) {
 	r.Runner.Forget(ex.UID)
 	if pod == nil || claim.ClaimedBy(pod) != ex.UID {
 		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName), "")
@@ -159,7 +161,10 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 	}
 	job.CodeDigest = digest(code)
 	logf.FromContext(ctx).Info("the run never reached the agent; starting it now", "pod", pod.Name)
-	r.Runner.Start(job)
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed,
+		Message: "running on pod " + pod.Name + "; sent again after a manager restart (the first request never reached the agent)"})
+	next.send = &job
 	return ctrl.Result{}, nil
 }
 

@@ -351,10 +351,12 @@ func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []
 }
 
 // orphans returns busy pods claimed by an Execution that no longer exists
-// (it was deleted while the manager was down, or its delete was missed). A
-// pod claimed by a finished Execution is left to that Execution's pod
-// disposition (a session keeps its pod), which the Execution controller
-// carries out after the final status.
+// (it was deleted while the manager was down, or its delete was missed), and
+// pods claimed by an Execution that runs or ran on another pod (or ended
+// without one): a claim made from a stale view whose Running status was never
+// stored, so no code reached the pod. A pod claimed by a finished Execution
+// that names it is left to that Execution's pod disposition (a session keeps
+// its pod), which the Execution controller carries out after the final status.
 func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod
 	for _, p := range busy {
@@ -365,6 +367,10 @@ func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod)
 		ex := &sandboxv1alpha1.Execution{}
 		err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
 		if err == nil && ex.UID == uid {
+			// Both are final once set, so a cache that lags cannot mislead this.
+			if (ex.Status.PodName != "" && ex.Status.PodName != p.Name) || (ex.Status.Phase.IsFinished() && ex.Status.PodName == "") {
+				out = append(out, p)
+			}
 			continue
 		}
 		if err != nil && !apierrors.IsNotFound(err) {

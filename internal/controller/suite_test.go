@@ -113,6 +113,11 @@ func crashBeforeFinalStatus(name string) {
 	crashBefore.Store(&f)
 }
 
+// staleView, when set, is what the manager's cache returns for that
+// Execution until the manager tries to write its status: a watch that lags
+// behind the API server (after a failover, or an API server restart).
+var staleView atomic.Pointer[sandboxv1alpha1.Execution]
+
 // startManager starts the warmpool manager, as cmd/manager does.
 func startManager() {
 	opts := managerOptions()
@@ -125,8 +130,20 @@ func startManager() {
 			return nil, err
 		}
 		return interceptor.NewClient(c, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok {
+					if stale := staleView.Load(); stale != nil && stale.Namespace == key.Namespace && stale.Name == key.Name {
+						stale.DeepCopyInto(ex)
+						return nil
+					}
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok && sub == "status" {
+					if stale := staleView.Load(); stale != nil && stale.UID == ex.UID {
+						staleView.Store(nil)
+					}
 					if f := crashBefore.Load(); f != nil && (*f)(ex) {
 						crashBefore.Store(nil)
 						crash()
