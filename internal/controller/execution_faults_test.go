@@ -110,6 +110,26 @@ var _ = Describe("Execution under faults", func() {
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(2))
 	})
 
+	It("runs code whose Running status was stored but never sent, even when the failover outlasted its timeout", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		f := func(ex *sandboxv1alpha1.Execution) bool {
+			return ex.Name == "unsent" && ex.Status.Phase == sandboxv1alpha1.PhaseRunning
+		}
+		crashAfter.Store(&f)
+		ex := wrappers.Execution(ns, "unsent").Timeout(time.Second).Code("print('ran')\n'ok'").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(managerDone, 30*time.Second).Should(BeClosed())
+		stored := getExec(ex)
+		Expect(stored.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
+		time.Sleep(2 * time.Second) // past the timeout
+		startManager()
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.Stdout).To(Equal("ran\n"))
+		Expect(done.Status.StartTime.Time).To(BeTemporally(">", stored.Status.StartTime.Time), "the timeout counts from the real start")
+		Expect(done.Status.PodName).To(Equal(stored.Status.PodName))
+	})
+
 	It("reports the real result after a failover longer than the timeout", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").GracePeriod(time.Second).Obj())
 		ex := wrappers.Execution(ns, "long-failover").Timeout(2 * time.Second).

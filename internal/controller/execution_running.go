@@ -119,8 +119,9 @@ func (r *ExecutionReconciler) unreachable(ex *sandboxv1alpha1.Execution, pool *s
 }
 
 // notStarted judges a run the agent does not know, found on re-attach: the
-// request never reached the agent (the manager stopped first), or the agent
-// restarted and lost it. The code runs now only if nothing can have run yet
+// request never reached the agent (the manager stopped between storing
+// Running and sending it), or the agent restarted and lost it. The code runs
+// now, with its timeout counted from now, only if nothing can have run yet
 // and it is the very code that was to start.
 func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
 	pod *corev1.Pod, next *afterWrite) (ctrl.Result, error) {
@@ -132,11 +133,6 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 	if restarted(pod) {
 		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the sandbox agent of pod %s restarted while the code ran: "+
 			"the run and the interpreter's state are lost", pod.Name), sandboxv1alpha1.DispositionDelete)
-		return ctrl.Result{}, nil
-	}
-	if r.now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))) {
-		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the run never reached pod %s before the manager stopped, "+
-			"and its timeout of %s has passed since; it was not started", pod.Name, timeoutOf(ex, pool)), unusedPodDisposition(ex))
 		return ctrl.Result{}, nil
 	}
 	code, err := r.code(ctx, ex)
@@ -151,7 +147,11 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 			pod.Name, digest(code), ex.Status.CodeDigest), unusedPodDisposition(ex))
 		return ctrl.Result{}, nil
 	}
-	job, err := r.job(ex, pool, pod, r.now())
+	// Its timeout counts from now: the code has not run, and a failover that
+	// outlasted the timeout is the operator's delay, not the code's.
+	now := metav1.NewTime(r.now())
+	ex.Status.StartTime = &now
+	job, err := r.job(ex, pool, pod, now.Time)
 	if err != nil {
 		return r.unreachable(ex, pool, err)
 	}

@@ -107,6 +107,10 @@ var _ = BeforeSuite(func() {
 // cut between two writes.
 var crashBefore atomic.Pointer[func(*sandboxv1alpha1.Execution) bool]
 
+// crashAfter, when set, makes the manager "die" just after it stored an
+// Execution status it matches, before it acts on it.
+var crashAfter atomic.Pointer[func(*sandboxv1alpha1.Execution) bool]
+
 // crashBeforeFinalStatus arms crashBefore for the final status of the named Execution.
 func crashBeforeFinalStatus(name string) {
 	f := func(ex *sandboxv1alpha1.Execution) bool { return ex.Name == name && ex.Status.Phase.IsFinished() }
@@ -150,7 +154,15 @@ func startManager() {
 						return errors.New("injected: the manager died before this write")
 					}
 				}
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				err := c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok && sub == "status" && err == nil {
+					if f := crashAfter.Load(); f != nil && (*f)(ex) {
+						crashAfter.Store(nil)
+						crash()
+						return errors.New("injected: the manager died just after this write")
+					}
+				}
+				return err
 			},
 		}), nil
 	}
