@@ -66,19 +66,6 @@ func Claim(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1a
 	return nil
 }
 
-// Undo takes back a claim under which no code ran (the claimer then failed to
-// store the Execution's Running status: it worked from a stale view): the pod
-// gets back the labels and annotations it had before, unless it changed since
-// the claim (a Conflict error; the pool controller then deals with it).
-func Undo(ctx context.Context, c client.Client, claimed, before *corev1.Pod) error {
-	p := claimed.DeepCopy()
-	p.Labels, p.Annotations = before.Labels, before.Annotations
-	if err := c.Update(ctx, p); err != nil {
-		return fmt.Errorf("undo the claim of pod %s: %w", p.Name, err)
-	}
-	return nil
-}
-
 // ReleaseToSession frees a session's pod for the session's next Execution and
 // records when it was last used, for the session idle timeout.
 func ReleaseToSession(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution, now time.Time) error {

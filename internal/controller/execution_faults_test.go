@@ -83,7 +83,7 @@ var _ = Describe("Execution under faults", func() {
 		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 3*time.Second).Should(Equal("ran\n"),
 			"the code ran once")
 		Expect(getExec(ex).Status).To(Equal(done.Status), "the stored result is untouched")
-		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "the pod claimed on the stale view went back")
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "the pod claimed on the stale view was replaced")
 		next := run(wrappers.Execution(ns, "next").Obj())
 		Expect(next.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", next.Status)
 	})

@@ -152,7 +152,7 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	rv, before := pod.ResourceVersion, pod.DeepCopy()
+	rv := pod.ResourceVersion
 	if err := claim.Claim(ctx, r.Client, pod, ex); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || errors.Is(err, claim.ErrNotClaimable) {
 			logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", err.Error())
@@ -162,26 +162,7 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		return ctrl.Result{}, err
 	}
 	metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
-	next.claimed = &podClaim{pod: pod, before: before}
 	return r.start(ctx, ex, pool, pod, next)
-}
-
-// podClaim is a claim made by this reconcile, and the pod as it was before.
-type podClaim struct{ pod, before *corev1.Pod }
-
-// unclaim hands back a pod claimed by a reconcile whose status write failed
-// on a stale view: no code was sent to it. If the pod changed since, the
-// pool controller finds it claimed by an Execution that runs elsewhere (or
-// ended) and replaces it.
-func (r *ExecutionReconciler) unclaim(ctx context.Context, c *podClaim) error {
-	if c == nil {
-		return nil
-	}
-	err := claim.Undo(ctx, r.Client, c.pod, c.before)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // start marks the Execution Running on its claimed pod; the run is sent once

@@ -185,6 +185,10 @@ func run(n, poolSize, concurrency int, mode, python string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				for range jobs { // after an error: let the feeder finish instead of blocking on it
+				}
+			}()
 			for i := range jobs {
 				name := fmt.Sprintf("ex-%05d", i)
 				ex := wrappers.Execution("load", name).Code("print(1)").Obj()
