@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,35 +54,6 @@ type ExecutionReconciler struct {
 
 	// wakeups feeds the runner's and the dispatcher's wake-ups to the work queue.
 	wakeups *wakeups
-	// written holds the status this manager last stored per Execution until
-	// the cache shows it (ownWrite).
-	written sync.Map
-}
-
-// ownWrite is a status write that the cache may not show yet.
-type ownWrite struct {
-	// from is the resourceVersion the write replaced; obj is what was stored.
-	from string
-	obj  *sandboxv1alpha1.Execution
-}
-
-// latest returns ex, or this manager's own later write of it while the cache
-// still shows the version that write replaced: reconciling the older one would
-// only fail its status write on the resourceVersion and go round again (a
-// session's next step is woken as soon as its pod is free, usually before the
-// watch delivers the step's own waiting status). Anything else that changed
-// the object gives it a new resourceVersion, and the cache's copy is used.
-func (r *ExecutionReconciler) latest(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
-	v, ok := r.written.Load(ex.UID)
-	if !ok {
-		return ex
-	}
-	w := v.(ownWrite)
-	if w.from == ex.ResourceVersion {
-		return w.obj.DeepCopy()
-	}
-	r.written.Delete(ex.UID)
-	return ex
 }
 
 // afterWrite is what a reconcile does once its status write succeeded: code
@@ -106,7 +76,6 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 		return ctrl.Result{}, err
 	}
-	ex = r.latest(ex)
 	if ex.Status.Phase.IsFinished() {
 		return r.reconcileFinished(ctx, ex)
 	}
@@ -144,11 +113,6 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 				return ctrl.Result{Requeue: true}, err
 			}
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
-		}
-		if !ex.Status.Phase.IsFinished() {
-			r.written.Store(ex.UID, ownWrite{from: orig.ResourceVersion, obj: ex.DeepCopy()})
-		} else {
-			r.written.Delete(ex.UID)
 		}
 		if next.send != nil {
 			r.Runner.Start(*next.send)

@@ -73,7 +73,6 @@ func (r *ExecutionReconciler) executionEvents() handler.EventHandler {
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ queue) {
 			r.Dispatcher.DeleteExecution(e.Object.GetUID())
-			r.written.Delete(e.Object.GetUID())
 		},
 	}
 }

@@ -20,6 +20,13 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
 
+// podGone reports whether the pod is deleted or being deleted.
+func podGone(pod *corev1.Pod) bool {
+	p := &corev1.Pod{}
+	err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), p)
+	return apierrors.IsNotFound(err) || (err == nil && (p.UID != pod.UID || p.DeletionTimestamp != nil))
+}
+
 // Regression specs of issue 10 (exactly once, whatever fails). Each failed
 // on the main branch before the commit point, re-attach and dispatcher.
 var _ = Describe("Execution under faults", func() {
@@ -73,6 +80,13 @@ var _ = Describe("Execution under faults", func() {
 		done := finished(ex)
 		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "a replacement is warm")
+		var free corev1.Pod
+		for _, p := range poolPods(ns, "python") {
+			if p.Name != done.Status.PodName && p.DeletionTimestamp == nil {
+				free = p
+			}
+		}
+		Expect(free.Name).NotTo(BeEmpty())
 
 		// A manager whose cache lags: it sees the Execution waiting and the pod idle.
 		stopManager()
@@ -83,7 +97,8 @@ var _ = Describe("Execution under faults", func() {
 		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 3*time.Second).Should(Equal("ran\n"),
 			"the code ran once")
 		Expect(getExec(ex).Status).To(Equal(done.Status), "the stored result is untouched")
-		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "the pod claimed on the stale view was replaced")
+		Eventually(func() bool { return podGone(&free) }).Should(BeTrue(), "the free pod was claimed on the stale view, then replaced")
+		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "a replacement is warm again")
 		next := run(wrappers.Execution(ns, "next").Obj())
 		Expect(next.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", next.Status)
 	})
@@ -102,11 +117,7 @@ var _ = Describe("Execution under faults", func() {
 			return stray
 		}).ShouldNot(BeNil())
 		Expect(claim.Claim(ctx, k8s, stray, ex)).To(Succeed())
-		Eventually(func() bool {
-			p := &corev1.Pod{}
-			err := k8s.Get(ctx, client.ObjectKeyFromObject(stray), p)
-			return apierrors.IsNotFound(err) || (err == nil && p.UID != stray.UID) || p.DeletionTimestamp != nil
-		}).Should(BeTrue(), "the stray claim's pod is replaced")
+		Eventually(func() bool { return podGone(stray) }).Should(BeTrue(), "the stray claim's pod is replaced")
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(2))
 	})
 
