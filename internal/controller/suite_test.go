@@ -192,5 +192,18 @@ func restartManager() {
 func newNamespace() string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "wp-"}}
 	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	// envtest runs no namespace or garbage collector: without this every pool of
+	// every earlier spec stays warm, with a real python3 per pod, and a spec that
+	// touches all pools (key rotation) waits on dozens of unrelated restarts.
+	DeferCleanup(func() { cleanNamespace(ns.Name) })
 	return ns.Name
+}
+
+// cleanNamespace stops what a spec left running in ns: pools first so nothing
+// replaces the pods, then the pods (their agents stop with them).
+func cleanNamespace(ns string) {
+	in := client.InNamespace(ns)
+	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.Execution{}, in)).To(Succeed())
+	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.SandboxPool{}, in)).To(Succeed())
+	Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, in, client.GracePeriodSeconds(0))).To(Succeed())
 }
