@@ -54,4 +54,14 @@ const (
 	// NetworkPolicies select its pods and allow them traffic (they add up).
 	ReasonOtherPoliciesApply  = "OtherPoliciesApply"
 	ReasonCodeSourceNotMarked = "CodeSourceNotMarked"
+	// ReasonMemoryLimitExceeded: the code raised MemoryError at the sandbox's
+	// memory budget, or its processes passed it together and were killed.
+	ReasonMemoryLimitExceeded = "MemoryLimitExceeded"
+	// ReasonProcessLimitReached: the code could not start a process or thread
+	// at the sandbox's spec.limits.processes.
+	ReasonProcessLimitReached = "ProcessLimitReached"
+	// ReasonOOMKilled: the kernel killed the sandbox container at its memory limit.
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonEvicted: the kubelet evicted the sandbox pod (disk, memory pressure).
+	ReasonEvicted = "Evicted"
 )

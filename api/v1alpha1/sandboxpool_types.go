@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -97,6 +98,14 @@ type SandboxPoolSpec struct {
 	// +optional
 	Python PythonSpec `json:"python,omitempty"`
 
+	// limits bound what the code in each sandbox may use, inside the container's
+	// own limits: code that reaches them gets an error it can see (MemoryError,
+	// BlockingIOError) and its Execution says which limit it hit, instead of the
+	// pod being killed with everything the code printed.
+	// +kubebuilder:default={}
+	// +optional
+	Limits SandboxLimits `json:"limits,omitempty"`
+
 	// executionDefaults apply to every Execution of the pool that does not say otherwise.
 	// +kubebuilder:default={}
 	// +optional
@@ -120,6 +129,30 @@ type SandboxPoolSpec struct {
 	// manager; no egress at all (DNS included) unless listed here.
 	// +optional
 	Network *NetworkSpec `json:"network,omitempty"`
+}
+
+// SandboxLimits bound what the code in one sandbox may use.
+type SandboxLimits struct {
+	// memoryReserve is the part of the sandbox container's memory limit kept for
+	// the agent and the container runtime. The code may use the rest: an
+	// allocation past it raises MemoryError, and processes of the code that
+	// pass it together are killed (the Execution ends MemoryLimitExceeded).
+	// A reserve that leaves less than 32Mi is cut down to leave that much.
+	// +kubebuilder:default="96Mi"
+	// +optional
+	MemoryReserve *resource.Quantity `json:"memoryReserve,omitempty"`
+
+	// processes is how many processes and threads the sandbox's user may have,
+	// the agent's (about 10) included; past it, fork and thread creation fail
+	// with EAGAIN (BlockingIOError) while the agent keeps answering. 0 turns
+	// the limit off: do that for runtimes that share the node's kernel (runc),
+	// where the count is node-wide for the sandbox user, and use the kubelet's
+	// podPidsLimit there instead. Under gVisor the count is the sandbox's own.
+	// +kubebuilder:default=256
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65536
+	// +optional
+	Processes *int32 `json:"processes,omitempty"`
 }
 
 // NetworkSpec is the network access of a pool's sandbox pods.

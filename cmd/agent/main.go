@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -83,6 +84,14 @@ type interpFlags struct {
 	grace      time.Duration
 	maxOutput  int
 	maxTimeout time.Duration
+	memory     int64
+	processes  int
+}
+
+// envInt reads a number the manager passes in the pod's environment.
+func envInt(name string) int64 {
+	v, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+	return v
 }
 
 func (f *interpFlags) register(fs *flag.FlagSet, defaultWorkspace string) {
@@ -93,6 +102,10 @@ func (f *interpFlags) register(fs *flag.FlagSet, defaultWorkspace string) {
 	fs.DurationVar(&f.grace, "grace", 5*time.Second, "time interrupted code has to stop before the interpreter is killed")
 	fs.IntVar(&f.maxOutput, "max-output-bytes", 128*1024, "most bytes of stdout and of stderr kept per execution")
 	fs.DurationVar(&f.maxTimeout, "max-timeout", 24*time.Hour, "largest timeout a request may ask for")
+	fs.Int64Var(&f.memory, "memory-limit", envInt("WARMPOOL_MEMORY_LIMIT"),
+		"bytes of memory the code may use: each process's address space and all processes' resident memory together (0: no limit)")
+	fs.IntVar(&f.processes, "max-processes", int(envInt("WARMPOOL_MAX_PROCESSES")),
+		"processes and threads the sandbox user may have, the agent's included (RLIMIT_NPROC; 0: no limit)")
 }
 
 func (f *interpFlags) interpreter(log logr.Logger) *interpreter.Interpreter {
@@ -105,6 +118,7 @@ func (f *interpFlags) interpreter(log logr.Logger) *interpreter.Interpreter {
 	return interpreter.New(interpreter.Config{
 		Python: f.python, Preload: preload, Dir: f.workspace, Log: log,
 		DefaultTimeout: f.timeout, DefaultGrace: f.grace, DefaultMaxOutputBytes: f.maxOutput,
+		Limits: interpreter.Limits{MemoryBytes: f.memory, Processes: f.processes},
 	})
 }
 

@@ -36,7 +36,12 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 			phase, reason = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSandboxLost
 		}
 		msg = o.Err.Error() + "; the pod is deleted"
+		if why, whyMsg := podEnd(pod); why != "" && !o.Cancelled {
+			reason, msg = why, whyMsg+" ("+msg+")"
+		}
 		execErr = &sandboxv1alpha1.ExecutionError{Type: reason, Message: msg}
+		// The agent is gone with its result; what it streamed is all there is.
+		ex.Status.Stdout, ex.Status.Stderr = o.Stdout, o.Stderr
 	default:
 		res := o.Result
 		r.copyResult(ex, res)
@@ -62,9 +67,15 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 		default:
 			phase, reason, msg = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonError, "the code failed"
 			if res.Error != nil {
-				msg = fmt.Sprintf("%s: %s", res.Error.Type, res.Error.Message)
+				msg = res.Error.Type
+				if res.Error.Message != "" {
+					msg += ": " + res.Error.Message
+				}
 				if res.Error.Type == protocol.ErrorInterpreterDied {
 					reason = protocol.ErrorInterpreterDied
+				}
+				if limit, advice := limitHit(res.Error, pool); limit != "" {
+					reason, msg = limit, msg+"; "+advice
 				}
 			}
 		}

@@ -63,16 +63,23 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 		if errors.Is(o.Err, runner.ErrNotStarted) {
 			return r.notStarted(ctx, ex, pool, pod, next)
 		}
+		if wait := waitForPodEnd(ex, pool, pod, o); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 		r.finish(ex, pool, pod, o)
 		return ctrl.Result{}, nil
 	}
 	if !ours || sandboxpod.IsTerminal(pod) || poolErr != nil {
 		r.Runner.Cancel(ex.UID)
-		msg := fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName)
+		reason, msg := sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName)
 		if pod != nil && pod.Status.Message != "" {
 			msg += ": " + pod.Status.Message
 		}
-		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, msg, deleteIfOurs(ours))
+		if why, whyMsg := podEnd(pod); why != "" {
+			reason, msg = why, whyMsg
+		}
+		ex.Status.Stdout, ex.Status.Stderr = r.Runner.Partial(ex.UID)
+		r.fail(ex, reason, msg, deleteIfOurs(ours))
 		return ctrl.Result{}, nil
 	}
 	if key := pod.Labels[sandboxpod.LabelAgentKey]; !r.Keys.Has(key) {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agent/output"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -83,12 +84,19 @@ type Job struct {
 type Outcome struct {
 	Result *protocol.Result
 	Err    error
+	// Stdout and Stderr are what the agent streamed before a run ended with
+	// Err (the pod died, the agent stopped answering): the code's last words.
+	Stdout, Stderr string
 	// Cancelled is true when Cancel was called.
 	Cancelled bool
+	// At is when the run ended, as far as this runner knows.
+	At time.Time
 }
 
 type run struct {
 	job Job
+	// out holds what the agent streamed so far (Start only).
+	out *partialOutput
 	// since is when this runner took the run (started or re-attached to it).
 	since     time.Time
 	cancel    context.CancelFunc
@@ -157,16 +165,74 @@ func (r *Runner) Start(job Job) {
 			_ = c.Interrupt(ictx, req.ID)
 		})
 		defer timer.Stop()
-		res, err := c.Execute(ctx, req)
+		// Streamed, so that what the code printed survives an agent that dies
+		// with it (an OOM kill of the container, an eviction).
+		limit := req.MaxOutputBytes
+		if limit <= 0 {
+			limit = 64 << 10 // the agent's default too
+		}
+		out := r.partial(job.UID, limit)
+		res, err := c.ExecuteStream(ctx, req, out.add)
+		o := Outcome{Result: res}
 		if err != nil {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w by %s after the deadline: %v", ErrNoAnswer, job.Grace+Slack, err)
 			} else {
 				err = fmt.Errorf("%w: %v", ErrNoAnswer, err)
 			}
+			o = Outcome{Err: err}
+			o.Stdout, o.Stderr = out.strings()
 		}
-		r.finish(job.UID, Outcome{Result: res, Err: err})
+		r.finish(job.UID, o)
 	}()
+}
+
+// partialOutput is what a streamed run printed so far, within the output limit.
+type partialOutput struct {
+	mu             sync.Mutex
+	stdout, stderr *output.Buffer
+}
+
+func (p *partialOutput) add(ev protocol.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev.Type {
+	case protocol.EventStdout:
+		_, _ = p.stdout.Write([]byte(ev.Data))
+	case protocol.EventStderr:
+		_, _ = p.stderr.Write([]byte(ev.Data))
+	}
+}
+
+func (p *partialOutput) strings() (stdout, stderr string) {
+	if p == nil {
+		return "", ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String("stdout"), p.stderr.String("stderr")
+}
+
+func (r *Runner) partial(uid types.UID, limit int) *partialOutput {
+	out := &partialOutput{stdout: output.NewBuffer(limit), stderr: output.NewBuffer(limit)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rn, ok := r.runs[uid]; ok {
+		rn.out = out
+	}
+	return out
+}
+
+// Partial returns what a run this runner started printed so far: all there
+// is of its output when its pod goes away before the agent answers.
+func (r *Runner) Partial(uid types.UID) (stdout, stderr string) {
+	r.mu.Lock()
+	var out *partialOutput
+	if rn, ok := r.runs[uid]; ok {
+		out = rn.out
+	}
+	r.mu.Unlock()
+	return out.strings()
 }
 
 // track records a run unless one of this UID is tracked already.
@@ -237,6 +303,7 @@ func (r *Runner) finish(uid types.UID, o Outcome) {
 		return
 	}
 	o.Cancelled = rn.cancelled
+	o.At = time.Now()
 	rn.done, rn.outcome = true, o
 	job := rn.job
 	r.mu.Unlock()

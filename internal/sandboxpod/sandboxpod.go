@@ -106,7 +106,8 @@ func TemplateHash(pool *sandboxv1alpha1.SandboxPool) string {
 		Template          *sandboxv1alpha1.SandboxPodTemplate
 		RuntimeClass      *string
 		Python            sandboxv1alpha1.PythonSpec
-	}{s.Image, string(s.ImagePullPolicy), s.Resources, s.Env, s.Template, s.RuntimeClassName, s.Python})
+		Limits            sandboxv1alpha1.SandboxLimits
+	}{s.Image, string(s.ImagePullPolicy), s.Resources, s.Env, s.Template, s.RuntimeClassName, s.Python, s.Limits})
 	h := fnv.New32a()
 	_, _ = h.Write(b)
 	return fmt.Sprintf("%08x", h.Sum32())
@@ -147,6 +148,8 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 		args = append(args, "--default-timeout", d.Duration.String())
 	}
 	args = append(args, "--max-output-bytes", fmt.Sprint(sandboxv1alpha1.MaxOutputBytesLimit))
+	memory, processes := CodeLimits(pool)
+	args = append(args, "--memory-limit", fmt.Sprint(memory), "--max-processes", fmt.Sprint(processes))
 
 	env := append([]corev1.EnvVar{
 		{Name: "HOME", Value: WorkspaceDir},
@@ -249,6 +252,32 @@ func IsTerminal(pod *corev1.Pod) bool {
 // IsIdle reports whether the pod may be claimed: ready, unclaimed, not ending.
 func IsIdle(pod *corev1.Pod) bool {
 	return pod.Labels[LabelState] == StateIdle && !IsTerminal(pod) && IsReady(pod)
+}
+
+// Defaults of spec.limits, for pools written before it existed (the CRD
+// defaults the field for new ones).
+var (
+	DefaultMemoryReserve = resource.MustParse("96Mi")
+	DefaultProcesses     = int32(256)
+	// minCodeMemory is what the code gets at least, whatever the reserve.
+	minCodeMemory = int64(32 << 20)
+)
+
+// CodeLimits returns the memory (bytes) and the processes the code in the
+// pool's sandboxes may use: the container's memory limit less the reserve,
+// and spec.limits.processes (0: unlimited).
+func CodeLimits(pool *sandboxv1alpha1.SandboxPool) (memory int64, processes int32) {
+	l := pool.Spec.Limits
+	reserve, processes := DefaultMemoryReserve, DefaultProcesses
+	if l.MemoryReserve != nil {
+		reserve = *l.MemoryReserve
+	}
+	if l.Processes != nil {
+		processes = *l.Processes
+	}
+	limit := sandboxResources(pool.Spec.Resources).Limits[corev1.ResourceMemory]
+	memory = max(limit.Value()-reserve.Value(), minCodeMemory)
+	return memory, processes
 }
 
 // sandboxResources always sets limits, and requests below them. The CRD

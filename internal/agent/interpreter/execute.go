@@ -93,6 +93,14 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		p.kill()
 	}
 
+	var memory *memoryWatch
+	if it.cfg.Limits.MemoryBytes > 0 {
+		memory = &memoryWatch{budget: it.cfg.Limits.MemoryBytes}
+		stopWatch := make(chan struct{})
+		defer close(stopWatch)
+		go memory.watch(p, stopWatch)
+	}
+
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	var graceC <-chan time.Time
@@ -156,6 +164,9 @@ loop:
 		res.StateLost = true
 		it.restartAsync()
 		switch {
+		case memory != nil && memory.overError() != "":
+			res.Status = protocol.StatusFailed
+			res.Error = &protocol.Error{Type: ErrorMemoryLimitExceeded, Message: memory.overError()}
 		case killed:
 			res.Status = stopReason
 			res.Error = &protocol.Error{Type: protocol.ErrorInterpreterKilled, Message: fmt.Sprintf(

@@ -76,7 +76,9 @@ type Config struct {
 	// MaxVariableBytes bounds the JSON of a variable that Variable returns;
 	// default DefaultMaxVariableBytes.
 	MaxVariableBytes int
-	Log              logr.Logger
+	// Limits bound the memory and processes of the code (limits.go).
+	Limits Limits
+	Log    logr.Logger
 }
 
 // DefaultMaxVariableBytes is the default bound of Variable's JSON.
@@ -366,6 +368,8 @@ func (it *Interpreter) spawn() (*process, error) {
 		return nil, fmt.Errorf("start %s: %w", it.cfg.Python, err)
 	}
 	p := &process{cmd: cmd, tag: tag, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
+	// Before the interpreter reads its first request, so no code runs unlimited.
+	limitErr := applyLimits(cmd.Process.Pid, it.cfg.Limits)
 	p.drained.Add(2)
 	go func() { defer p.drained.Done(); p.stdout.run(outR); _ = outR.Close() }()
 	go func() { defer p.drained.Done(); p.stderr.run(errR); _ = errR.Close() }()
@@ -383,6 +387,11 @@ func (it *Interpreter) spawn() (*process, error) {
 		_ = reqW.Close()
 		close(p.exited)
 	}()
+
+	if limitErr != nil {
+		p.kill()
+		return nil, limitErr
+	}
 
 	timer := time.NewTimer(it.cfg.ReadyTimeout)
 	defer timer.Stop()

@@ -59,3 +59,72 @@ func TestVariableTooLarge(t *testing.T) {
 		t.Fatalf("nan: %+v %v %v", v, found, err)
 	}
 }
+
+func limited(l Limits) func(*Config) { return func(c *Config) { c.Limits = l } }
+
+// The attack: allocate 50 MB at a time until something gives. The code sees
+// MemoryError with the interpreter (and its state) alive and its output kept.
+func TestMemoryBudgetRaisesMemoryError(t *testing.T) {
+	it := newInterp(t, limited(Limits{MemoryBytes: 300 << 20}))
+	wantStatus(t, run(t, it, "kept = 'state'"), protocol.StatusSucceeded)
+	res := run(t, it, "hog = []\nfor i in range(40):\n    hog.append(bytearray(50 << 20))\n    print('allocated', (i + 1) * 50, 'MB', flush=True)")
+	wantStatus(t, res, protocol.StatusFailed)
+	if res.Error == nil || res.Error.Type != "MemoryError" {
+		t.Fatalf("error = %+v, want MemoryError", res.Error)
+	}
+	if !strings.Contains(res.Stdout, "allocated 100 MB\n") || strings.Contains(res.Stdout, "allocated 300 MB") {
+		t.Fatalf("stdout = %q: want the lines printed before the limit, and none past it", res.Stdout)
+	}
+	if res.StateLost {
+		t.Fatal("state lost: the interpreter should survive a MemoryError")
+	}
+	res = run(t, it, "del hog\nkept")
+	wantStatus(t, res, protocol.StatusSucceeded)
+	if *res.Result != "'state'" {
+		t.Fatalf("result = %s", *res.Result)
+	}
+}
+
+// The attack the address-space limit cannot see: many processes, each under
+// it. The watchdog kills them all and says why, with the output so far.
+func TestMemoryBudgetAcrossProcesses(t *testing.T) {
+	it := newInterp(t, limited(Limits{MemoryBytes: 200 << 20}))
+	res := run(t, it, `import os, time
+print('forking', flush=True)
+for i in range(6):
+    if os.fork() == 0:
+        hog = bytearray(80 << 20)
+        time.sleep(60)
+        os._exit(0)
+time.sleep(30)
+print('never printed')`)
+	wantStatus(t, res, protocol.StatusFailed)
+	if res.Error == nil || res.Error.Type != ErrorMemoryLimitExceeded || !strings.Contains(res.Error.Message, "budget of 200 MiB") {
+		t.Fatalf("error = %+v, want %s naming the budget", res.Error, ErrorMemoryLimitExceeded)
+	}
+	if res.Stdout != "forking\n" || !res.StateLost {
+		t.Fatalf("stdout=%q stateLost=%v", res.Stdout, res.StateLost)
+	}
+	for pid := range allProcs() {
+		if tagOf(pid) == res.Interpreter {
+			t.Fatalf("process %d of the killed interpreter is still alive", pid)
+		}
+	}
+	wantStatus(t, run(t, it, "print('fresh')"), protocol.StatusSucceeded)
+}
+
+// The process limit is on the interpreter and what it starts, as a hard limit.
+// (Tests run as root, which RLIMIT_NPROC exempts: the fork bomb itself is the
+// e2e suite's, on gVisor as the sandbox user.)
+func TestProcessLimitIsSet(t *testing.T) {
+	it := newInterp(t, limited(Limits{Processes: 77}))
+	res := run(t, it, `import resource, subprocess, sys
+own = resource.getrlimit(resource.RLIMIT_NPROC)
+child = subprocess.run([sys.executable, '-c', 'import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[1])'],
+                       capture_output=True, text=True).stdout.strip()
+(own, child)`)
+	wantStatus(t, res, protocol.StatusSucceeded)
+	if *res.Result != "((77, 77), '77')" {
+		t.Fatalf("limits = %s, want 77 for the interpreter and its children", *res.Result)
+	}
+}

@@ -72,6 +72,9 @@ type proc struct {
 	// ready: the agent answered its readiness probe; ip is the pod's address.
 	ready bool
 	ip    string
+	// endReason, set before a kill, is the reason the container status gives
+	// ("OOMKilled"), as the kubelet reports a container the kernel killed.
+	endReason string
 }
 
 // Address implements runner.Resolver.
@@ -90,6 +93,18 @@ func (k *Kubelet) Address(pod *corev1.Pod) (string, error) {
 func (k *Kubelet) KillAgent(namespace, name string) bool {
 	k.mu.Lock()
 	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	k.mu.Unlock()
+	return ok && p.cmd.Process.Kill() == nil
+}
+
+// OOMKill kills the agent of a pod as the kernel does a container past its
+// memory limit: SIGKILL, and the container ends with reason OOMKilled.
+func (k *Kubelet) OOMKill(namespace, name string) bool {
+	k.mu.Lock()
+	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	if ok {
+		p.endReason = "OOMKilled"
+	}
 	k.mu.Unlock()
 	return ok && p.cmd.Process.Kill() == nil
 }
@@ -306,7 +321,7 @@ func (k *Kubelet) watch(key types.NamespacedName, p *proc) {
 	err := p.cmd.Wait()
 	close(p.exited)
 	k.mu.Lock()
-	stopping := p.stopping
+	stopping, endReason := p.stopping, p.endReason
 	if k.procs[key] == p {
 		delete(k.procs, key)
 	}
@@ -323,12 +338,15 @@ func (k *Kubelet) watch(key types.NamespacedName, p *proc) {
 		st.Phase = corev1.PodFailed
 		st.Reason, st.Message = "Error", fmt.Sprintf("the agent exited: %v", err)
 		// As the kubelet reports a container that ended (RestartPolicy Never).
-		exit := int32(1)
+		exit, reason := int32(1), "Error"
 		if p.cmd.ProcessState != nil {
 			exit = int32(p.cmd.ProcessState.ExitCode())
 		}
+		if endReason != "" {
+			st.Reason, st.Message, exit, reason = "", "", 137, endReason
+		}
 		st.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxpod.ContainerName, Image: pod.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: reason,
 				Message: string(message), FinishedAt: metav1.Now()}}}}
 		for i := range st.Conditions {
 			if st.Conditions[i].Type == corev1.PodReady || st.Conditions[i].Type == corev1.ContainersReady {

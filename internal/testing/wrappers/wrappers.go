@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -74,6 +75,21 @@ func (w *PoolWrapper) MaxOutputBytes(n int32) *PoolWrapper {
 // SessionIdleTimeout sets spec.sessionIdleTimeout.
 func (w *PoolWrapper) SessionIdleTimeout(d time.Duration) *PoolWrapper {
 	w.Spec.SessionIdleTimeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+// Memory sets the sandbox container's memory limit and spec.limits.memoryReserve.
+func (w *PoolWrapper) Memory(limit, reserve string) *PoolWrapper {
+	w.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(limit)}
+	w.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(limit)}
+	q := resource.MustParse(reserve)
+	w.Spec.Limits.MemoryReserve = &q
+	return w
+}
+
+// Processes sets spec.limits.processes.
+func (w *PoolWrapper) Processes(n int32) *PoolWrapper {
+	w.Spec.Limits.Processes = &n
 	return w
 }
 

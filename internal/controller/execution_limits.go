@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/interpreter"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// Naming the limit that ended a run. The agent keeps the code within the
+// pool's spec.limits (internal/agent/interpreter/limits.go) so that it fails
+// with an error it can see; these rules turn such an error, or the pod's own
+// end, into a reason a user can act on, with the knob to turn.
+
+// limitHit returns the reason and advice for a failed run that reached one
+// of the sandbox's limits, or "" if it did not.
+func limitHit(e *protocol.Error, pool *sandboxv1alpha1.SandboxPool) (reason, advice string) {
+	if e == nil {
+		return "", ""
+	}
+	memory, processes := sandboxpod.CodeLimits(pool)
+	switch {
+	case e.Type == interpreter.ErrorMemoryLimitExceeded || e.Type == "MemoryError":
+		return sandboxv1alpha1.ReasonMemoryLimitExceeded, fmt.Sprintf("the code may use %d MiB in pool %s "+
+			"(spec.resources.limits.memory less spec.limits.memoryReserve): use less, or raise the pool's memory limit",
+			memory>>20, pool.Name)
+	case processes > 0 && startedProcess(e):
+		return sandboxv1alpha1.ReasonProcessLimitReached, fmt.Sprintf("the sandbox allows %d processes and threads in pool %s "+
+			"(spec.limits.processes, the agent's included): start fewer, or raise the limit", processes, pool.Name)
+	}
+	return "", ""
+}
+
+// startedProcess: the code failed to start a process or a thread for want of
+// resources (EAGAIN from fork or clone).
+func startedProcess(e *protocol.Error) bool {
+	if e.Type == "RuntimeError" && strings.Contains(e.Message, "can't start new thread") {
+		return true
+	}
+	if e.Type != "BlockingIOError" || !strings.Contains(e.Message, "Resource temporarily unavailable") {
+		return false
+	}
+	for _, call := range []string{"fork", "_execute_child", "spawn", "Popen"} {
+		if strings.Contains(e.Traceback, call) {
+			return true
+		}
+	}
+	return false
+}
+
+// podEnd returns why the kubelet or the kernel ended the sandbox (OOMKilled,
+// Evicted), or "" for any other end (deleted, node lost).
+func podEnd(pod *corev1.Pod) (reason, msg string) {
+	if pod == nil {
+		return "", ""
+	}
+	if pod.Status.Reason == "Evicted" {
+		return sandboxv1alpha1.ReasonEvicted, fmt.Sprintf("the kubelet evicted pod %s: %s", pod.Name, pod.Status.Message)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != sandboxpod.ContainerName {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && t.Reason == "OOMKilled" {
+				var limit resource.Quantity
+				for _, c := range pod.Spec.Containers {
+					if c.Name == sandboxpod.ContainerName {
+						limit = c.Resources.Limits[corev1.ResourceMemory]
+					}
+				}
+				return sandboxv1alpha1.ReasonOOMKilled, fmt.Sprintf("the kernel killed the sandbox container of pod %s for using "+
+					"more than its memory limit of %s, past the budget the agent keeps the code in: raise the pool's "+
+					"spec.limits.memoryReserve (room for the agent and the runtime) or its memory limit", pod.Name, limit.String())
+			}
+		}
+	}
+	return "", ""
+}
+
+// podEndWait is how long a run whose agent stopped answering before its
+// timeout waits for the kubelet to say why (it reports a killed container a
+// second or two after the connection broke), so that an OOM kill or an
+// eviction is named as such rather than as SandboxLost.
+const podEndWait = 10 * time.Second
+
+// waitForPodEnd returns how long to wait before finishing a run that ended
+// without an answer on a pod still running, 0 to finish now.
+func waitForPodEnd(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, o runner.Outcome) time.Duration {
+	if o.Err == nil || !errors.Is(o.Err, runner.ErrNoAnswer) || o.Cancelled || pod == nil || sandboxpod.IsTerminal(pod) {
+		return 0
+	}
+	if ex.Status.StartTime != nil && !o.At.Before(ex.Status.StartTime.Add(timeoutOf(ex, pool))) {
+		return 0 // the run's own deadline passed: that is the answer
+	}
+	if left := time.Until(o.At.Add(podEndWait)); left > 0 {
+		return min(left, time.Second)
+	}
+	return 0
+}

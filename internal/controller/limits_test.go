@@ -1,0 +1,73 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// Hostile input, resource side (issue 11): code that reaches a limit ends
+// with a status that names it, with what it printed.
+var _ = Describe("Sandbox limits", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	completeReason := func(ex *sandboxv1alpha1.Execution) string {
+		c := condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)
+		Expect(c).NotTo(BeNil())
+		return c.Reason
+	}
+
+	It("ends code that allocates past the memory budget MemoryLimitExceeded, with its output and a live interpreter", func() {
+		// 256Mi less a 96Mi reserve: the code may use 160 MiB.
+		createPoolAndWait(wrappers.Pool(ns, "python").Memory("256Mi", "96Mi").Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		ex := run(wrappers.Execution(ns, "hog").Code("hog = []\nfor i in range(40):\n    hog.append(bytearray(50 << 20))\n" +
+			"    print('allocated', (i + 1) * 50, 'MB', flush=True)").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(completeReason(ex)).To(Equal(sandboxv1alpha1.ReasonMemoryLimitExceeded))
+		Expect(ex.Status.Error.Type).To(Equal("MemoryError"))
+		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Message).To(
+			ContainSubstring("MemoryError; the code may use 160 MiB in pool python"))
+		Expect(ex.Status.Stdout).To(ContainSubstring("allocated 100 MB\n"))
+		Expect(ex.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionReset), "the interpreter lived: the pod is reused")
+	})
+
+	It("kills processes that pass the memory budget together, and says so with the output so far", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Memory("256Mi", "96Mi").Obj())
+		ex := run(wrappers.Execution(ns, "forks").Code(`import os, time
+print('forking', flush=True)
+for i in range(6):
+    if os.fork() == 0:
+        hog = bytearray(80 << 20)
+        time.sleep(60)
+        os._exit(0)
+time.sleep(30)`).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(completeReason(ex)).To(Equal(sandboxv1alpha1.ReasonMemoryLimitExceeded))
+		Expect(ex.Status.Error.Type).To(Equal(sandboxv1alpha1.ReasonMemoryLimitExceeded))
+		Expect(ex.Status.Error.Message).To(ContainSubstring("budget of 160 MiB"))
+		Expect(ex.Status.Stdout).To(Equal("forking\n"))
+		Expect(ex.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionDelete))
+	})
+
+	It("says OOMKilled, with the output streamed before, when the kernel kills the sandbox", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		ex := wrappers.Execution(ns, "oom").Code("print('before the kill', flush=True)\nimport time\ntime.sleep(60)").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(func() string { return getExec(ex).Status.PodName }).ShouldNot(BeEmpty())
+		pod := getExec(ex).Status.PodName
+		// The output reaches the manager as it is printed: wait for it to be
+		// there before the kill, as it would be for code that printed a while ago.
+		time.Sleep(time.Second)
+		Expect(kubelet.OOMKill(ns, pod)).To(BeTrue())
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(completeReason(done)).To(Equal(sandboxv1alpha1.ReasonOOMKilled))
+		Expect(done.Status.Error.Message).To(ContainSubstring("more than its memory limit of 512Mi"))
+		Expect(done.Status.Stdout).To(Equal("before the kill\n"))
+	})
+})
