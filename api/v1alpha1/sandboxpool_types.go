@@ -148,7 +148,7 @@ type SandboxLimits struct {
 	// the limit off: do that for runtimes that share the node's kernel (runc),
 	// where the count is node-wide for the sandbox user, and use the kubelet's
 	// podPidsLimit there instead. Under gVisor the count is the sandbox's own.
-	// +kubebuilder:default=256
+	// +kubebuilder:default=128
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=65536
 	// +optional

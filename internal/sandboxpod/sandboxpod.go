@@ -258,7 +258,7 @@ func IsIdle(pod *corev1.Pod) bool {
 // defaults the field for new ones).
 var (
 	DefaultMemoryReserve = resource.MustParse("96Mi")
-	DefaultProcesses     = int32(256)
+	DefaultProcesses     = int32(128)
 	// minCodeMemory is what the code gets at least, whatever the reserve.
 	minCodeMemory = int64(32 << 20)
 )

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,7 +93,7 @@ func (w *memoryWatch) watch(p *process, stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		if total := treeRSS(p.cmd.Process.Pid); total > w.budget {
+		if total := codeMemory(p.cmd.Process.Pid); total > w.budget {
 			w.over.Store(total)
 			p.kill()
 			return
@@ -115,12 +116,83 @@ func mib(b int64) string { return strconv.FormatInt(b>>20, 10) + " MiB" }
 
 var pageSize = int64(os.Getpagesize())
 
+// codeMemory is the memory the code's processes use together, measured as
+// well as the kernel allows: on Linux the proportional set size of the
+// interpreter's tree (a page shared by forked processes counts once); under
+// gVisor, which has no smaps_rollup and counts shared pages in full in each
+// process, the sandbox's own anonymous memory and tmpfs from /proc/meminfo
+// (its kernel is the sandbox's: the agent's few MiB are in it too); else the
+// summed resident sets.
+func codeMemory(root int) int64 {
+	if pss, ok := treePSS(root); ok {
+		return pss
+	}
+	if sandboxed() {
+		if anon, ok := meminfoAnon(); ok {
+			return anon
+		}
+	}
+	return treeRSS(root)
+}
+
+// sandboxed reports whether the agent runs on gVisor's kernel, which reports
+// a fixed Linux 4.4.0 in /proc/version.
+var sandboxed = sync.OnceValue(func() bool {
+	b, err := os.ReadFile("/proc/version")
+	return err == nil && bytes.HasPrefix(b, []byte("Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"))
+})
+
+// treePSS sums Pss from /proc/PID/smaps_rollup over root and its
+// descendants; false where the kernel has no smaps_rollup.
+func treePSS(root int) (int64, bool) {
+	var total int64
+	ok := true
+	walkTree(root, func(pid int) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+		if err != nil {
+			ok = ok && pid != root // a descendant may just have exited
+			return
+		}
+		total += kbField(b, "Pss:")
+	})
+	return total, ok
+}
+
+// meminfoAnon is Active(anon) of /proc/meminfo, which gVisor reports as the
+// sandbox's anonymous memory plus tmpfs.
+func meminfoAnon() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil || !bytes.Contains(b, []byte("Active(anon):")) {
+		return 0, false
+	}
+	return kbField(b, "Active(anon):"), true
+}
+
+// kbField reads "Name:   123 kB" from a /proc file, in bytes.
+func kbField(b []byte, name string) int64 {
+	i := bytes.Index(b, []byte(name))
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[i+len(name):])
+	if len(f) == 0 {
+		return 0
+	}
+	kb, _ := strconv.ParseInt(string(f[0]), 10, 64)
+	return kb << 10
+}
+
 // treeRSS sums the resident memory of root and its descendants. Descendants
 // are found through /proc/PID/task/TID/children (the REPL server is a child
 // subreaper, so orphans of the code stay in its tree); shared pages of forked
 // processes are counted in each, which errs on the side of the container.
 func treeRSS(root int) int64 {
 	var total int64
+	walkTree(root, func(pid int) { total += rssOf(pid) })
+	return total
+}
+
+func walkTree(root int, visit func(pid int)) {
 	seen := map[int]bool{}
 	for stack := []int{root}; len(stack) > 0; {
 		pid := stack[len(stack)-1]
@@ -129,10 +201,9 @@ func treeRSS(root int) int64 {
 			continue
 		}
 		seen[pid] = true
-		total += rssOf(pid)
+		visit(pid)
 		stack = append(stack, childrenOf(pid)...)
 	}
-	return total
 }
 
 func rssOf(pid int) int64 {

@@ -128,3 +128,27 @@ child = subprocess.run([sys.executable, '-c', 'import resource; print(resource.g
 		t.Fatalf("limits = %s, want 77 for the interpreter and its children", *res.Result)
 	}
 }
+
+// Forked processes share their parent's pages: the budget counts them once
+// (proportional set size), so ordinary fork-based parallelism is not killed.
+func TestMemoryBudgetCountsSharedPagesOnce(t *testing.T) {
+	it := newInterp(t, limited(Limits{MemoryBytes: 250 << 20}))
+	res := run(t, it, `import os, time
+data = bytearray(100 << 20)
+for i in range(0, len(data), 4096):
+    data[i] = 1
+pids = []
+for _ in range(5):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(1)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+print('all done')`)
+	wantStatus(t, res, protocol.StatusSucceeded)
+	if res.Stdout != "all done\n" {
+		t.Fatalf("stdout = %q", res.Stdout)
+	}
+}
