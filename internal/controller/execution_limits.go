@@ -34,8 +34,10 @@ func limitHit(e *protocol.Error, pool *sandboxv1alpha1.SandboxPool) (reason, adv
 			"(spec.resources.limits.memory less spec.limits.memoryReserve): use less, or raise the pool's memory limit",
 			memory>>20, pool.Name)
 	case processes > 0 && startedProcess(e):
-		return sandboxv1alpha1.ReasonProcessLimitReached, fmt.Sprintf("the sandbox allows %d processes and threads in pool %s "+
-			"(spec.limits.processes, the agent's included): start fewer, or raise the limit", processes, pool.Name)
+		return sandboxv1alpha1.ReasonProcessLimitReached, fmt.Sprintf("the code could not start a process or thread: pool %s "+
+			"allows %d processes and threads per sandbox, the agent's included (spec.limits.processes), and %d MiB of "+
+			"memory per process, each thread's stack taking 2 MiB of it: start fewer, or raise the limits",
+			pool.Name, processes, memory>>20)
 	}
 	return "", ""
 }

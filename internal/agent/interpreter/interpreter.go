@@ -351,6 +351,7 @@ func (it *Interpreter) spawn() (*process, error) {
 	cmd.Dir = it.cfg.Dir
 	cmd.Env = append(append([]string{}, it.cfg.Env...), "WARMPOOL_PRELOAD="+strings.Join(it.cfg.Preload, ","),
 		tagVar+"="+tag, fmt.Sprintf("WARMPOOL_MAX_MESSAGE_BYTES=%d", it.cfg.MaxMessageBytes))
+	cmd.Env = append(cmd.Env, it.cfg.Limits.env(cmd.Env)...)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
 	// Own process group: SIGKILL reaches subprocesses of the code too; Pdeathsig:

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +56,29 @@ const ErrorMemoryLimitExceeded = "MemoryLimitExceeded"
 // code runs. A single process is stopped by RLIMIT_AS without polling; the
 // watchdog is for many processes that each stay below it.
 const memoryPollInterval = 100 * time.Millisecond
+
+// threadStackBytes is the stack of threads the code starts with threading
+// under a memory limit (glibc's default is RLIMIT_STACK, 8 MiB), and
+// mallocArenas caps glibc's per-thread malloc arenas, each of which reserves
+// 64 MiB of address space: with both left alone, RLIMIT_AS would let a 512Mi
+// sandbox start fewer than ten threads.
+const (
+	threadStackBytes = 2 << 20
+	mallocArenas     = 2
+)
+
+// env returns what the interpreter's environment needs under these limits,
+// leaving alone what env (the pool's own settings) already says.
+func (l Limits) env(env []string) []string {
+	if l.MemoryBytes <= 0 {
+		return nil
+	}
+	var out []string
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "MALLOC_ARENA_MAX=") }) {
+		out = append(out, fmt.Sprintf("MALLOC_ARENA_MAX=%d", mallocArenas))
+	}
+	return append(out, fmt.Sprintf("WARMPOOL_THREAD_STACK_BYTES=%d", threadStackBytes))
+}
 
 func applyLimits(pid int, l Limits) error {
 	if l.MemoryBytes > 0 {
@@ -107,40 +130,29 @@ func (w *memoryWatch) overError() string {
 	if total == 0 {
 		return ""
 	}
-	return fmt.Sprintf("the code's processes used %s of memory together, more than the sandbox's budget of %s, "+
-		"so they were killed and a fresh interpreter started: variables and imports of earlier executions are lost",
-		mib(total), mib(w.budget))
+	return fmt.Sprintf("the code's processes used %s of memory together, more than the sandbox's budget of %s: "+
+		"they were killed", mib(total), mib(w.budget))
 }
 
 func mib(b int64) string { return strconv.FormatInt(b>>20, 10) + " MiB" }
 
 var pageSize = int64(os.Getpagesize())
 
-// codeMemory is the memory the code's processes use together, measured as
-// well as the kernel allows: on Linux the proportional set size of the
-// interpreter's tree (a page shared by forked processes counts once); under
-// gVisor, which has no smaps_rollup and counts shared pages in full in each
-// process, the sandbox's own anonymous memory and tmpfs from /proc/meminfo
-// (its kernel is the sandbox's: the agent's few MiB are in it too); else the
-// summed resident sets.
+// codeMemory is the memory the code's processes use together. On Linux it
+// is the proportional set size of the interpreter's tree (a page that forked
+// processes share counts once). gVisor has no smaps_rollup; there it is the
+// summed resident sets, which count shared pages in each process: measured on
+// the local cluster, that is what a fork loop really costs the container
+// (gVisor copies on write in 2 MiB units, and each process has host-side
+// overhead that the sandbox's own /proc/meminfo does not show; with meminfo
+// the container was OOM-killed at about 35 forks, with resident sets the
+// watchdog stopped the code first).
 func codeMemory(root int) int64 {
 	if pss, ok := treePSS(root); ok {
 		return pss
 	}
-	if sandboxed() {
-		if anon, ok := meminfoAnon(); ok {
-			return anon
-		}
-	}
 	return treeRSS(root)
 }
-
-// sandboxed reports whether the agent runs on gVisor's kernel, which reports
-// a fixed Linux 4.4.0 in /proc/version.
-var sandboxed = sync.OnceValue(func() bool {
-	b, err := os.ReadFile("/proc/version")
-	return err == nil && bytes.HasPrefix(b, []byte("Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"))
-})
 
 // treePSS sums Pss from /proc/PID/smaps_rollup over root and its
 // descendants; false where the kernel has no smaps_rollup.
@@ -156,16 +168,6 @@ func treePSS(root int) (int64, bool) {
 		total += kbField(b, "Pss:")
 	})
 	return total, ok
-}
-
-// meminfoAnon is Active(anon) of /proc/meminfo, which gVisor reports as the
-// sandbox's anonymous memory plus tmpfs.
-func meminfoAnon() (int64, bool) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil || !bytes.Contains(b, []byte("Active(anon):")) {
-		return 0, false
-	}
-	return kbField(b, "Active(anon):"), true
 }
 
 // kbField reads "Name:   123 kB" from a /proc file, in bytes.

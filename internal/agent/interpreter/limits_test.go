@@ -152,3 +152,17 @@ print('all done')`)
 		t.Fatalf("stdout = %q", res.Stdout)
 	}
 }
+
+// A memory limit is no thread limit: code under the budget of a 512Mi
+// sandbox starts a hundred threads (RLIMIT_AS counts each stack and malloc arena).
+func TestMemoryBudgetLeavesRoomForThreads(t *testing.T) {
+	it := newInterp(t, limited(Limits{MemoryBytes: 416 << 20}))
+	res := run(t, it, `import threading, time
+stop = threading.Event()
+threads = [threading.Thread(target=lambda: [bytearray(1000) for _ in range(100)] and stop.wait(), daemon=True) for _ in range(100)]
+for t in threads:
+    t.start()
+stop.set()
+len(threads)`)
+	wantStatus(t, res, protocol.StatusSucceeded)
+}

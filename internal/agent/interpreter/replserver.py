@@ -43,6 +43,9 @@ import traceback
 SERVER_FILE = "<string>"  # co_filename of this file's frames when run with -c
 
 _MAX_MESSAGE_BYTES = int(os.environ.pop("WARMPOOL_MAX_MESSAGE_BYTES", "") or 16 << 20)
+# Under a memory limit (RLIMIT_AS) each thread's stack is address space: with
+# glibc's default of 8 MiB a 512Mi sandbox could start only a few dozen threads.
+_THREAD_STACK_BYTES = int(os.environ.pop("WARMPOOL_THREAD_STACK_BYTES", "") or 0)
 _LINECACHE_BUDGET = 1 << 20  # characters of earlier executions' source kept for tracebacks
 
 
@@ -469,6 +472,9 @@ def main():
             f.write("1000")  # under memory pressure, the interpreter dies before the agent
     except OSError:
         pass
+    if _THREAD_STACK_BYTES:
+        import threading
+        threading.stack_size(_THREAD_STACK_BYTES)
     preload = [m for m in os.environ.get("WARMPOOL_PRELOAD", "").split(",") if m]
     loaded, failed = [], {}
     for mod in preload:

@@ -1,0 +1,102 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// The bad-input catalogue, resource side: code that eats memory, forks,
+// starts threads without end or burns every core ends with a status that
+// names what happened, with the output it printed, on gVisor with the pool's
+// default limits (512Mi, 1 CPU, spec.limits defaults). None of them ends
+// SandboxLost.
+var _ = Describe("hostile code against the sandbox's limits", Ordered, ContinueOnFailure, func() {
+	var ns string
+
+	BeforeAll(func() {
+		ns = newNamespace()
+		warmPool(wrappers.Pool(ns, "py").Replicas(2))
+		// A reserve too small for gVisor's own overhead: the kernel's OOM kill
+		// comes before the agent's budget.
+		warmPool(wrappers.Pool(ns, "tight").Replicas(1).Memory("512Mi", "8Mi"))
+	})
+
+	reason := func(ex *sandboxv1alpha1.Execution) string {
+		c := meta.FindStatusCondition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)
+		Expect(c).NotTo(BeNil())
+		return c.Reason
+	}
+	const hog = "hog = []\nfor i in range(1000):\n    hog.append(bytearray(4 << 20))\n" +
+		"    if i % 10 == 0:\n        print('allocated', (i + 1) * 4, 'MB', flush=True)"
+
+	It("raises MemoryError at the memory budget, keeps the output, and the pool runs the next Execution", func() {
+		ex := execute(wrappers.Execution(ns, "memory").Pool("py").Code(hog).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", ex.Status)
+		Expect(reason(ex)).To(Equal(sandboxv1alpha1.ReasonMemoryLimitExceeded))
+		Expect(ex.Status.Error.Type).To(Equal("MemoryError"))
+		Expect(ex.Status.Stdout).To(ContainSubstring("allocated 204 MB\n"))
+		Expect(execute(wrappers.Execution(ns, "after-memory").Pool("py").Code("print('next')").Obj()).Status.Stdout).To(Equal("next\n"))
+	})
+
+	It("stops a fork loop at a limit it names, with the output so far", func() {
+		ex := execute(wrappers.Execution(ns, "forks").Pool("py").Timeout(time.Minute).Code(`import os, time
+print('forking', flush=True)
+n = 0
+while True:
+    if os.fork() == 0:
+        time.sleep(300)
+        os._exit(0)
+    n += 1
+    if n % 10 == 0:
+        print(n, flush=True)`).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", ex.Status)
+		// Under gVisor a forked Python costs about 14 MiB (copy on write in
+		// 2 MiB units): memory runs out before the process limit.
+		Expect(reason(ex)).To(BeElementOf(sandboxv1alpha1.ReasonMemoryLimitExceeded, sandboxv1alpha1.ReasonProcessLimitReached))
+		Expect(ex.Status.Stdout).To(HavePrefix("forking\n10\n"))
+	})
+
+	It("refuses threads past the process limit with an error the code sees", func() {
+		ex := execute(wrappers.Execution(ns, "threads").Pool("py").Code(`import threading, time
+threads = []
+while True:
+    t = threading.Thread(target=time.sleep, args=(300,), daemon=True)
+    t.start()
+    threads.append(t)
+    if len(threads) % 20 == 0:
+        print(len(threads), flush=True)`).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", ex.Status)
+		Expect(reason(ex)).To(Equal(sandboxv1alpha1.ReasonProcessLimitReached))
+		Expect(ex.Status.Error.Message).To(Equal("can't start new thread"))
+		Expect(ex.Status.Stdout).To(ContainSubstring("\n100\n"), "about 115 threads fit in the default limit of 128")
+	})
+
+	It("says OOMKilled, with the output streamed before, when the container is killed at its memory limit", func() {
+		ex := execute(wrappers.Execution(ns, "oom").Pool("tight").Code(hog).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", ex.Status)
+		Expect(reason(ex)).To(Equal(sandboxv1alpha1.ReasonOOMKilled))
+		Expect(ex.Status.Stdout).To(ContainSubstring("allocated 204 MB\n"))
+	})
+
+	It("interrupts code that burns every core at its timeout, the agent answering throughout", func() {
+		ex := execute(wrappers.Execution(ns, "cpu").Pool("py").Timeout(15 * time.Second).Code(`import os
+print('burning', flush=True)
+for i in range(3):
+    if os.fork() == 0:
+        while True:
+            pass
+while True:
+    pass`).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseTimedOut), "%+v", ex.Status)
+		Expect(ex.Status.Error.Type).To(Equal("KeyboardInterrupt"))
+		Expect(ex.Status.Stdout).To(Equal("burning\n"))
+	})
+})
