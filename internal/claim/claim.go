@@ -32,6 +32,9 @@ func Session(pod *corev1.Pod) string { return pod.Labels[sandboxpod.LabelSession
 
 // claimable reports whether ex may take pod: an idle fresh pod, or its own
 // session's pod while no other Execution runs on it.
+// Claimable reports whether pod, as read, is free for ex.
+func Claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool { return claimable(pod, ex) }
+
 func claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
 	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) {
 		return false

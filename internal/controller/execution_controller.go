@@ -63,6 +63,9 @@ type ExecutionReconciler struct {
 // write and so never runs code a second time.
 type afterWrite struct {
 	send *runner.Job
+	// claim is the pod to claim while the Running status is written, both
+	// before the send. Written one after the other they cost a round trip more.
+	claim *corev1.Pod
 }
 
 // waitBackstop re-checks a waiting Execution in case a wake-up was missed.
@@ -103,7 +106,18 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		// fail here instead of overwriting a newer status (or starting code that
 		// already ran).
 		patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-		if perr := r.Status().Patch(ctx, ex, patch); perr != nil {
+		write := func() error { return r.Status().Patch(ctx, ex, patch) }
+		var perr error
+		if next.claim != nil {
+			var cerr error
+			if cerr, perr = r.claimConcurrently(ctx, ex, next.claim, write); cerr != nil {
+				return r.claimFailed(ctx, ex, next.claim, cerr, perr)
+			}
+			metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
+		} else {
+			perr = write()
+		}
+		if perr != nil {
 			if apierrors.IsConflict(perr) {
 				// Stale: nothing was sent. A pod claimed on that view stays claimed:
 				// the next reconcile runs on it if the Execution still waits, and
@@ -126,6 +140,33 @@ func (r *ExecutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	return result, err
+}
+
+// claimFailed handles a claim that did not commit while the Running status
+// was written: nothing was sent; if Running was stored, it is taken back.
+func (r *ExecutionReconciler) claimFailed(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, claimErr, writeErr error) (ctrl.Result, error) {
+	logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", claimErr.Error())
+	r.Dispatcher.ClaimFailed(ex.UID, pod.Name, pod.ResourceVersion)
+	if writeErr != nil {
+		return ctrl.Result{Requeue: true}, nil // Running was not stored either
+	}
+	orig := ex.DeepCopy()
+	r.unclaimed(ex, fmt.Sprintf("pod %s was taken by another Execution before this one's claim: back in the queue", pod.Name))
+	if err := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		// Running stays stored for a pod it does not hold; reconcileRunning undoes it.
+		return ctrl.Result{Requeue: true}, fmt.Errorf("take back the Running status of execution %s: %w", ex.Name, err)
+	}
+	r.refreshPod(ctx, pod)
+	return ctrl.Result{RequeueAfter: waitBackstop}, nil
+}
+
+// refreshPod tells the dispatcher the pod as it is now: it took the pod for
+// busy when it saw a Running status that named it.
+func (r *ExecutionReconciler) refreshPod(ctx context.Context, pod *corev1.Pod) {
+	live := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err == nil {
+		r.Dispatcher.UpdatePod(live)
+	}
 }
 
 // reconcileFinished carries out the pod disposition if that did not happen

@@ -141,6 +141,40 @@ var _ = Describe("Execution under faults", func() {
 		Expect(done.Status.PodName).To(Equal(stored.Status.PodName))
 	})
 
+	It("puts an Execution whose claim lost the race back in the queue, though its Running status was stored, and runs it once", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
+		name := "raced"
+		claimLoses.Store(&name)
+		ex := run(wrappers.Execution(ns, name).Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\n'done'", runLog)).Obj())
+		Expect(claimLoses.Load()).To(BeNil(), "the claim failed once")
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
+		Expect(os.ReadFile(runLog)).To(BeEquivalentTo("ran\n"), "the code ran once")
+	})
+
+	It("takes back a Running status stored for a claim that failed, when the manager died before it could", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
+		name := "raced-crash"
+		claimLoses.Store(&name)
+		f := func(ex *sandboxv1alpha1.Execution) bool {
+			return ex.Name == name && ex.Status.Phase == sandboxv1alpha1.PhaseRunning
+		}
+		crashAfter.Store(&f)
+		ex := wrappers.Execution(ns, name).Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\n'done'", runLog)).Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(managerDone, 30*time.Second).Should(BeClosed())
+		stored := getExec(ex)
+		Expect(stored.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning), "Running was stored")
+		pod := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: stored.Status.PodName}, pod)).To(Succeed())
+		Expect(claim.ClaimedBy(pod)).To(BeEmpty(), "for a pod it never claimed")
+		startManager()
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "not SandboxLost: %+v", done.Status)
+		Expect(os.ReadFile(runLog)).To(BeEquivalentTo("ran\n"), "the code ran once")
+	})
+
 	It("reports the real result after a failover longer than the timeout", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").GracePeriod(time.Second).Obj())
 		ex := wrappers.Execution(ns, "long-failover").Timeout(2 * time.Second).

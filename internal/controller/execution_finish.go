@@ -11,6 +11,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 // finish turns a run's outcome into the final status and decides the pod's
@@ -30,7 +31,9 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 		case o.Cancelled:
 			phase, reason = sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled
 		case errors.Is(o.Err, runner.ErrNoAnswer) && ex.Status.StartTime != nil &&
-			r.now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))):
+			r.now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))) && pod != nil && !sandboxpod.IsTerminal(pod):
+			// An agent that still runs but did not answer by the deadline could
+			// not stop the code. (A pod that ended lost the run, whatever the clock says.)
 			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
 		default:
 			phase, reason = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSandboxLost

@@ -17,13 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
-	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -152,17 +150,43 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	rv := pod.ResourceVersion
-	if err := claim.Claim(ctx, r.Client, pod, ex); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || errors.Is(err, claim.ErrNotClaimable) {
-			logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", err.Error())
-			r.Dispatcher.ClaimFailed(ex.UID, podName, rv)
-			return ctrl.Result{RequeueAfter: waitBackstop}, nil
-		}
-		return ctrl.Result{}, err
+	if !claim.Claimable(pod, ex) {
+		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
-	return r.start(ctx, ex, pool, pod, next)
+	// The claim is written with the Running status, at the same time
+	// (afterWrite): the code is sent once both are stored.
+	toClaim := pod.DeepCopy()
+	res, err := r.start(ctx, ex, pool, pod, next)
+	if next.send == nil {
+		// It ended before it ran (its code could not be read): the pod was never claimed.
+		ex.Status.PodName, ex.Status.PodDisposition = "", ""
+		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
+		return res, err
+	}
+	next.claim = toClaim
+	return res, err
+}
+
+// claimConcurrently writes the claim of next.claim while write stores the
+// Running status, and returns the claim's error. A claim that fails after
+// Running was stored is undone by unclaimed (or, if the manager dies first,
+// by the next reconcile: see reconcileRunning).
+func (r *ExecutionReconciler) claimConcurrently(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, write func() error) (claimErr, writeErr error) {
+	claimer := ex.DeepCopy() // write changes ex while the claim reads it
+	done := make(chan error, 1)
+	go func() { done <- claim.Claim(ctx, r.Client, pod, claimer) }()
+	writeErr = write()
+	return <-done, writeErr
+}
+
+// unclaimed puts a Running Execution whose claim did not commit back in the
+// queue. Its code was never sent: code is sent only once the claim and the
+// Running status are both stored.
+func (r *ExecutionReconciler) unclaimed(ex *sandboxv1alpha1.Execution, why string) {
+	ex.Status.Phase = sandboxv1alpha1.PhasePending
+	ex.Status.PodName, ex.Status.StartTime, ex.Status.CodeDigest = "", nil, ""
+	r.waiting(ex, sandboxv1alpha1.ReasonNoIdleSandbox, why)
 }
 
 // start marks the Execution Running on its claimed pod; the run is sent once

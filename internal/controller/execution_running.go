@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -68,6 +69,23 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 		}
 		r.finish(ex, pool, pod, o)
 		return ctrl.Result{}, nil
+	}
+	if pod != nil && !ours && !r.Runner.Tracked(ex.UID) {
+		// Running on a pod it does not hold: either the pod cache lags behind
+		// the claim, or the claim, written with the Running status, failed and
+		// the manager stopped before it took Running back. Code is sent only
+		// once both are stored, so in the second case it never ran.
+		live := &corev1.Pod{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("read pod %s: %w", pod.Name, err)
+		} else if err == nil && live.UID == pod.UID && claim.ClaimedBy(live) != ex.UID && !sandboxpod.IsTerminal(live) {
+			logf.FromContext(ctx).Info("running on a pod it never claimed: back in the queue", "pod", pod.Name)
+			r.unclaimed(ex, fmt.Sprintf("its claim of pod %s did not commit: back in the queue", pod.Name))
+			r.Dispatcher.UpdatePod(live)
+			return ctrl.Result{}, nil
+		} else if err == nil && claim.ClaimedBy(live) == ex.UID {
+			pod, ours = live, true
+		}
 	}
 	if !ours || sandboxpod.IsTerminal(pod) || poolErr != nil {
 		r.Runner.Cancel(ex.UID)

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -28,6 +29,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
 )
@@ -117,6 +119,10 @@ func crashBeforeFinalStatus(name string) {
 	crashBefore.Store(&f)
 }
 
+// claimLoses, when set, names an Execution whose next claim of a pod fails
+// with a conflict, as when another Execution claimed the pod first.
+var claimLoses atomic.Pointer[string]
+
 // staleView, when set, is what the manager's cache returns for that
 // Execution until the manager tries to write its status: a watch that lags
 // behind the API server (after a failover, or an API server restart).
@@ -142,6 +148,13 @@ func startManager() {
 					}
 				}
 				return c.Get(ctx, key, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if name := claimLoses.Load(); name != nil && obj.GetAnnotations()[sandboxpod.AnnotationClaimedBy] == *name {
+					claimLoses.Store(nil)
+					return apierrors.NewConflict(corev1.Resource("pods"), obj.GetName(), errors.New("injected: claimed by another Execution first"))
+				}
+				return c.Update(ctx, obj, opts...)
 			},
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok && sub == "status" {

@@ -201,6 +201,11 @@ func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
 		d.markRunning(e, ex.Status.PodName, &w)
 	case e == nil:
 		d.enqueue(d.newEntry(ex), &w)
+	case e.state == running:
+		// Waiting again: its claim, written with its Running status, did not
+		// commit, and Running was taken back. The pod's own events say whether
+		// it is free.
+		d.requeue(e, &w)
 	}
 	return w
 }
