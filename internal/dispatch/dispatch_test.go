@@ -225,6 +225,26 @@ func TestPodTakenByAnotherSendsTheChosenOneBack(t *testing.T) {
 	}
 }
 
+// A Running status written with a claim that did not commit is taken back:
+// the Execution waits again, in its place, and gets the next free pod.
+func TestRunningTakenBackWaitsAgain(t *testing.T) {
+	d, rec := newDispatcher()
+	a := ex("a", 0).Obj()
+	d.UpdateExecution(a)
+	d.UpdatePod(pod("p1").Obj())
+	d.UpdateExecution(ex("a", 0).RunningOn("p1").Obj())
+	d.UpdateExecution(ex("b", 1).Obj())
+	rec.take()
+	d.UpdateExecution(a) // Pending again: p1 was claimed by another
+	d.UpdatePod(pod("p2").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("woke %v, want [a] ahead of b", got)
+	}
+	if got := d.Place(a).Pod; got != "p2" {
+		t.Fatalf("a got %q, want p2", got)
+	}
+}
+
 func TestDeletedExecutionGivesItsPodToTheNext(t *testing.T) {
 	d, rec := newDispatcher()
 	d.UpdateExecution(ex("a", 0).Obj())
