@@ -124,7 +124,7 @@ func (w *memoryWatch) watch(p *process, stop <-chan struct{}) {
 	}
 }
 
-// overError describes the kill, nil if the watchdog did not kill.
+// overError describes the kill, "" if the watchdog did not kill.
 func (w *memoryWatch) overError() string {
 	total := w.over.Load()
 	if total == 0 {
