@@ -30,12 +30,9 @@ func ClaimedBy(pod *corev1.Pod) types.UID {
 // Session returns the session that holds the pod, if any.
 func Session(pod *corev1.Pod) string { return pod.Labels[sandboxpod.LabelSession] }
 
-// claimable reports whether ex may take pod: an idle fresh pod, or its own
+// Claimable reports whether ex may take pod (as read): an idle fresh pod, or its own
 // session's pod while no other Execution runs on it.
-// Claimable reports whether pod, as read, is free for ex.
-func Claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool { return claimable(pod, ex) }
-
-func claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
+func Claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
 	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) {
 		return false
 	}
@@ -49,7 +46,7 @@ func claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
 // changed since it was read (someone else claimed it first), and with
 // ErrNotClaimable when it is not free. On success pod holds the updated object.
 func Claim(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution) error {
-	if !claimable(pod, ex) {
+	if !Claimable(pod, ex) {
 		return ErrNotClaimable
 	}
 	if pod.Annotations == nil {
