@@ -53,7 +53,10 @@ KUBE_ROUTER_METRICS_PORT=${KUBE_ROUTER_METRICS_PORT:-20245}
 # Host paths that containerd, the CNI plugins and the kubelet create outside
 # our state dir. `up` records which of them already existed; `down` removes the
 # others, so the host is left as it was found.
-HOST_PATHS=(/run/containerd /var/run/netns /var/lib/cni /var/log/pods /var/log/containers /run/runsc /var/run/runsc)
+HOST_PATHS=(/run/containerd /var/run/netns /var/lib/cni /var/log/pods /var/log/containers /run/runsc /var/run/runsc /var/lib/kubelet)
+# The kubelet's root is where every node has it: gVisor's containerd shim
+# finds a pod's volumes below /var/lib/kubelet/pods and nowhere else.
+KUBELET_DIR=/var/lib/kubelet
 CGROUP_ROOT=/sys/fs/cgroup
 
 log() { printf '[local-cluster] %s\n' "$*" >&2; }
@@ -297,6 +300,9 @@ state = "$STATE/containerd/state"
         SystemdCgroup = false
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
       runtime_type = "io.containerd.runsc.v1"
+      # The sandbox pods' dev.gvisor.spec.mount.* annotations (their
+      # /workspace and /tmp as sized filesystems) must reach the shim.
+      pod_annotations = ["dev.gvisor.*"]
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
         TypeUrl = "io.containerd.runsc.v1.options"
         ConfigPath = "$STATE/runsc.toml"
@@ -368,7 +374,11 @@ start_controllers() {
 
 start_kubelet() {
   local p=$STATE/pki
-  mkdir -p "$STATE/kubelet" "$STATE/pod-logs"
+  if [[ -d $KUBELET_DIR/pods ]] && ! grep -qxF "$KUBELET_DIR" "$STATE/host/paths" 2>/dev/null \
+      && pgrep -x kubelet >/dev/null && ! running kubelet; then
+    die "another kubelet uses $KUBELET_DIR"
+  fi
+  mkdir -p "$KUBELET_DIR" "$STATE/pod-logs"
   write "$STATE/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -396,7 +406,7 @@ clusterDomain: cluster.local
 clusterDNS: [$GATEWAY]
 EOF
   start kubelet "$K8S_DIR/kubelet" --config "$STATE/kubelet.yaml" \
-    --kubeconfig "$p/system:node:$NODE.kubeconfig" --root-dir "$STATE/kubelet" \
+    --kubeconfig "$p/system:node:$NODE.kubeconfig" --root-dir "$KUBELET_DIR" \
     --hostname-override "$NODE"
   wait_for "node $NODE" 90 kubectl get node "$NODE"
   kubectl wait --for=condition=Ready "node/$NODE" --timeout=90s >/dev/null \
@@ -695,8 +705,10 @@ cleanup_host() {
       umount "$m" 2>/dev/null || true; rm -f "$m"
     done
   fi
-  # Mounts below our state dir (container rootfs, pod volumes), deepest first.
-  awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
+  # Mounts below our state dir (container rootfs) and the kubelet's (pod
+  # volumes), deepest first.
+  awk -v s="$STATE/" -v k="$KUBELET_DIR/" 'index($2, s) == 1 || index($2, k) == 1 {print $2}' /proc/self/mounts \
+    | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
   done
   if [[ -f $STATE/host/recorded ]]; then

@@ -60,6 +60,9 @@ const (
 	// ReasonProcessLimitReached: the code could not start a process or thread
 	// at the sandbox's spec.limits.processes.
 	ReasonProcessLimitReached = "ProcessLimitReached"
+	// ReasonDiskLimitReached: a write of the code failed with ENOSPC: /workspace
+	// or /tmp was full (spec.limits.workspaceSize, spec.limits.tmpSize).
+	ReasonDiskLimitReached = "DiskLimitReached"
 	// ReasonOOMKilled: the kernel killed the sandbox container at its memory limit.
 	ReasonOOMKilled = "OOMKilled"
 	// ReasonEvicted: the kubelet evicted the sandbox pod (disk, memory pressure).

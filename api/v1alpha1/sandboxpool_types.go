@@ -153,6 +153,24 @@ type SandboxLimits struct {
 	// +kubebuilder:validation:Maximum=65536
 	// +optional
 	Processes *int32 `json:"processes,omitempty"`
+
+	// workspaceSize is the size of /workspace, the code's working directory and
+	// HOME. Under gVisor it is a filesystem of that size inside the sandbox,
+	// kept in a file of the pod's emptyDir on the node's disk: a write past it
+	// fails with ENOSPC (OSError "No space left on device"; the Execution ends
+	// DiskLimitReached when the code does not catch it) and the pod stays. With
+	// other runtimes it is the emptyDir's sizeLimit, which the kubelet enforces
+	// by evicting the pod (the Execution ends Evicted).
+	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Mi')) >= 0",message="workspaceSize must be at least 1Mi"
+	// +optional
+	WorkspaceSize *resource.Quantity `json:"workspaceSize,omitempty"`
+
+	// tmpSize is the size of /tmp, in the same way as workspaceSize.
+	// +kubebuilder:default="256Mi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Mi')) >= 0",message="tmpSize must be at least 1Mi"
+	// +optional
+	TmpSize *resource.Quantity `json:"tmpSize,omitempty"`
 }
 
 // NetworkSpec is the network access of a pool's sandbox pods.

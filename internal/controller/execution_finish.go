@@ -87,8 +87,10 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 		}
 		clean = !res.StateLost
 	}
-	// A timeout always costs the pod unless a session keeps its (cleanly interrupted) interpreter.
-	if phase == sandboxv1alpha1.PhaseTimedOut && ex.Spec.Session == "" {
+	// A timeout always costs the pod unless a session keeps its (cleanly
+	// interrupted) interpreter; so does a full disk, which a fresh interpreter
+	// would inherit (a session may delete files and go on).
+	if (phase == sandboxv1alpha1.PhaseTimedOut || reason == sandboxv1alpha1.ReasonDiskLimitReached) && ex.Spec.Session == "" {
 		clean = false
 	}
 	var disposition sandboxv1alpha1.PodDisposition

@@ -38,8 +38,19 @@ func limitHit(e *protocol.Error, pool *sandboxv1alpha1.SandboxPool) (reason, adv
 			"allows %d processes and threads per sandbox, the agent's included (spec.limits.processes), and %d MiB of "+
 			"memory per process, each thread's stack taking 2 MiB of it: start fewer, or raise the limits",
 			pool.Name, processes, memory>>20)
+	case noSpace(e):
+		workspace, tmp := sandboxpod.ScratchSizes(pool)
+		return sandboxv1alpha1.ReasonDiskLimitReached, fmt.Sprintf("a write found no space left: pool %s gives the code "+
+			"%s in %s and %s in /tmp (spec.limits.workspaceSize, spec.limits.tmpSize): write less, delete what is "+
+			"no longer needed, or raise the sizes", pool.Name, workspace.String(), sandboxpod.WorkspaceDir, tmp.String())
 	}
 	return "", ""
+}
+
+// noSpace: a write failed with ENOSPC, which Python raises as a plain OSError
+// with errno 28.
+func noSpace(e *protocol.Error) bool {
+	return e.Type == "OSError" && strings.HasPrefix(e.Message, "[Errno 28] ")
 }
 
 // startedProcess: the code failed to start a process or a thread for want of

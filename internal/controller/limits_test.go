@@ -54,6 +54,23 @@ time.sleep(30)`).Obj())
 		Expect(ex.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionDelete))
 	})
 
+	It("ends a write that finds no space DiskLimitReached, naming the pool's sizes", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		// /dev/full fails every write with ENOSPC, as a full /tmp does under
+		// gVisor (the e2e suite fills the real one).
+		ex := run(wrappers.Execution(ns, "full").Code("print('writing', flush=True)\n" +
+			"with open('/dev/full', 'w') as f:\n    f.write('x' * 10)").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(completeReason(ex)).To(Equal(sandboxv1alpha1.ReasonDiskLimitReached))
+		Expect(ex.Status.Error.Type).To(Equal("OSError"))
+		Expect(ex.Status.Error.Message).To(HavePrefix("[Errno 28] No space left on device"))
+		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Message).To(
+			ContainSubstring("pool python gives the code 1Gi in /workspace and 256Mi in /tmp"))
+		Expect(ex.Status.Stdout).To(Equal("writing\n"))
+		Expect(ex.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionDelete),
+			"a fresh interpreter would inherit the full disk: the pod is not reused")
+	})
+
 	It("says OOMKilled, with the output streamed before, when the kernel kills the sandbox", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		ex := wrappers.Execution(ns, "oom").Code("print('before the kill', flush=True)\nimport time\ntime.sleep(60)").Obj()

@@ -77,8 +77,6 @@ var (
 	DefaultMemoryLimit    = resource.MustParse("512Mi")
 	DefaultCPURequest     = resource.MustParse("100m")
 	DefaultMemoryRequest  = resource.MustParse("128Mi")
-	WorkspaceSizeLimit    = resource.MustParse("1Gi")
-	TmpSizeLimit          = resource.MustParse("256Mi")
 	terminationGraceInPod = int64(5)
 )
 
@@ -128,6 +126,14 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 			annotations[k] = v
 		}
 		tmplSpec = s.Template.Spec
+	}
+	// The sandbox's writable directories are filesystems of a fixed size inside
+	// gVisor, so that filling one fails a write with ENOSPC instead of the
+	// kubelet evicting the pod; set last, so a template cannot change them.
+	for _, v := range scratchVolumes(pool) {
+		for k, val := range gvisorMountHints(v) {
+			annotations[k] = val
+		}
 	}
 	labels[LabelPool] = pool.Name
 	labels[LabelState] = StateIdle
@@ -217,16 +223,14 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "workspace", MountPath: WorkspaceDir},
-					{Name: "tmp", MountPath: "/tmp"},
-				},
 			}},
-			Volumes: []corev1.Volume{
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &WorkspaceSizeLimit}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &TmpSizeLimit}}},
-			},
 		},
+	}
+	for _, v := range scratchVolumes(pool) {
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts,
+			corev1.VolumeMount{Name: v.name, MountPath: v.path})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.name,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(v.evictAt())}}})
 	}
 	if rc := s.RuntimeClassName; rc != nil && *rc != "" {
 		pod.Spec.RuntimeClassName = ptr.To(*rc)

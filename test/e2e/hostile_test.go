@@ -14,7 +14,7 @@ import (
 )
 
 // The bad-input catalogue, resource side: code that eats memory, forks,
-// starts threads without end or burns every core ends with a status that
+// starts threads without end, fills its disk or burns every core ends with a status that
 // names what happened, with the output it printed, on gVisor with the pool's
 // default limits (512Mi, 1 CPU, spec.limits defaults). None of them ends
 // SandboxLost.
@@ -77,6 +77,34 @@ while True:
 		Expect(reason(ex)).To(Equal(sandboxv1alpha1.ReasonProcessLimitReached))
 		Expect(ex.Status.Error.Message).To(Equal("can't start new thread"))
 		Expect(ex.Status.Stdout).To(ContainSubstring("\n100\n"), "about 115 threads fit in the default limit of 128")
+	})
+
+	It("gives code that fills /tmp and /workspace ENOSPC, not an eviction, and names the limit", func() {
+		ex := execute(wrappers.Execution(ns, "disk").Pool("py").Timeout(2 * time.Minute).Code(`import os
+def fill(path):
+    with open(path, 'wb') as f:
+        n = 0
+        while True:
+            f.write(b'x' * (1 << 20))
+            f.flush()
+            n += 1
+            if n % 64 == 0:
+                print(path, n, 'MiB', flush=True)
+try:
+    fill('/tmp/fill')
+except OSError as e:
+    print('tmp full:', e.errno, os.path.getsize('/tmp/fill') >> 20, 'MiB', flush=True)
+with open('/workspace/note', 'w') as f:
+    f.write('the workspace is another filesystem')
+fill('/workspace/fill')`).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", ex.Status)
+		Expect(reason(ex)).To(Equal(sandboxv1alpha1.ReasonDiskLimitReached))
+		Expect(ex.Status.Error.Type).To(Equal("OSError"))
+		Expect(ex.Status.Error.Message).To(HavePrefix("[Errno 28] No space left on device"))
+		// The default sizes: 256Mi of /tmp, 1Gi of /workspace.
+		Expect(ex.Status.Stdout).To(MatchRegexp(`(?m)^tmp full: 28 25[0-6] MiB$`))
+		Expect(ex.Status.Stdout).To(ContainSubstring("/workspace/fill 960 MiB\n"))
+		Expect(ex.Status.Stdout).NotTo(ContainSubstring("/workspace/fill 1088 MiB"))
 	})
 
 	It("says OOMKilled, with the output streamed before, when the container is killed at its memory limit", func() {

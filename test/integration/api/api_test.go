@@ -137,6 +137,14 @@ var _ = Describe("Validation", func() {
 		Entry("session idle timeout of zero", poolHeader+`
   image: repl
   sessionIdleTimeout: 0s`, "spec.sessionIdleTimeout", "must be between 1s and 24h"),
+		Entry("a /tmp too small to hold anything", poolHeader+`
+  image: repl
+  limits:
+    tmpSize: 512Ki`, "spec.limits.tmpSize", "tmpSize must be at least 1Mi"),
+		Entry("a negative workspace size", poolHeader+`
+  image: repl
+  limits:
+    workspaceSize: -1Gi`, "spec.limits.workspaceSize", "workspaceSize must be at least 1Mi"),
 		Entry("a template label under the operator's prefix", poolHeader+`
   image: repl
   template:
