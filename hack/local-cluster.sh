@@ -53,9 +53,11 @@ KUBE_ROUTER_METRICS_PORT=${KUBE_ROUTER_METRICS_PORT:-20245}
 # Host paths that containerd, the CNI plugins and the kubelet create outside
 # our state dir. `up` records which of them already existed; `down` removes the
 # others, so the host is left as it was found.
-HOST_PATHS=(/run/containerd /var/run/netns /var/lib/cni /var/log/pods /var/log/containers /run/runsc /var/run/runsc /var/lib/kubelet)
+HOST_PATHS=(/run/containerd /var/run/netns /var/lib/cni /var/log/pods /var/log/containers /run/runsc /var/run/runsc)
 # The kubelet's root is where every node has it: gVisor's containerd shim
-# finds a pod's volumes below /var/lib/kubelet/pods and nowhere else.
+# finds a pod's volumes below /var/lib/kubelet/pods and nowhere else. It may
+# exist already (a mount point on some machines): `up` records what is in it,
+# `down` removes the rest.
 KUBELET_DIR=/var/lib/kubelet
 CGROUP_ROOT=/sys/fs/cgroup
 
@@ -154,6 +156,7 @@ record_host_state() {
     || cat /proc/sys/net/bridge/bridge-nf-call-iptables >"$h/bridge-nf-call-iptables" 2>/dev/null || true
   [[ -f $h/ipsets ]] || { ipset list -n 2>/dev/null || true; } | sort >"$h/ipsets"
   [[ -f $h/nft-tables ]] || { nft list tables 2>/dev/null || true; } >"$h/nft-tables"
+  [[ -f $h/kubelet-dir ]] || { if [[ -d $KUBELET_DIR ]]; then ls -A "$KUBELET_DIR"; else echo "<absent>"; fi; } >"$h/kubelet-dir"
   [[ -f $h/recorded ]] && return
   cat /proc/sys/net/ipv4/ip_forward >"$h/ip_forward"
   : >"$h/paths"
@@ -374,9 +377,8 @@ start_controllers() {
 
 start_kubelet() {
   local p=$STATE/pki
-  if [[ -d $KUBELET_DIR/pods ]] && ! grep -qxF "$KUBELET_DIR" "$STATE/host/paths" 2>/dev/null \
-      && pgrep -x kubelet >/dev/null && ! running kubelet; then
-    die "another kubelet uses $KUBELET_DIR"
+  if pgrep -x kubelet >/dev/null && ! running kubelet; then
+    die "another kubelet runs on this machine (and would share $KUBELET_DIR)"
   fi
   mkdir -p "$KUBELET_DIR" "$STATE/pod-logs"
   write "$STATE/kubelet.yaml" <<EOF
@@ -662,7 +664,7 @@ remove_kube_chains() {
 remove_ipsets() {
   [[ -f $STATE/host/ipsets ]] && command -v ipset >/dev/null || return 0
   local set
-  { ipset list -n 2>/dev/null || true; } | grep -E '^(inet6:)?(KUBE-|TMP-)' | while read -r set; do
+  { ipset list -n 2>/dev/null || true; } | { grep -E '^(inet6:)?(KUBE-|TMP-)' || true; } | while read -r set; do
     grep -qxF "$set" "$STATE/host/ipsets" && continue
     ipset destroy "$set" 2>/dev/null || log "ipset $set is still in use; left in place"
   done
@@ -711,6 +713,7 @@ cleanup_host() {
     | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
   done
+  remove_kubelet_dir
   if [[ -f $STATE/host/recorded ]]; then
     cat "$STATE/host/ip_forward" >/proc/sys/net/ipv4/ip_forward
     for c in "$CGROUP_ROOT"/*/kubepods; do
@@ -728,6 +731,21 @@ cleanup_host() {
   else
     rm -rf "$STATE"
   fi
+}
+
+# remove_kubelet_dir removes the kubelet's root, or what the kubelet added to
+# it when it was there before `up`.
+remove_kubelet_dir() {
+  local list=$STATE/host/kubelet-dir e
+  [[ -f $list && -d $KUBELET_DIR ]] || return 0
+  if grep -qxF "<absent>" "$list"; then
+    rm -rf "$KUBELET_DIR"
+    return
+  fi
+  for e in "$KUBELET_DIR"/* "$KUBELET_DIR"/.[!.]*; do
+    [[ -e $e ]] || continue
+    grep -qxF "$(basename "$e")" "$list" || rm -rf "$e"
+  done
 }
 
 status() {
