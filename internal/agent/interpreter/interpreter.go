@@ -329,6 +329,18 @@ func (p *process) kill() {
 	<-p.exited
 }
 
+// outputPipe makes a pipe for the interpreter's stdout or stderr whose read
+// end blocks in read(2) instead of joining Go's poller: a poller's epoll
+// registration is woken by every write, and code that prints in a loop would
+// pay that per line (stream.run lets a busy pipe gather output instead).
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
+}
+
 func (it *Interpreter) spawn() (*process, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
@@ -338,11 +350,11 @@ func (it *Interpreter) spawn() (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
 		return nil, err
 	}

@@ -130,8 +130,14 @@ def _open_std(name):
     if name == "stdin":
         return io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding, errors=errors)
     fd = 1 if name == "stdout" else 2
-    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=encoding, errors=errors,
-                            line_buffering=True, write_through=True)
+    # Line-buffered, as on a terminal: a print is one write, not two (`-u`
+    # writes the text and the newline apart, and each write to the agent's
+    # pipe is costly under gVisor). The end of each run flushes the rest.
+    return io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), encoding=encoding,
+                            errors=errors, line_buffering=True)
+
+
+_STD_STREAMS["stdout"], _STD_STREAMS["stderr"] = _open_std("stdout"), _open_std("stderr")
 
 
 def _restore_std():

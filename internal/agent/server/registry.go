@@ -37,13 +37,21 @@ func (e *execution) doInterrupt() {
 
 func (e *execution) emit(ev protocol.Event) {
 	e.mu.Lock()
-	e.events = append(e.events, ev)
+	// Output arrives one write at a time (a print is one or two): consecutive
+	// pieces of one stream go out as one event.
+	if n := len(e.events); n > 0 && isOutput(ev.Type) && e.events[n-1].Type == ev.Type {
+		e.events[n-1].Data += ev.Data
+	} else {
+		e.events = append(e.events, ev)
+	}
 	e.mu.Unlock()
 	select {
 	case e.notify <- struct{}{}:
 	default:
 	}
 }
+
+func isOutput(t string) bool { return t == protocol.EventStdout || t == protocol.EventStderr }
 
 // take returns the events not yet taken.
 func (e *execution) take() []protocol.Event {
