@@ -113,6 +113,8 @@ while True:
 		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseTimedOut))
 		Expect(ex.Status.Stdout).To(ContainSubstring("stubborn\nignored\n"))
 		Expect(ex.Status.Error.Message).To(ContainSubstring("did not stop"))
+		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Message).To(HavePrefix(
+			"the code did not stop at SIGINT at the timeout of 500ms and was killed 500ms later"))
 		Eventually(func() []corev1.Pod { return poolPods(ns, "python") }).ShouldNot(ContainElement(HaveField("Name", pod)))
 	})
 

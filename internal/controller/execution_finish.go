@@ -57,6 +57,10 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 			res.StateLost = true
 		case res.Status == protocol.StatusSucceeded:
 			phase, reason, msg = sandboxv1alpha1.PhaseSucceeded, sandboxv1alpha1.ReasonSucceeded, "the code ran to its end"
+		case res.Status == protocol.StatusTimedOut && res.Error != nil && res.Error.Type == protocol.ErrorInterpreterKilled:
+			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
+			msg = fmt.Sprintf("the code did not stop at SIGINT at the timeout of %s and was killed %s later "+
+				"(spec.executionDefaults.interruptGracePeriod)", timeoutOf(ex, pool), graceOf(pool))
 		case res.Status == protocol.StatusTimedOut:
 			phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut
 			msg = fmt.Sprintf("interrupted (KeyboardInterrupt) at the timeout of %s", timeoutOf(ex, pool))

@@ -128,3 +128,75 @@ while True:
 		Expect(ex.Status.Stdout).To(Equal("burning\n"))
 	})
 })
+
+// The rest of the bad-input catalogue on gVisor: code that crashes its
+// interpreter, floods its output, breaks its streams, ignores the interrupt or
+// waits for input ends with a status that names what happened and the output
+// it printed; each runs on a fresh pod of a default pool.
+var _ = Describe("the bad-input catalogue", Ordered, func() {
+	var ns string
+	BeforeAll(func() {
+		ns = newNamespace()
+		warmPool(wrappers.Pool(ns, "py").Replicas(2).GracePeriod(2 * time.Second))
+	})
+
+	type want struct {
+		phase             sandboxv1alpha1.ExecutionPhase
+		reason, errorType string
+		message, stdout   string // substrings of the Complete condition's message and of stdout
+		stdoutTruncated   bool
+		stderrTruncated   bool
+		resultPrefix      string
+		timeout           time.Duration
+	}
+	DescribeTable("ends hostile code with a status that names it",
+		func(code string, w want) {
+			ex := wrappers.Execution(ns, "bad").Pool("py").Code(code)
+			if w.timeout > 0 {
+				ex.Timeout(w.timeout)
+			}
+			obj := ex.Obj()
+			obj.Name, obj.GenerateName = "", "bad-"
+			got := execute(obj)
+			st := got.Status
+			Expect(st.Phase).To(Equal(w.phase), "%+v", st)
+			c := meta.FindStatusCondition(st.Conditions, sandboxv1alpha1.ExecutionConditionComplete)
+			Expect(c).NotTo(BeNil())
+			Expect(c.Reason).To(Equal(w.reason))
+			Expect(c.Message).To(ContainSubstring(w.message))
+			if w.errorType != "" {
+				Expect(st.Error).NotTo(BeNil())
+				Expect(st.Error.Type).To(Equal(w.errorType))
+			}
+			Expect(st.Stdout).To(ContainSubstring(w.stdout))
+			Expect(st.StdoutTruncated).To(Equal(w.stdoutTruncated))
+			Expect(st.StderrTruncated).To(Equal(w.stderrTruncated))
+			Expect(st.Result).To(HavePrefix(w.resultPrefix))
+		},
+		Entry("os._exit", "import os\nprint('bye', flush=True)\nos._exit(3)", want{
+			phase: sandboxv1alpha1.PhaseFailed, reason: "InterpreterDied", errorType: "InterpreterDied",
+			message: "exit status 3", stdout: "bye\n"}),
+		Entry("a segmentation fault", "print('before', flush=True)\nimport ctypes\nctypes.string_at(0)", want{
+			phase: sandboxv1alpha1.PhaseFailed, reason: "InterpreterDied", errorType: "InterpreterDied",
+			message: "killed by signal 11", stdout: "before\n"}),
+		Entry("sys.exit", "import sys\nprint('bye')\nsys.exit(3)", want{
+			phase: sandboxv1alpha1.PhaseFailed, reason: sandboxv1alpha1.ReasonError, errorType: "SystemExit",
+			message: "the code called exit(3)", stdout: "bye\n"}),
+		Entry("50 MB on stdout, 20,000 lines on stderr and a 10 MB result",
+			"import sys\nprint('x' * 50_000_000)\nfor i in range(20_000):\n    print(i, file=sys.stderr)\n'y' * 10_000_000", want{
+				phase: sandboxv1alpha1.PhaseSucceeded, reason: sandboxv1alpha1.ReasonSucceeded, stdout: "more bytes of stdout omitted",
+				stdoutTruncated: true, stderrTruncated: true, resultPrefix: "'yyyy", timeout: 2 * time.Minute}),
+		Entry("closed output streams", "import os\nprint('before')\nos.close(1)\nos.close(2)\nprint('lost')", want{
+			phase: sandboxv1alpha1.PhaseFailed, reason: sandboxv1alpha1.ReasonError, errorType: "OSError",
+			message: "Bad file descriptor", stdout: "before\n"}),
+		Entry("an ignored interrupt", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"+
+			"print('stubborn', flush=True)\nwhile True:\n    time.sleep(0.1)", want{
+			phase: sandboxv1alpha1.PhaseTimedOut, reason: sandboxv1alpha1.ReasonTimedOut, errorType: "InterpreterKilled",
+			message: "did not stop at SIGINT at the timeout of 2s and was killed 2s later", stdout: "stubborn\n", timeout: 2 * time.Second}),
+		Entry("input()", "print('asking')\ninput('name? ')", want{
+			phase: sandboxv1alpha1.PhaseFailed, reason: sandboxv1alpha1.ReasonError, errorType: "EOFError", stdout: "asking\n"}),
+		Entry("endless recursion", "def f():\n    return f()\nf()", want{
+			phase: sandboxv1alpha1.PhaseFailed, reason: sandboxv1alpha1.ReasonError, errorType: "RecursionError",
+			message: "maximum recursion depth exceeded"}),
+	)
+})
