@@ -83,7 +83,9 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	params := map[string]any{
 		"code": req.Code, "env": req.Env, "marker": string(marker), "bridge": req.Bridge && hooks.OnBridge != nil,
 		"max_bridge_calls": maxBridge, "max_result_chars": it.cfg.MaxResultChars,
+		"clear_interrupt": p.strayInterrupt,
 	}
+	p.strayInterrupt = false
 	if len(req.Context) > 0 {
 		params["context"] = req.Context
 	}
@@ -196,6 +198,7 @@ loop:
 		return nil, fmt.Errorf("decode interpreter reply: %w", err)
 	}
 	res.Result, res.Error = r.Result, r.Error
+	p.strayInterrupt = stopReason != "" && r.Status != "interrupted"
 	switch r.Status {
 	case "ok":
 		res.Status = protocol.StatusSucceeded

@@ -185,6 +185,10 @@ type process struct {
 	stdout, stderr stream
 	drained        sync.WaitGroup // the output readers hit EOF
 	info           ReadyInfo
+	// strayInterrupt: the last run was sent a SIGINT that it did not end
+	// with, which may have landed after its code and would stop the next
+	// run's code before it starts. Only Execute, one run at a time, uses it.
+	strayInterrupt bool
 
 	mu      sync.Mutex
 	ready   bool   // the ready message arrived

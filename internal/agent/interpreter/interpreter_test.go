@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -382,5 +383,63 @@ func TestRequestNamingAnInterpreterRunsOnlyOnIt(t *testing.T) {
 	}
 	if res.Interpreter == first.Interpreter || res.Interpreter == "" {
 		t.Fatalf("the new interpreter is not named apart: %q", res.Interpreter)
+	}
+}
+
+// An interrupt that comes the moment a run was sent, while the interpreter
+// still parses and compiles the code, stops the run as soon as its code
+// starts: it is not lost until the grace period's kill.
+func TestInterruptBeforeTheCodeStartsIsKept(t *testing.T) {
+	it := newInterp(t, func(c *Config) { c.DefaultGrace = 20 * time.Second })
+	// Long enough to parse that the SIGINT lands before the code runs.
+	code := strings.Repeat("x = 1\n", 50_000) + "print('ran', flush=True)\nimport time\ntime.sleep(60)"
+	type out struct {
+		res *protocol.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := it.Execute(protocol.ExecuteRequest{ID: "early", Code: code}, Hooks{})
+		done <- out{res, err}
+	}()
+	for !it.Interrupt() {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case o := <-done:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		wantStatus(t, o.res, protocol.StatusInterrupted)
+		if o.res.Stdout != "" || o.res.StateLost {
+			t.Fatalf("stdout %q, state lost %v: the code should not have run", o.res.Stdout, o.res.StateLost)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the interrupt was lost: the run goes on until the grace period's kill")
+	}
+
+	// A SIGINT that lands after a run's code ended, which Execute notes when
+	// its run does not end interrupted, does not stop the next run.
+	wantStatus(t, run(t, it, "1"), protocol.StatusSucceeded)
+	it.mu.Lock()
+	p := it.proc
+	it.mu.Unlock()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	p.strayInterrupt = true
+	res := run(t, it, "import time\ntime.sleep(0.2)\n'next'")
+	wantStatus(t, res, protocol.StatusSucceeded)
+	// Execute notes it: a SIGINT the code caught and went on.
+	var once sync.Once
+	res, err := it.Execute(protocol.ExecuteRequest{ID: "caught",
+		Code: "import time\ntry:\n    print('sleeping', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    pass\n'went on'"},
+		Hooks{OnStdout: func([]byte) { once.Do(func() { go it.Interrupt() }) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.strayInterrupt {
+		t.Fatalf("a run that did not end interrupted after a SIGINT (%s) should mark it", res.Status)
 	}
 }

@@ -170,6 +170,7 @@ class _State:
     max_bridge_calls = 0
     bridge_enabled = False
     bridge_seq = 0
+    interrupt_pending = False  # a SIGINT came while no user code ran
 
 
 _state = _State()
@@ -178,7 +179,11 @@ _state = _State()
 def _on_sigint(signum, frame):
     if _state.running:
         raise KeyboardInterrupt
-    # Outside user code an interrupt has nothing to stop: ignore it.
+    # The agent may interrupt a run the moment it sent it, before this process
+    # read it or while it compiles: the code stops as soon as it starts. A
+    # SIGINT that came too late for the run before is one the agent knows of
+    # (that run did not end interrupted): it says so with the next request.
+    _state.interrupt_pending = True
 
 
 signal.signal(signal.SIGINT, _on_sigint)
@@ -380,6 +385,8 @@ def _cache_source(filename, code):
 
 def _execute(params):
     code = params["code"]
+    if params.get("clear_interrupt"):
+        _state.interrupt_pending = False
     _state.exec_count += 1
     filename = f"<exec-{_state.exec_count}>"
     _restore_std()
@@ -405,6 +412,9 @@ def _execute(params):
             tail = compile(last, filename, "eval") if last is not None else None
             _state.running = True
             try:
+                if _state.interrupt_pending:
+                    _state.interrupt_pending = False
+                    raise KeyboardInterrupt
                 exec(body, _globals)
                 if tail is not None:
                     value = eval(tail, _globals)
