@@ -326,14 +326,37 @@ func (r *Runner) Cancel(uid types.UID) {
 	r.mu.Unlock()
 	c := r.client(job.Address, job.PodUID, job.KeyID)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = c.Interrupt(ctx, string(uid))
+		// A cancel can come as soon as the Running status is stored, which is
+		// also when the code is sent: the interrupt may reach the agent before
+		// the run does (404). Until the agent knows the run, ask again.
+		giveUp := time.Now().Add(job.Grace)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := c.Interrupt(ctx, string(uid))
+			cancel()
+			if err == nil || r.ended(uid) || time.Now().After(giveUp) {
+				break
+			}
+			time.Sleep(cancelRetry)
+		}
 		time.AfterFunc(job.Grace+time.Second, func() {
-			r.finish(uid, Outcome{Err: fmt.Errorf("%w: the code did not stop within %s after the interrupt", ErrNoAnswer, job.Grace)})
+			o := Outcome{Err: fmt.Errorf("%w: the code did not stop within %s after the interrupt", ErrNoAnswer, job.Grace)}
+			o.Stdout, o.Stderr = r.Partial(uid)
+			r.finish(uid, o)
 			rn.cancel()
 		})
 	}()
+}
+
+// cancelRetry is how often a cancel asks an agent that does not know the run yet.
+const cancelRetry = 100 * time.Millisecond
+
+// ended reports whether the run of uid has an outcome (or is not tracked).
+func (r *Runner) ended(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rn, ok := r.runs[uid]
+	return !ok || rn.done
 }
 
 // UIDOf returns the UID of the tracked run of an Execution, by name.
