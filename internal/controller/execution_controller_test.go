@@ -350,6 +350,7 @@ while True:
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
 		pod := getExec(ex).Status.PodName
+		waitClaimed(ex)
 		stopManager()
 		<-managerDone
 		Expect(k8s.Delete(ctx, ex)).To(Succeed())

@@ -181,6 +181,7 @@ var _ = Describe("Execution under faults", func() {
 			Code("import time\ntime.sleep(0.5)\nprint('done')\n'ok'").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+		waitClaimed(ex)
 		stopManager()
 		<-managerDone
 		// Longer than timeout + grace + the runner's slack: a runner started
@@ -203,6 +204,7 @@ var _ = Describe("Execution under faults", func() {
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
 		Expect(getExec(ex).Status.CodeDigest).To(HavePrefix("sha256:"))
+		waitClaimed(ex)
 		stopManager()
 		<-managerDone
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())

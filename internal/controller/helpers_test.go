@@ -6,15 +6,18 @@ import (
 	"path/filepath"
 	"strings"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -28,6 +31,22 @@ func getExec(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
 	got := &sandboxv1alpha1.Execution{}
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), got)).To(Succeed())
 	return got
+}
+
+// waitClaimed waits until ex's pod is claimed by it. Running and the claim are
+// written together: specs that stop the manager mid-run wait for both, the
+// state in which the code may have been sent (a stop before the claim is
+// stored leaves a clean idle pod and the Execution queued, as the claim-race
+// specs show).
+func waitClaimed(ex *sandboxv1alpha1.Execution) {
+	GinkgoHelper()
+	got := getExec(ex)
+	Expect(got.Status.PodName).NotTo(BeEmpty())
+	Eventually(func() types.UID {
+		p := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: got.Status.PodName}, p)).To(Succeed())
+		return claim.ClaimedBy(p)
+	}).Should(Equal(got.UID))
 }
 
 // poolPods lists the live pods of a pool.
