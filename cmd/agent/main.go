@@ -29,6 +29,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
+	"github.com/warmpool/warmpool/internal/agent/isolation"
 	"github.com/warmpool/warmpool/internal/agent/procs"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agent/reaper"
@@ -134,6 +135,9 @@ func serve(args []string) error {
 	workers := fs.Int("workers", 1, "number of interpreters; requests go to a free one")
 	verbose := fs.Int("v", 0, "log verbosity")
 	terminationLog := fs.String("termination-log", "/dev/termination-log", "where to write why the agent gave up (the pod's termination message)")
+	egressCanary := fs.String("egress-canary", os.Getenv("WARMPOOL_EGRESS_CANARY"),
+		"host:port the pool's NetworkPolicy must block: not ready until a dial to it fails")
+	egressWait := fs.Duration("egress-canary-timeout", 2*time.Minute, "give up (exit) when the canary is still reachable after this long")
 	var ifl interpFlags
 	ifl.register(fs, "/workspace")
 	_ = fs.Parse(args)
@@ -202,9 +206,13 @@ func serve(args []string) error {
 		}
 	}()
 
+	canary := isolation.Start(ctx, *egressCanary, *egressWait, log, func(msg string) {
+		log.Error(nil, msg)
+		exitWith(*terminationLog, msg)
+	})
 	srv := server.New(server.Config{
 		Token: token, Verify: verify, Workers: interps, Workspace: ws, DefaultTimeout: ifl.timeout, DefaultGrace: ifl.grace,
-		MaxOutputBytes: ifl.maxOutput, MaxTimeout: ifl.maxTimeout, Log: log,
+		MaxOutputBytes: ifl.maxOutput, MaxTimeout: ifl.maxTimeout, Isolation: canary, Log: log,
 	})
 	var ln net.Listener
 	if *socket != "" {

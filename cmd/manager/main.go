@@ -5,6 +5,7 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -75,6 +76,11 @@ func main() {
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	// In a cluster, sandboxes hold back their readiness until a dial to the API
+	// server's Service fails: their pool's NetworkPolicy is in force.
+	if h, p := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"); h != "" && p != "" {
+		sandboxpod.EgressCanary = net.JoinHostPort(h, p)
+	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 

@@ -156,6 +156,9 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 	args = append(args, "--max-output-bytes", fmt.Sprint(sandboxv1alpha1.MaxOutputBytesLimit))
 	memory, processes := CodeLimits(pool)
 	args = append(args, "--memory-limit", fmt.Sprint(memory), "--max-processes", fmt.Sprint(processes))
+	if c := canaryFor(pool); c != "" {
+		args = append(args, "--egress-canary", c)
+	}
 
 	env := append([]corev1.EnvVar{
 		{Name: "HOME", Value: WorkspaceDir},

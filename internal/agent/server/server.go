@@ -50,7 +50,13 @@ type Config struct {
 	MaxRequestBytes int64
 	// MaxFileBytes bounds a file write.
 	MaxFileBytes int64
-	Log          logr.Logger
+	// Isolation, when set, holds readiness until the pool's NetworkPolicy is
+	// enforced (internal/agent/isolation).
+	Isolation interface {
+		Enforced() bool
+		Addr() string
+	}
+	Log logr.Logger
 }
 
 // Sessions and workers (daemon mode, --workers N): a session is bound to one
@@ -662,6 +668,11 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	h := protocol.Health{OK: true, Workers: len(s.workers)}
+	if iso := s.cfg.Isolation; iso != nil && !iso.Enforced() {
+		writeJSON(w, http.StatusServiceUnavailable, protocol.Health{Workers: len(s.workers),
+			Message: "waiting for the pool's NetworkPolicy: the sandbox still reaches " + iso.Addr()})
+		return
+	}
 	for i, wk := range s.workers {
 		info, err := wk.interp.Ready()
 		if err != nil {
