@@ -43,10 +43,10 @@ containerdConfigPatches:
 - |-
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
     runtime_type = "io.containerd.runsc.v1"
-    pod_annotations = ["dev.gvisor.*"]
+    pod_annotations = ["dev.gvisor.spec.mount.*"]
   [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc]
     runtime_type = "io.containerd.runsc.v1"
-    pod_annotations = ["dev.gvisor.*"]
+    pod_annotations = ["dev.gvisor.spec.mount.*"]
 EOF
     log "creating cluster $CLUSTER ($NODE_IMAGE) with runsc from $gv"
     "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$cfg" --wait 120s

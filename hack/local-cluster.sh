@@ -304,8 +304,10 @@ state = "$STATE/containerd/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
       runtime_type = "io.containerd.runsc.v1"
       # The sandbox pods' dev.gvisor.spec.mount.* annotations (their
-      # /workspace and /tmp as sized filesystems) must reach the shim.
-      pod_annotations = ["dev.gvisor.*"]
+      # /workspace and /tmp as sized filesystems) must reach the shim. Only
+      # those: the other dev.gvisor.* annotations (rootfs hints, ...) would let
+      # anyone who can create a pod change how runsc builds its sandbox.
+      pod_annotations = ["dev.gvisor.spec.mount.*"]
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
         TypeUrl = "io.containerd.runsc.v1.options"
         ConfigPath = "$STATE/runsc.toml"

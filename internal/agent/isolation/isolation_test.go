@@ -9,11 +9,15 @@ import (
 	"github.com/go-logr/logr/testr"
 )
 
-func TestCanaryWaitsUntilTheAddressIsBlocked(t *testing.T) {
+// reachable listens on loopback and accepts every connection, as an address
+// the policy does not block yet; closing it makes dials fail, as the policy does.
+func reachable(t *testing.T) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -23,6 +27,11 @@ func TestCanaryWaitsUntilTheAddressIsBlocked(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
+	return l
+}
+
+func TestCanaryWaitsUntilTheAddressIsBlocked(t *testing.T) {
+	l := reachable(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	gaveUp := make(chan string, 1)
@@ -45,20 +54,7 @@ func TestCanaryWaitsUntilTheAddressIsBlocked(t *testing.T) {
 }
 
 func TestCanaryGivesUpWithAMessage(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	l := reachable(t)
 	gaveUp := make(chan string, 1)
 	c := Start(context.Background(), l.Addr().String(), 500*time.Millisecond, testr.New(t), func(m string) { gaveUp <- m })
 	select {
