@@ -202,10 +202,30 @@ pki() {
       touch done
     )
   fi
+  # The aggregation layer's front proxy (kubeadm's layout: a CA of its own and
+  # a client certificate named front-proxy-client), for aggregated APIs such as
+  # warmpool's data plane. Added to clusters made before it, with a restart of
+  # the API server to take the new flags.
+  local added=()
+  if [[ ! -f $d/front-proxy-client.crt ]]; then
+    (
+      cd "$d"
+      openssl req -x509 -newkey rsa:2048 -nodes -keyout front-proxy-ca.key -out front-proxy-ca.crt -days 3650 \
+        -subj /CN=warmpool-local-front-proxy-ca 2>/dev/null
+      openssl req -newkey rsa:2048 -nodes -keyout front-proxy-client.key -out front-proxy-client.csr \
+        -subj /CN=front-proxy-client 2>/dev/null
+      printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >fp.ext
+      openssl x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt -CAkey front-proxy-ca.key -CAcreateserial \
+        -days 3650 -extfile fp.ext -out front-proxy-client.crt 2>/dev/null
+      rm -f front-proxy-client.csr fp.ext
+      chmod 600 ./*.key
+    )
+    added+=("front-proxy-client")
+  fi
   # Users are added one by one, so a newer version of this script can add one
   # to a cluster that is already up; the API server reads the token file only
   # when it starts, so it is restarted then.
-  local user groups tok added=()
+  local user groups tok
   while read -r user groups; do
     [[ -f $d/$user.kubeconfig ]] && continue
     tok=$(openssl rand -hex 24)
@@ -239,7 +259,7 @@ system:kube-router system:authenticated
 system:coredns system:authenticated
 EOF
   if ((${#added[@]})) && running kube-apiserver; then
-    log "new users ${added[*]}: restarting kube-apiserver to read them"
+    log "new credentials ${added[*]}: restarting kube-apiserver to read them"
     stop kube-apiserver
   fi
   install -m 600 "$d/admin.kubeconfig" "$STATE/kubeconfig"
@@ -269,6 +289,11 @@ start_apiserver() {
     --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
     --kubelet-certificate-authority "$p/ca.crt" \
     --kubelet-preferred-address-types Hostname,InternalIP \
+    --requestheader-client-ca-file "$p/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$p/front-proxy-client.crt" --proxy-client-key-file "$p/front-proxy-client.key" \
+    --enable-aggregator-routing=true \
     --allow-privileged=false --profiling=false
   wait_for kube-apiserver 120 kubectl get --raw /readyz
 }

@@ -20,6 +20,12 @@ const (
 	// ExecutionConditionComplete is True once the Execution finished; its reason
 	// says how (Succeeded, Error, TimedOut, Cancelled, SandboxLost, ...).
 	ExecutionConditionComplete = "Complete"
+
+	// Session conditions.
+
+	// SessionConditionReady is True while the Session holds a pod whose
+	// interpreter keeps its state; its reason says why not otherwise.
+	SessionConditionReady = "Ready"
 )
 
 // Condition reasons.
@@ -36,6 +42,18 @@ const (
 	ReasonSessionLost    = "SessionLost"
 	// ReasonSessionBusy: an earlier Execution of the session runs or waits.
 	ReasonSessionBusy = "SessionBusy"
+	// ReasonSessionPending: the Execution's Session waits for a pod.
+	ReasonSessionPending = "SessionPending"
+	// ReasonSessionPoolMismatch: the Execution names a Session of another pool.
+	ReasonSessionPoolMismatch = "SessionPoolMismatch"
+	// Session reasons. ReasonIdleTimeout, ReasonMaxLifetime and ReasonClosed
+	// end a Session (Closed); ReasonSandboxLost, ReasonInterpreterRestarted and
+	// ReasonContextFailed lose it (Lost).
+	ReasonIdleTimeout          = "IdleTimeout"
+	ReasonMaxLifetime          = "MaxLifetimeReached"
+	ReasonClosed               = "Closed"
+	ReasonInterpreterRestarted = "InterpreterRestarted"
+	ReasonContextFailed        = "ContextFailed"
 	// ReasonCodeSourceChanged: after a manager restart the run had not reached
 	// the sandbox, and spec.codeFrom now holds other code than what started.
 	ReasonCodeSourceChanged  = "CodeSourceChanged"

@@ -22,6 +22,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -67,6 +68,14 @@ func main() {
 		"Serve metrics over HTTPS with authentication and authorization by the API server.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics over HTTP/2 too; off by default because of the HTTP/2 rapid reset CVEs.")
+	var dataPlane dataplane.Options
+	flag.IntVar(&dataPlane.Port, "data-plane-port", 0,
+		"Port of the Sessions data plane (data.warmpool.dev, behind an APIService); 0 serves none.")
+	flag.StringVar(&dataPlane.BindAddress, "data-plane-bind-address", "0.0.0.0", "Address the data plane listens on.")
+	flag.StringVar(&dataPlane.CertDir, "data-plane-cert-dir", "",
+		"Directory with the data plane's tls.crt and tls.key; empty: a self-signed certificate.")
+	flag.StringVar(&dataPlane.RemoteKubeConfig, "data-plane-authentication-kubeconfig", "",
+		"Kubeconfig of the cluster that authenticates and authorizes data-plane callers; empty: in-cluster.")
 	flag.IntVar(&agentPort, "agent-port", sandboxpod.AgentPort, "Port of the sandbox agents in their pods.")
 	flag.StringVar(&managerNamespace, "manager-namespace", ownNamespace(),
 		"Namespace of the manager: it holds the agent keys Secret, and the pools' NetworkPolicies admit agent calls from "+
@@ -99,6 +108,10 @@ func main() {
 
 	cfg := controller.Config{ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
 		Resolver: runner.PodIPResolver{Port: agentPort}}
+	if dataPlane.Port != 0 {
+		dataPlane.AlternateDNS = []string{"warmpool-data-plane." + managerNamespace + ".svc"}
+		cfg.DataPlane = &dataPlane
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controller.CacheOptions(cfg.KeysSecret()),

@@ -373,5 +373,6 @@ while True:
 		Expect(hello.Status.Result).To(Equal("45"))
 		step2 := getExec(&sandboxv1alpha1.Execution{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "session-step-2"}})
 		Expect(step2.Status.Result).To(Equal("42"))
+		sessionIn(ns, "notebook", sandboxv1alpha1.SessionReady)
 	})
 })

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -86,43 +85,12 @@ func (r *ExecutionReconciler) deleteClaimedPod(ctx context.Context, pod *corev1.
 	})
 }
 
-// resetTimeout bounds an interpreter reset; the pool controller deletes pods
-// that stay resetting longer (the manager stopped during the reset).
-const resetTimeout = time.Minute
-
-// reset gives a pod released for reuse a fresh interpreter and returns it to
-// the pool's idle pods, or deletes it when the reset fails.
+// reset gives a pod released for reuse a fresh interpreter (see recyclePod).
 func (r *ExecutionReconciler) reset(log logr.Logger, key client.ObjectKey, addr string, podUID types.UID, keyID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
-	defer cancel()
-	resetErr := r.Runner.Reset(ctx, addr, podUID, keyID)
-	pod := &corev1.Pod{}
-	if err := r.APIReader.Get(ctx, key, pod); err != nil || pod.UID != podUID {
-		return // gone; nothing to return
-	}
-	if resetErr != nil {
-		log.Info("could not reset the interpreter for reuse; deleting the pod", "err", resetErr.Error())
-		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}); client.IgnoreNotFound(err) != nil {
-			log.Error(err, "delete pod after a failed reset")
-		}
-		return
-	}
-	if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReturnToPool(ctx, r.Client, p) }); err != nil {
-		log.Error(err, "return reset pod to its pool")
-	}
+	recyclePod(log, r.Client, r.APIReader, r.Runner, key, addr, podUID, keyID)
 }
 
-// retryOnConflict applies a pod update, re-reading the pod (around the cache)
-// when it changed since it was read. Other errors are returned as they are.
+// retryOnConflict applies a pod update (see retryPodUpdate).
 func (r *ExecutionReconciler) retryOnConflict(ctx context.Context, pod *corev1.Pod, update func(*corev1.Pod) error) error {
-	p := pod.DeepCopy()
-	for i := 0; ; i++ {
-		err := update(p)
-		if err == nil || !apierrors.IsConflict(err) || i == 3 {
-			return err
-		}
-		if err := r.APIReader.Get(ctx, clientKey(pod), p); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-	}
+	return retryPodUpdate(ctx, r.APIReader, pod, update)
 }

@@ -58,9 +58,29 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sandboxv1alpha1.Execution{}, r.executionEvents()).
 		Watches(&corev1.Pod{}, r.podEvents()).
 		Watches(&sandboxv1alpha1.SandboxPool{}, r.poolEvents()).
+		Watches(&sandboxv1alpha1.Session{}, handler.EnqueueRequestsFromMapFunc(r.sessionExecutions)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
 		Named("execution").
 		Complete(r)
+}
+
+// sessionExecutions wakes the unfinished Executions of a Session whose phase
+// changed: they start once it is Ready and fail once it ended.
+func (r *ExecutionReconciler) sessionExecutions(ctx context.Context, o client.Object) []ctrl.Request {
+	ses, ok := o.(*sandboxv1alpha1.Session)
+	if !ok {
+		return nil
+	}
+	var list sandboxv1alpha1.ExecutionList
+	if err := r.List(ctx, &list, client.InNamespace(ses.Namespace),
+		client.MatchingFields{indexActiveSession: sessionKey(ses.Spec.PoolRef.Name, ses.Name)}); err != nil {
+		return nil
+	}
+	out := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
 }
 
 func (r *ExecutionReconciler) executionEvents() handler.EventHandler {

@@ -67,29 +67,12 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 		return r.start(ctx, ex, pool, pod, next)
 	}
 
-	pl := r.Dispatcher.Place(ex)
-	if pl.NeedsFreshPod && ex.Spec.Session != "" {
-		lost, live, err := r.sessionLost(ctx, ex)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if live != nil {
-			// The session has a pod the dispatcher has not seen yet: tell it, and
-			// give back any fresh pod it chose (a session never gets two pods).
-			r.Dispatcher.UpdatePod(live)
-			if pl.Pod != "" {
-				r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
-			}
-			r.waitingFor(ex, pool, dispatch.Placement{SessionBusy: true, SessionPod: live.Name})
-			return ctrl.Result{RequeueAfter: waitBackstop}, nil
-		}
-		if lost != "" {
-			msg := fmt.Sprintf("session %s's pod %s is gone (lost, timed out, or idle longer than the pool's sessionIdleTimeout), "+
-				"and with it the session's state: start a new session", ex.Spec.Session, lost)
-			r.fail(ex, sandboxv1alpha1.ReasonSessionLost, msg, "")
-			return ctrl.Result{}, nil
+	if ex.Spec.Session != "" {
+		if res, done, err := r.sessionGate(ctx, ex); done || err != nil {
+			return res, err
 		}
 	}
+	pl := r.Dispatcher.Place(ex)
 	if pl.Pod != "" && ex.Spec.Session != "" {
 		preds, err := r.sessionPredecessors(ctx, ex)
 		if err != nil {
@@ -120,6 +103,9 @@ func (r *ExecutionReconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sa
 		return
 	case pl.SessionBusy:
 		r.waiting(ex, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf("waiting for earlier Executions of session %s", ex.Spec.Session))
+		return
+	case ex.Spec.Session != "":
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf("waiting for the pod of Session %s", ex.Spec.Session))
 		return
 	}
 	// Why the pool has no pod for it, from the pool's own status. No queue

@@ -5,7 +5,11 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -13,11 +17,77 @@ import (
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
-// The session policy: the Executions of a session run one at a time, in
-// creation order, on one pod whose interpreter keeps its state. A session is
-// named within its pool (two pools may each have a session "s"). When the
-// session's pod is gone, its state is gone: the session's later Executions
-// fail SessionLost instead of silently running on a fresh interpreter.
+// The session policy for Executions: an Execution with spec.session runs in
+// the Session object of that name (created on first use, so manifests written
+// before Sessions existed keep working), one at a time, in creation order, on
+// the Session's pod. When the Session ends, its state is gone: the Execution
+// fails SessionLost instead of silently running on a fresh interpreter, and
+// so does one whose Session was deleted after earlier Executions ran in it.
+
+// sessionGate lets an Execution of a session on to the dispatcher only while
+// its Session is Ready. done means the reconcile ends here with res (the
+// status says why it waits, or that it failed).
+func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execution) (res ctrl.Result, done bool, err error) {
+	ses := &sandboxv1alpha1.Session{}
+	err = r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses)
+	if apierrors.IsNotFound(err) {
+		return r.createSession(ctx, ex)
+	}
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if ses.Spec.PoolRef.Name != ex.Spec.PoolRef.Name {
+		r.fail(ex, sandboxv1alpha1.ReasonSessionPoolMismatch, fmt.Sprintf(
+			"Session %s leases a pod of pool %s, not %s: name that pool in spec.poolRef, or use another session",
+			ses.Name, ses.Spec.PoolRef.Name, ex.Spec.PoolRef.Name), "")
+		return ctrl.Result{}, true, nil
+	}
+	switch ses.Status.Phase {
+	case sandboxv1alpha1.SessionReady:
+		return ctrl.Result{}, false, nil
+	case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
+		why := ""
+		if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil {
+			why = fmt.Sprintf(" (%s: %s)", c.Reason, c.Message)
+		}
+		r.fail(ex, sandboxv1alpha1.ReasonSessionLost, fmt.Sprintf(
+			"Session %s is %s%s, and with it the session's state: start a new session", ses.Name, ses.Status.Phase, why), "")
+		return ctrl.Result{}, true, nil
+	}
+	msg := fmt.Sprintf("waiting for Session %s to get a pod", ses.Name)
+	if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil && c.Message != "" {
+		msg += ": " + c.Message
+	}
+	r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, msg)
+	return ctrl.Result{RequeueAfter: waitBackstop}, true, nil
+}
+
+// createSession makes the Session an Execution names, unless Executions of
+// it already ran (then it was deleted, and its state with it).
+func (r *ExecutionReconciler) createSession(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, bool, error) {
+	lost, live, err := r.sessionLost(ctx, ex)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if lost != "" && live == nil {
+		r.fail(ex, sandboxv1alpha1.ReasonSessionLost, fmt.Sprintf(
+			"Session %s was deleted after earlier Executions ran in it (on pod %s), and with it the session's state: start a new session",
+			ex.Spec.Session, lost), "")
+		return ctrl.Result{}, true, nil
+	}
+	// A live pod labelled with the session's name (from a manager version
+	// without Session objects) is adopted by the new Session.
+	ses := &sandboxv1alpha1.Session{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ex.Namespace, Name: ex.Spec.Session,
+			Annotations: map[string]string{sandboxv1alpha1.AnnotationCreatedFor: ex.Name}},
+		Spec: sandboxv1alpha1.SessionSpec{PoolRef: ex.Spec.PoolRef},
+	}
+	if err := r.Create(ctx, ses); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, true, fmt.Errorf("create session %s for execution %s: %w", ex.Spec.Session, ex.Name, err)
+	}
+	r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf("created Session %s; waiting for its pod", ex.Spec.Session))
+	return ctrl.Result{RequeueAfter: waitBackstop}, true, nil
+}
 
 // sessionKey is the value of indexSession: a session is named within its pool.
 func sessionKey(pool, session string) string { return pool + "/" + session }

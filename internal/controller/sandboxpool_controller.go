@@ -115,7 +115,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, time.Now())
 	now := time.Now()
-	pods := r.classify(pool, podList.Items, deleting, now)
+	pods := r.classify(ctx, pool, podList.Items, deleting, now)
 	r.observeStarts(req.NamespacedName, podList.Items)
 	r.startFailures.observe(req.NamespacedName, sandboxpod.TemplateHash(pool), podList.Items, now)
 	backoff, failMsg := r.startFailures.wait(req.NamespacedName, now)
@@ -229,14 +229,14 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
-func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, items []corev1.Pod, deleting map[string]bool, now time.Time) poolPods {
+// orphanSessionPodGrace is how long a session pod whose Session is gone or
+// ended stays before the pool deletes it.
+const orphanSessionPodGrace = 30 * time.Second
+
+func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, items []corev1.Pod, deleting map[string]bool, now time.Time) poolPods {
 	var out poolPods
 	hash := sandboxpod.TemplateHash(pool)
 	currentKey, _ := r.Keys.Current()
-	idleTimeout := 10 * time.Minute
-	if pool.Spec.SessionIdleTimeout != nil {
-		idleTimeout = pool.Spec.SessionIdleTimeout.Duration
-	}
 	for i := range items {
 		p := &items[i]
 		if p.DeletionTimestamp != nil || deleting[p.Name] {
@@ -250,11 +250,21 @@ func (r *SandboxPoolReconciler) classify(pool *sandboxv1alpha1.SandboxPool, item
 			continue
 		}
 		if s := claim.Session(p); s != "" && claim.ClaimedBy(p) == "" {
+			// A live Session frees its pod itself when it ends; a pod whose
+			// Session is gone (deleted, or ended by a manager that stopped before
+			// freeing it) is deleted here, after a grace that covers the cache's
+			// lag behind a Session that has just claimed it.
+			ses := &sandboxv1alpha1.Session{}
+			if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: s}, ses); err == nil &&
+				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() {
+				out.busy = append(out.busy, p)
+				continue
+			}
 			last, err := time.Parse(time.RFC3339Nano, p.Annotations[sandboxpod.AnnotationLastUsed])
 			if err != nil {
 				last = p.CreationTimestamp.Time
 			}
-			if out.expiresIn(last, idleTimeout, now) <= 0 {
+			if out.expiresIn(last, orphanSessionPodGrace, now) <= 0 {
 				out.expired = append(out.expired, p)
 			} else {
 				out.busy = append(out.busy, p)
@@ -502,9 +512,30 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.KeyEvents, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(r.demandWakes).
 		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
+		Watches(&sandboxv1alpha1.Session{}, sessionEndHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("sandboxpool").
 		Complete(r)
+}
+
+// sessionEndHandler wakes a pool when one of its Sessions ends or is deleted:
+// a pod it leaves behind is the pool's to free.
+func sessionEndHandler() handler.EventHandler {
+	enqueue := func(o client.Object, q queue) {
+		if ses, ok := o.(*sandboxv1alpha1.Session); ok {
+			q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}},
+				orphanSessionPodGrace)
+		}
+	}
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			old, cur := e.ObjectOld.(*sandboxv1alpha1.Session), e.ObjectNew.(*sandboxv1alpha1.Session)
+			if cur.Status.Phase.IsFinished() && !old.Status.Phase.IsFinished() {
+				enqueue(cur, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q queue) { enqueue(e.Object, q) },
+	}
 }
 
 // poolsOfNamespace enqueues every pool of a NetworkPolicy's namespace: any

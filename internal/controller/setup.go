@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/runner"
 )
@@ -21,6 +22,9 @@ type Config struct {
 	AgentKeysSecret string
 	// Resolver finds a pod's agent (the pod IP in a cluster).
 	Resolver runner.Resolver
+	// DataPlane, when set, serves the Sessions data plane (data.warmpool.dev)
+	// from this manager, in every replica.
+	DataPlane *dataplane.Options
 }
 
 // KeysSecret is the agent keys Secret's name and namespace.
@@ -51,5 +55,20 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys, Dispatcher: d}).SetupWithManager(mgr)
+	er := &ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys, Dispatcher: d}
+	if err := er.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&SessionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Runner: er.Runner, Dispatcher: d}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if cfg.DataPlane == nil {
+		return nil
+	}
+	resolver := cfg.Resolver
+	if resolver == nil {
+		resolver = runner.PodIPResolver{}
+	}
+	return mgr.Add(&dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), Runner: er.Runner,
+		Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")})
 }

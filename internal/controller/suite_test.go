@@ -29,6 +29,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
@@ -97,7 +98,16 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(func() { kcancel(); kubelet.StopAll() })
 
 	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
+	port, err := testenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	// The data plane delegates authentication and authorisation to the API
+	// server as its own user (in a cluster: its ServiceAccount).
+	kubeconfig, err := env.KubeconfigFor("warmpool-data-plane", "system:masters")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.Remove, kubeconfig)
+	dataPlane = dataplane.Options{BindAddress: "127.0.0.1", Port: port, RemoteKubeConfig: kubeconfig}
 	startManager()
+	Expect(env.RegisterAPIService(ctx, dataplane.Group, dataplane.Version, port)).To(Succeed())
 	DeferCleanup(func() {
 		stopManager()
 		<-managerDone
@@ -192,8 +202,12 @@ func startManager() {
 // managerNamespace stands for warmpool-system: it holds the agent keys Secret.
 const managerNamespace = "warmpool-system"
 
+// dataPlane is where every manager of the suite serves the Sessions data
+// plane; kube-apiserver's aggregator reaches it through an APIService.
+var dataPlane dataplane.Options
+
 func managerConfig() controller.Config {
-	return controller.Config{ManagerNamespace: managerNamespace, Resolver: kubelet}
+	return controller.Config{ManagerNamespace: managerNamespace, Resolver: kubelet, DataPlane: &dataPlane}
 }
 
 func restartManager() {
@@ -217,6 +231,7 @@ func newNamespace() string {
 func cleanNamespace(ns string) {
 	in := client.InNamespace(ns)
 	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.Execution{}, in)).To(Succeed())
+	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.Session{}, in)).To(Succeed())
 	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.SandboxPool{}, in)).To(Succeed())
 	Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, in, client.GracePeriodSeconds(0))).To(Succeed())
 }

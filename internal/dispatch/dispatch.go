@@ -11,10 +11,10 @@
 // lost when the manager restarts: the queues are rebuilt from the informers'
 // initial lists, and the claims on the pods say who runs where.
 //
-// The order: Executions of a pool take fresh pods first come, first served
-// (creation time, then name). The Executions of a session run one at a time in
-// creation order on the session's pod; a session without a pod queues its
-// oldest waiting Execution with the others for a fresh pod.
+// The order: Executions and Sessions of a pool take fresh pods first come,
+// first served (creation time, then name). A Session takes one pod for its
+// whole life (its lease); the Executions naming the Session run one at a time
+// in creation order on that pod, and wait while the Session has none.
 package dispatch
 
 import (
@@ -38,8 +38,10 @@ type Placement struct {
 	SessionPod string
 	// SessionBusy: another Execution of the session runs, or waits before it.
 	SessionBusy bool
-	// NeedsFreshPod: it waits for a fresh pod (no session, or the first
-	// Execution of a session that has no pod; such a session may have lost one).
+	// NoSessionPod: the Execution's Session holds no pod (yet).
+	NoSessionPod bool
+	// NeedsFreshPod: it waits for a fresh pod (an Execution without a
+	// session, or a Session).
 	NeedsFreshPod bool
 }
 
@@ -49,6 +51,8 @@ type Dispatcher struct {
 	// WakeExecution asks for a reconcile of an Execution the dispatcher chose a
 	// pod for, or whose place changed in a way its status reports.
 	WakeExecution func(types.NamespacedName)
+	// WakeSession asks for a reconcile of a Session the dispatcher chose a pod for.
+	WakeSession func(types.NamespacedName)
 	// WakePool asks for a reconcile of a pool whose demand for fresh pods changed.
 	WakePool func(types.NamespacedName)
 	// Usable reports whether the manager can call a pod's agent (its key is
@@ -75,8 +79,10 @@ const (
 )
 
 type entry struct {
-	uid     types.UID
-	name    types.NamespacedName
+	uid  types.UID
+	name types.NamespacedName
+	// lease: the entry is a Session waiting for its pod, not an Execution.
+	lease   bool
 	pool    *pool
 	session string
 	created time.Time
@@ -101,9 +107,14 @@ type session struct {
 	name    string
 	queue   entryHeap
 	pod     string    // the session's live pod, if any
-	running types.UID // the Execution holding (or about to hold) the session
-	// promoted is the session's head while it waits in the pool's queue.
-	promoted *entry
+	running types.UID // the Execution (or lease) holding, or about to hold, the session
+	// lease is the Session's own entry while it waits for its pod.
+	lease *entry
+	// ready: the Session object says it holds its pod. Only then do the
+	// Session's Executions get the pod: a new leader can learn of a pod
+	// labelled with the Session's name, and of its Executions, before it
+	// learns that the Session is still adopting that pod.
+	ready bool
 }
 
 type pool struct {
@@ -118,14 +129,28 @@ type pool struct {
 
 // wakes collects the callbacks of one locked section.
 type wakes struct {
-	execs []types.NamespacedName
-	pools []types.NamespacedName
+	execs    []types.NamespacedName
+	sessions []types.NamespacedName
+	pools    []types.NamespacedName
+}
+
+func (w *wakes) wake(e *entry) {
+	if e.lease {
+		w.sessions = append(w.sessions, e.name)
+	} else {
+		w.execs = append(w.execs, e.name)
+	}
 }
 
 func (d *Dispatcher) deliver(w wakes) {
 	for _, e := range w.execs {
 		if d.WakeExecution != nil {
 			d.WakeExecution(e)
+		}
+	}
+	for _, s := range w.sessions {
+		if d.WakeSession != nil {
+			d.WakeSession(s)
 		}
 	}
 	for _, p := range w.pools {
@@ -161,7 +186,7 @@ func (p *pool) session(name string) *session {
 }
 
 func (p *pool) gcSession(s *session) {
-	if s.queue.Len() == 0 && s.pod == "" && s.running == "" {
+	if s.queue.Len() == 0 && s.pod == "" && s.running == "" && s.lease == nil && !s.ready {
 		delete(p.sessions, s.name)
 	}
 }
@@ -210,6 +235,62 @@ func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
 	return w
 }
 
+// UpdateSession takes in a Session as the informer (or a reconcile) saw it. A
+// Session that holds no pod waits for one: a fresh pod from its pool's queue,
+// or the pod already labelled with its name (left by a manager that stopped
+// between the claim and the status), which it adopts when no run holds it.
+func (d *Dispatcher) UpdateSession(ses *sandboxv1alpha1.Session) {
+	d.mu.Lock()
+	w := d.updateSession(ses)
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
+	var w wakes
+	e := d.execs[ses.UID]
+	p := d.pool(types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name})
+	ready := ses.Status.Phase == sandboxv1alpha1.SessionReady && ses.DeletionTimestamp == nil
+	if s := p.sessions[ses.Name]; s != nil || ready {
+		s = p.session(ses.Name)
+		if s.ready != ready {
+			s.ready = ready
+			d.syncSession(p, s, &w)
+			p.gcSession(s)
+		}
+	}
+	switch {
+	case ses.Status.PodName != "" || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil || ses.Spec.Close:
+		if e != nil {
+			d.remove(e, &w)
+		}
+	case e == nil:
+		e = &entry{uid: ses.UID, name: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Name}, lease: true,
+			pool: p, session: ses.Name, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+		d.execs[ses.UID] = e
+		d.enqueue(e, &w)
+	}
+	return w
+}
+
+// DeleteSession forgets a Session that was deleted.
+func (d *Dispatcher) DeleteSession(ses *sandboxv1alpha1.Session) {
+	d.mu.Lock()
+	var w wakes
+	if e := d.execs[ses.UID]; e != nil {
+		d.remove(e, &w)
+	}
+	if p := d.pools[types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}]; p != nil {
+		if s := p.sessions[ses.Name]; s != nil {
+			s.ready = false
+			p.gcSession(s)
+		}
+		d.gc(p)
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
 // DeleteExecution forgets an Execution that was deleted.
 func (d *Dispatcher) DeleteExecution(uid types.UID) {
 	d.mu.Lock()
@@ -245,9 +326,14 @@ func (d *Dispatcher) requeue(e *entry, w *wakes) {
 func (d *Dispatcher) enqueue(e *entry, w *wakes) {
 	e.state, e.pod = waiting, ""
 	p := e.pool
-	if e.session == "" {
+	switch {
+	case e.lease:
+		s := p.session(e.session)
+		s.lease = e
+		d.syncSession(p, s, w)
+	case e.session == "":
 		heap.Push(&p.queue, queued{e, &e.poolIdx})
-	} else {
+	default:
 		s := p.session(e.session)
 		heap.Push(&s.queue, queued{e, &e.sessionIdx})
 		d.syncSession(p, s, w)
@@ -268,6 +354,9 @@ func (d *Dispatcher) remove(e *entry, w *wakes) {
 		if s.running == e.uid {
 			s.running = ""
 		}
+		if s.lease == e {
+			s.lease = nil
+		}
 		d.syncSession(p, s, w)
 		p.gcSession(s)
 	}
@@ -281,14 +370,8 @@ func (d *Dispatcher) unqueue(e *entry) {
 	if e.poolIdx >= 0 {
 		heap.Remove(&p.queue, e.poolIdx)
 	}
-	if e.session != "" {
-		s := p.session(e.session)
-		if e.sessionIdx >= 0 {
-			heap.Remove(&s.queue, e.sessionIdx)
-		}
-		if s.promoted == e {
-			s.promoted = nil
-		}
+	if e.sessionIdx >= 0 {
+		heap.Remove(&p.session(e.session).queue, e.sessionIdx)
 	}
 }
 
@@ -460,50 +543,42 @@ func (d *Dispatcher) DeletePool(key types.NamespacedName) {
 	d.mu.Unlock()
 }
 
-// syncSession gives a session's free pod to its head, or queues its head for
-// a fresh pod when the session has none and nothing of it runs.
+// syncSession keeps a session's lease in the pool's queue while the session
+// has no pod, and gives the session's pod, when free, to the lease (adopting
+// it) or else to the session's oldest waiting Execution.
 func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
-	head := s.queue.peek()
-	var want *entry
-	if head != nil && s.running == "" {
-		if s.pod == "" {
-			want = head
-		} else if pi := p.pods[s.pod]; pi != nil && pi.sessionFree && pi.assignedTo == nil {
-			heap.Remove(&s.queue, head.sessionIdx)
-			if s.promoted == head {
-				heap.Remove(&p.queue, head.poolIdx)
-				s.promoted = nil
-			}
-			d.assign(p, head, pi, w)
-			s.running = head.uid
-			return
+	if l := s.lease; l != nil && l.state == waiting {
+		switch {
+		case s.pod != "" && l.poolIdx >= 0:
+			heap.Remove(&p.queue, l.poolIdx)
+		case s.pod == "" && l.poolIdx < 0:
+			heap.Push(&p.queue, queued{l, &l.poolIdx})
 		}
 	}
-	if s.promoted == want {
+	if s.running != "" || s.pod == "" {
 		return
 	}
-	if s.promoted != nil && s.promoted.poolIdx >= 0 {
-		heap.Remove(&p.queue, s.promoted.poolIdx)
+	pi := p.pods[s.pod]
+	if pi == nil || !pi.sessionFree || pi.assignedTo != nil {
+		return
 	}
-	s.promoted = want
-	if want != nil {
-		heap.Push(&p.queue, queued{want, &want.poolIdx})
-		// It may have to learn that its session lost its pod.
-		w.execs = append(w.execs, want.name)
+	next := s.lease
+	if next == nil || next.state != waiting {
+		if next = s.queue.peek(); next == nil || !s.ready {
+			return
+		}
+		heap.Remove(&s.queue, next.sessionIdx)
 	}
+	d.assign(p, next, pi, w)
+	s.running = next.uid
 }
 
 // fill hands the pool's idle pods to the head of its queue.
 func (d *Dispatcher) fill(p *pool, w *wakes) {
 	for p.queue.Len() > 0 && len(p.idle) > 0 {
 		e := heap.Pop(&p.queue).(*entry)
-		if e.session != "" {
-			s := p.session(e.session)
-			if e.sessionIdx >= 0 {
-				heap.Remove(&s.queue, e.sessionIdx)
-			}
-			s.promoted = nil
-			s.running = e.uid
+		if e.lease {
+			p.session(e.session).running = e.uid
 		}
 		d.assign(p, e, p.pickIdle(), w)
 	}
@@ -517,7 +592,7 @@ func (d *Dispatcher) assign(p *pool, e *entry, pi *podInfo, w *wakes) {
 	delete(p.idle, pi.name)
 	pi.assignedTo = e
 	e.state, e.pod = assigned, pi.name
-	w.execs = append(w.execs, e.name)
+	w.wake(e)
 }
 
 // pickIdle returns an idle pod built from the current template if there is
@@ -536,22 +611,36 @@ func (p *pool) pickIdle() *podInfo {
 // Place returns what the dispatcher decided for a waiting Execution, taking
 // it in first if no event brought it yet.
 func (d *Dispatcher) Place(ex *sandboxv1alpha1.Execution) Placement {
+	return d.place(ex.UID, func() wakes { return d.updateExecution(ex) })
+}
+
+// PlaceSession is Place for a Session that waits for its pod.
+func (d *Dispatcher) PlaceSession(ses *sandboxv1alpha1.Session) Placement {
+	return d.place(ses.UID, func() wakes { return d.updateSession(ses) })
+}
+
+func (d *Dispatcher) place(uid types.UID, takeIn func() wakes) Placement {
 	d.mu.Lock()
 	var w wakes
-	e := d.execs[ex.UID]
+	e := d.execs[uid]
 	if e == nil {
-		w = d.updateExecution(ex)
-		e = d.execs[ex.UID]
+		w = takeIn()
+		e = d.execs[uid]
 	}
 	var pl Placement
 	if e != nil {
 		pl = d.placement(e)
-		// The Execution being reconciled needs no wake-up of its own.
-		w.execs = without(w.execs, e.name)
+		// The object being reconciled needs no wake-up of its own.
+		w.unwake(e)
 	}
 	d.mu.Unlock()
 	d.deliver(w)
 	return pl
+}
+
+func (w *wakes) unwake(e *entry) {
+	w.execs = without(w.execs, e.name)
+	w.sessions = without(w.sessions, e.name)
 }
 
 func without(names []types.NamespacedName, n types.NamespacedName) []types.NamespacedName {
@@ -569,17 +658,17 @@ func (d *Dispatcher) placement(e *entry) Placement {
 	if e.state == assigned {
 		pl.Pod = e.pod
 	}
-	if e.session == "" {
-		pl.NeedsFreshPod = e.state == waiting
+	s := e.pool.session(e.session)
+	if e.lease || e.session == "" {
+		pl.NeedsFreshPod = e.state == waiting && s.pod == ""
+		if e.lease && e.state == waiting {
+			pl.SessionPod = s.pod // the pod it waits to adopt
+		}
 		return pl
 	}
-	s := e.pool.session(e.session)
 	pl.SessionPod = s.pod
-	// Queued for a fresh pod, or given one: either way the session has no pod
-	// the dispatcher knows of, which the caller must confirm (a new leader can
-	// see a session's Executions before its pod).
-	pl.NeedsFreshPod = s.promoted == e || (e.state == assigned && e.pod != s.pod)
-	pl.SessionBusy = e.state == waiting && !pl.NeedsFreshPod
+	pl.NoSessionPod = s.pod == ""
+	pl.SessionBusy = e.state == waiting && s.pod != ""
 	return pl
 }
 
@@ -600,14 +689,14 @@ func (d *Dispatcher) ClaimFailed(uid types.UID, pod, rv string) {
 			}
 		}
 		d.requeue(e, &w)
-		w.execs = without(w.execs, e.name)
+		w.unwake(e)
 	}
 	d.mu.Unlock()
 	d.deliver(w)
 }
 
-// Demand is the number of a pool's Executions waiting for a fresh pod: the
-// pods the pool should add beyond its idle replicas.
+// Demand is the number of a pool's Executions and Sessions waiting for a
+// fresh pod: the pods the pool should add beyond its idle replicas.
 func (d *Dispatcher) Demand(key types.NamespacedName) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -628,8 +717,8 @@ func (d *Dispatcher) Waiting(key types.NamespacedName) int {
 	n := p.queue.Len()
 	for _, s := range p.sessions {
 		n += s.queue.Len()
-		if s.promoted != nil {
-			n-- // counted in the pool's queue
+		if s.lease != nil && s.lease.poolIdx < 0 && s.lease.state == waiting {
+			n++ // adopting its pod, not in the pool's queue
 		}
 	}
 	return n
@@ -641,7 +730,7 @@ func (d *Dispatcher) WaitingOf(key types.NamespacedName) []types.NamespacedName 
 	defer d.mu.Unlock()
 	var out []types.NamespacedName
 	for _, e := range d.execs {
-		if e.pool.key == key && e.state != running {
+		if e.pool.key == key && e.state != running && !e.lease {
 			out = append(out, e.name)
 		}
 	}

@@ -20,14 +20,15 @@ var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 // recorder collects the wake-ups a dispatcher sends.
 type recorder struct {
-	execs []string
-	pools int
+	execs, sessions []string
+	pools           int
 }
 
 func newDispatcher() (*Dispatcher, *recorder) {
 	rec := &recorder{}
 	d := New(func(n types.NamespacedName) { rec.execs = append(rec.execs, n.Name) },
 		func(types.NamespacedName) { rec.pools++ })
+	d.WakeSession = func(n types.NamespacedName) { rec.sessions = append(rec.sessions, n.Name) }
 	return d, rec
 }
 
@@ -97,23 +98,47 @@ func TestFreedPodGoesToTheHeadNotToSessionFollowers(t *testing.T) {
 	}
 }
 
+// ses is a Session of pool "python" created at t0+sec.
+func ses(name string, sec int) *wrappers.SessionWrapper {
+	return wrappers.Session(ns, name).UID("uid-" + name).Created(t0.Add(time.Duration(sec) * time.Second))
+}
+
 func TestSessionRunsOneAtATimeInOrderOnItsPod(t *testing.T) {
 	d, rec := newDispatcher()
 	s1 := ex("s-1", 0).Session("s").Obj()
 	d.UpdateExecution(s1)
 	d.UpdateExecution(ex("s-2", 1).Session("s").Obj())
 	d.UpdateExecution(ex("s-3", 2).Session("s").Obj())
+	if got := d.Demand(poolKey); got != 0 {
+		t.Fatalf("demand %d, want 0: Executions of a session never take a fresh pod themselves", got)
+	}
+	d.UpdateSession(ses("s", 3).Obj())
 	if got := d.Demand(poolKey); got != 1 {
-		t.Fatalf("demand %d, want 1: a session needs one pod", got)
+		t.Fatalf("demand %d, want 1: the Session needs one pod", got)
 	}
 	rec.take()
 	d.UpdatePod(pod("p1").Obj())
 	d.UpdatePod(pod("p2").Obj())
+	if got := rec.sessions; !slices.Equal(got, []string{"s"}) {
+		t.Fatalf("woke sessions %v, want [s]", got)
+	}
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("woke executions %v before the Session holds its pod", got)
+	}
+	if pl := d.PlaceSession(ses("s", 3).Obj()); pl.Pod != "p1" {
+		t.Fatalf("session s: %+v, want p1", pl)
+	}
+	// The Session's claim of p1 is seen before its Ready status: nothing of
+	// the session runs until the Session has said it holds the pod.
+	d.UpdatePod(pod("p1").RV("2").Session("s").Obj())
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("woke %v before the Session was Ready", got)
+	}
+	d.UpdateSession(ses("s", 3).ReadyOn("p1").Obj())
 	if got := rec.take(); !slices.Equal(got, []string{"s-1"}) {
 		t.Fatalf("woke %v, want [s-1]", got)
 	}
-	// s-1 claims p1; p2 stays idle for others.
-	d.UpdatePod(pod("p1").RV("2").ClaimedBy(s1).Obj())
+	d.UpdatePod(pod("p1").RV("3").ClaimedBy(s1).Obj())
 	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("p1").Obj())
 	if pl := d.Place(ex("s-2", 1).Session("s").Obj()); pl.Pod != "" || !pl.SessionBusy {
 		t.Fatalf("s-2 while s-1 runs: %+v", pl)
@@ -129,7 +154,7 @@ func TestSessionRunsOneAtATimeInOrderOnItsPod(t *testing.T) {
 	if got := rec.take(); len(got) != 0 {
 		t.Fatalf("woke %v before the pod was released", got)
 	}
-	d.UpdatePod(pod("p1").RV("3").Session("s").Obj())
+	d.UpdatePod(pod("p1").RV("4").Session("s").Obj())
 	if got := rec.take(); !slices.Equal(got, []string{"s-2"}) {
 		t.Fatalf("woke %v, want [s-2]", got)
 	}
@@ -138,42 +163,83 @@ func TestSessionRunsOneAtATimeInOrderOnItsPod(t *testing.T) {
 	}
 }
 
-func TestSessionWithoutPodQueuesItsHeadAndSaysSo(t *testing.T) {
+func TestSessionThatLostItsPodTakesNoOther(t *testing.T) {
 	d, rec := newDispatcher()
 	s1 := ex("s-1", 0).Session("s").Obj()
 	d.UpdatePod(pod("sp").ClaimedBy(s1).Obj())
+	d.UpdateSession(ses("s", 0).ReadyOn("sp").Obj())
 	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("sp").Obj())
 	d.UpdateExecution(ex("s-2", 1).Session("s").Obj())
+	d.UpdatePod(pod("fresh").Obj())
 	rec.take()
-	// The session pod is deleted (lost): s-1 ends, s-2 is queued for a fresh
-	// pod and woken so that it can find out the session lost its state.
+	// The session pod is deleted (lost): s-2 must not get the fresh pod (the
+	// Session's status says what became of it).
 	d.DeletePod(pod("sp").Obj())
 	d.UpdateExecution(ex("s-1", 0).Session("s").RunningOn("sp").Finished(sandboxv1alpha1.PhaseFailed).Obj())
-	if got := rec.take(); !slices.Equal(got, []string{"s-2"}) {
-		t.Fatalf("woke %v, want [s-2]", got)
+	if pl := d.Place(ex("s-2", 1).Session("s").Obj()); !pl.NoSessionPod || pl.Pod != "" || pl.NeedsFreshPod {
+		t.Fatalf("s-2: %+v, want waiting, with no session pod", pl)
 	}
-	if pl := d.Place(ex("s-2", 1).Session("s").Obj()); !pl.NeedsFreshPod || pl.SessionPod != "" {
-		t.Fatalf("s-2: %+v", pl)
+	if got := d.Demand(poolKey); got != 0 {
+		t.Fatalf("demand %d, want 0", got)
 	}
 }
 
-// Regression (found by the chaos suite): a new leader learns of a session's
-// Executions before its pod; a fresh pod it hands the session's head must be
-// flagged, so that the controller checks for the session's own pod first.
-func TestFreshPodForASessionIsFlagged(t *testing.T) {
-	d, _ := newDispatcher()
-	s2 := ex("s-2", 2).Session("s").Obj()
-	d.UpdateExecution(s2)
+// A manager that stopped between a Session's claim and its Ready status left
+// a pod labelled with the Session's name: the Session adopts it, and gives
+// back a fresh pod chosen before the labelled one was seen.
+func TestSessionAdoptsItsLabelledPod(t *testing.T) {
+	d, rec := newDispatcher()
+	s := ses("s", 0).Obj()
+	d.UpdateSession(s)
 	d.UpdatePod(pod("fresh").Obj())
-	pl := d.Place(s2)
-	if pl.Pod != "fresh" || !pl.NeedsFreshPod {
-		t.Fatalf("s-2: %+v, want the fresh pod, flagged", pl)
+	if pl := d.PlaceSession(s); pl.Pod != "fresh" {
+		t.Fatalf("s: %+v, want the fresh pod", pl)
 	}
-	// The session's own pod shows up; the fresh one is given back.
 	d.UpdatePod(pod("sp").Session("s").Obj())
-	d.ClaimFailed("uid-s-2", "fresh", "")
-	if pl := d.Place(s2); pl.Pod != "sp" || pl.NeedsFreshPod {
-		t.Fatalf("s-2 after its pod was seen: %+v, want its session pod", pl)
+	d.ClaimFailed("uid-s", "fresh", "")
+	if pl := d.PlaceSession(s); pl.Pod != "sp" || pl.NeedsFreshPod {
+		t.Fatalf("s after its pod was seen: %+v, want its own pod", pl)
+	}
+	other := ex("other", 5).Obj()
+	d.UpdateExecution(other)
+	if got := d.Place(other).Pod; got != "fresh" {
+		t.Fatalf("other got %q, want the fresh pod given back", got)
+	}
+	rec.take()
+}
+
+// Regression (found by the chaos suite): a new leader learned of a pod
+// labelled with a Session's name and of the Session's Executions before it
+// learned of the Session, which was still adopting that pod; the head
+// Execution got the pod, could not use it (its Session was not Ready), and
+// the Session waited forever for a pod held by nobody.
+func TestSessionExecutionsWaitUntilTheSessionIsReady(t *testing.T) {
+	d, rec := newDispatcher()
+	d.UpdatePod(pod("sp").Session("s").Obj())
+	d.UpdateExecution(ex("s-1", 1).Session("s").Obj())
+	if pl := d.Place(ex("s-1", 1).Session("s").Obj()); pl.Pod != "" {
+		t.Fatalf("s-1 before its Session is known: %+v, want no pod", pl)
+	}
+	s := ses("s", 0).Obj()
+	d.UpdateSession(s)
+	if pl := d.PlaceSession(s); pl.Pod != "sp" {
+		t.Fatalf("session s: %+v, want to adopt sp", pl)
+	}
+	rec.take()
+	d.UpdateSession(ses("s", 0).ReadyOn("sp").Obj())
+	if got := rec.take(); !slices.Equal(got, []string{"s-1"}) {
+		t.Fatalf("woke %v once the Session was Ready, want [s-1]", got)
+	}
+	if pl := d.Place(ex("s-1", 1).Session("s").Obj()); pl.Pod != "sp" {
+		t.Fatalf("s-1 after its Session is Ready: %+v, want sp", pl)
+	}
+	// A deleted Session's Executions get nothing more.
+	d.UpdateExecution(ex("s-1", 1).Session("s").RunningOn("sp").Finished(sandboxv1alpha1.PhaseSucceeded).Obj())
+	d.DeleteSession(ses("s", 0).ReadyOn("sp").Obj())
+	d.UpdateExecution(ex("s-2", 2).Session("s").Obj())
+	d.UpdatePod(pod("sp").RV("5").Session("s").Obj())
+	if pl := d.Place(ex("s-2", 2).Session("s").Obj()); pl.Pod != "" {
+		t.Fatalf("s-2 after its Session was deleted: %+v, want no pod", pl)
 	}
 }
 

@@ -16,6 +16,17 @@ var (
 		Help: "Finished Executions by final phase.",
 	}, []string{"phase"})
 
+	// DataPlaneRequests counts data-plane requests by subresource and HTTP code.
+	DataPlaneRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_dataplane_requests_total",
+		Help: "Requests to the Sessions data plane by subresource (exec, interrupt, files, ...) and HTTP status code.",
+	}, []string{"subresource", "code"})
+	// DataPlaneDuration is how long data-plane requests took (an exec: until its result).
+	DataPlaneDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "warmpool_dataplane_request_duration_seconds", Help: "Duration of Sessions data-plane requests by subresource.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+	}, []string{"subresource"})
+
 	latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
 	// QueueWait is the time from an Execution's creation until it claimed a pod.
@@ -49,7 +60,8 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending)
+	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending,
+		DataPlaneRequests, DataPlaneDuration)
 }
 
 // ForgetPool removes a deleted pool's series.

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -282,11 +283,15 @@ func (r *Runner) Attach(job Job) {
 				// The agent interrupts at the deadline itself; this is the manager's backup.
 				_ = c.Interrupt(ctx, id)
 				interrupted = true
-			case err != nil:
-				last = err
 			}
+			last = err
 			select {
 			case <-ctx.Done():
+				if errors.Is(last, syscall.ECONNREFUSED) {
+					// Nothing listens where the agent was: it is gone, and the run with it.
+					r.finish(job.UID, Outcome{Err: fmt.Errorf("the sandbox agent is gone (re-attaching: %w)", last)})
+					return
+				}
 				r.finish(job.UID, Outcome{Err: fmt.Errorf("%w by %s after re-attaching: %v", ErrNoAnswer, job.Grace+Slack, last)})
 				return
 			case <-time.After(attachPoll):
@@ -418,6 +423,12 @@ func (r *Runner) Forget(uid types.UID) {
 		rn.cancel()
 		delete(r.runs, uid)
 	}
+}
+
+// Agent returns a client of a pod's agent whose requests carry tokens for that
+// pod alone, over the runner's shared connection pool.
+func (r *Runner) Agent(addr string, podUID types.UID, keyID string) *client.Client {
+	return r.client(addr, podUID, keyID)
 }
 
 // Reset gives a pod's agent a fresh interpreter (reusePolicy FreshInterpreter).

@@ -263,6 +263,10 @@ func (h *harness) startManager(i int) {
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 		"--manager-namespace", managerNS, "--agent-port", strconv.Itoa(h.agentPort),
 		"--metrics-bind-address", metrics, "--metrics-secure=false", "--health-probe-bind-address", "0")
+	if v := os.Getenv("CHAOS_MANAGER_VERBOSITY"); v != "" {
+		// With CHAOS_KEEP_LOGS: what the managers decided, for a failed run.
+		cmd.Args = append(cmd.Args, "--zap-log-level="+v)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(h.t, cmd.Start())

@@ -13,6 +13,9 @@
 //
 //   - the baseline: the same print(1) as a Kubernetes Job on the same cluster.
 //
+//   - with -only dataplane: Sessions side by side with Execution objects in a
+//     session (dataplane.go).
+//
 //     go run ./test/clusterbench -executions 200 -jobs 20
 package main
 
@@ -62,13 +65,19 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path) or reuse")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse or dataplane")
+	runs := flag.Int("runs", 1000, "print(1) runs per data-plane path (-only dataplane)")
+	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
 	flag.Parse()
+	dataPlane = [2]int{*runs, *creates}
 	if err := run(*executions, *churn, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
 		os.Exit(1)
 	}
 }
+
+// dataPlane holds -runs and -creates.
+var dataPlane [2]int
 
 func run(executions, churn, jobs, burst int, image, runtimeClass string, only string) error {
 	cfg, err := config.GetConfig()
@@ -111,6 +120,9 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 
 	// Every phase has its pool to itself: on a small node, each idle gVisor
 	// sandbox costs a few percent of a core, and each boot much more.
+	if only == "dataplane" {
+		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1])
+	}
 	if only == "reuse" {
 		return b.reusePhase(ctx, image, runtimeClass, churn)
 	}

@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
@@ -33,6 +34,8 @@ import (
 var (
 	ctx = context.Background()
 	k8s client.Client
+	// restConfig is the suite's kubeconfig (the cluster admin's).
+	restConfig *rest.Config
 	// image is the sandbox image the pools of this suite run.
 	image = envOr("E2E_REPL_IMAGE", "warmpool.dev/repl:dev")
 )
@@ -47,6 +50,7 @@ var _ = BeforeSuite(func() {
 	Expect(os.Getenv("KUBECONFIG")).NotTo(BeEmpty(), "set KUBECONFIG, or run `make test-e2e`, which brings up the local cluster")
 	cfg, err := config.GetConfig()
 	Expect(err).NotTo(HaveOccurred())
+	restConfig = cfg
 	scheme := clientgoscheme.Scheme
 	Expect(sandboxv1alpha1.AddToScheme(scheme)).To(Succeed())
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})

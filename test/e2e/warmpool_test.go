@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -240,5 +241,11 @@ var _ = Describe("the samples, with kubectl", func() {
 		}
 		out := run(kubectl(), "-n", ns, "get", "execution", "hello", "-o", "jsonpath={.status.stdout}")
 		Expect(out).To(ContainSubstring("hello from warmpool"))
+		// The Session sample, driven with kubectl alone as README shows.
+		run(kubectl(), "-n", ns, "wait", "--for=jsonpath={.status.phase}=Ready", "session/notebook", "--timeout=180s")
+		body := filepath.Join(GinkgoT().TempDir(), "exec.json")
+		Expect(os.WriteFile(body, []byte(`{"code": "6 * 7"}`), 0o600)).To(Succeed())
+		out = run(kubectl(), "create", "--raw", "/apis/data.warmpool.dev/v1alpha1/namespaces/"+ns+"/sessions/notebook/exec", "-f", body)
+		Expect(out).To(ContainSubstring(`"result":"42"`))
 	})
 })

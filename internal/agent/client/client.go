@@ -75,33 +75,15 @@ func IsStatus(err error, code int) bool {
 
 func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
 	var rd io.Reader
+	contentType := ""
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(b)
+		rd, contentType = bytes.NewReader(b), "application/json"
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	token := c.token
-	if c.tokens != nil {
-		if token, err = c.tokens(); err != nil {
-			return nil, fmt.Errorf("agent token: %w", err)
-		}
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.http.Do(req)
+	resp, err := c.Raw(ctx, method, path, rd, contentType, accept)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +97,32 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 		return nil, &APIError{Code: resp.StatusCode, Message: eb.Error}
 	}
 	return resp, nil
+}
+
+// Raw sends one request to the agent and returns its response whatever the
+// status, for callers that pass the agent's answer on (the data plane). The
+// caller closes the body.
+func (c *Client) Raw(ctx context.Context, method, path string, body io.Reader, contentType, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	token := c.token
+	if c.tokens != nil {
+		if token, err = c.tokens(); err != nil {
+			return nil, fmt.Errorf("agent token: %w", err)
+		}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return c.http.Do(req)
 }
 
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {

@@ -168,6 +168,8 @@ type rpcMessage struct {
 
 // ReadyInfo is what the interpreter reports once warm.
 type ReadyInfo struct {
+	// Tag identifies this process of the interpreter (Result.Interpreter).
+	Tag       string            `json:"-"`
 	Python    string            `json:"python"`
 	PID       int               `json:"pid"`
 	Preloaded []string          `json:"preloaded"`
@@ -469,7 +471,9 @@ func (it *Interpreter) Ready() (ReadyInfo, error) {
 	if it.proc == nil || !it.proc.alive() {
 		return ReadyInfo{}, errors.New("interpreter is starting")
 	}
-	return it.proc.info, nil
+	info := it.proc.info
+	info.Tag = it.proc.tag
+	return info, nil
 }
 
 // Busy reports whether an execution runs.

@@ -212,6 +212,14 @@ type Health struct {
 	Preloaded []string `json:"preloaded,omitempty"`
 	Workers   int      `json:"workers,omitempty"`
 	Busy      int      `json:"busy,omitempty"`
+	// Interpreter is the tag of the running interpreter process (with one
+	// worker): a session whose interpreter changed has lost its state.
+	Interpreter string `json:"interpreter,omitempty"`
+	// Runs counts the executions the agent started; LastActivity is when it
+	// last answered an authenticated request. A Session's idle timeout is
+	// judged from them, so runs through the data plane need no API write.
+	Runs         int64      `json:"runs,omitempty"`
+	LastActivity *time.Time `json:"lastActivity,omitempty"`
 }
 
 // ErrorBody is every non-2xx answer.

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,6 +83,8 @@ type Server struct {
 	mu       sync.Mutex
 	workers  []*worker
 	sessions map[string]int // session -> worker index
+	// runs and lastActivity (Unix nanoseconds) are reported by /readyz.
+	runs, lastActivity atomic.Int64
 }
 
 // apiError is an error with the HTTP status it is answered with.
@@ -150,7 +153,9 @@ func (s *Server) Handler() http.Handler {
 					return
 				}
 			}
+			s.lastActivity.Store(time.Now().UnixNano())
 			h(w, r)
+			s.lastActivity.Store(time.Now().UnixNano())
 		}
 	}
 	mux.HandleFunc("POST "+protocol.PathExecute, auth(s.execute))
@@ -346,6 +351,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errorCode(err, http.StatusConflict), err.Error())
 			return
 		}
+		s.runs.Add(1)
 		s.start(e, wk, req, stream, reset)
 	} else {
 		s.cfg.Log.V(1).Info("attaching to execution", "id", req.ID)
@@ -681,9 +687,17 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 			break
 		}
 		h.Python, h.Preloaded = info.Python, info.Preloaded
+		if len(s.workers) == 1 {
+			h.Interpreter = info.Tag
+		}
 		if wk.interp.Busy() {
 			h.Busy++
 		}
+	}
+	h.Runs = s.runs.Load()
+	if t := s.lastActivity.Load(); t != 0 {
+		last := time.Unix(0, t).UTC()
+		h.LastActivity = &last
 	}
 	code := http.StatusOK
 	if !h.OK {

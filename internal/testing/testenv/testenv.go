@@ -50,6 +50,8 @@ func assets() (string, error) {
 }
 
 // Start starts etcd and kube-apiserver and installs the CRDs from config/crd/bases.
+// The API server's aggregation layer is configured as on a real control
+// plane, so that tests can register the data plane as an APIService.
 func Start() (*Env, error) {
 	dir, err := assets()
 	if err != nil {
@@ -64,6 +66,9 @@ func Start() (*Env, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+	}
+	if err := enableAggregation(env); err != nil {
+		return nil, fmt.Errorf("front-proxy certificates for envtest: %w", err)
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -261,3 +261,56 @@ func (w *PoolWrapper) ExecutionTTL(seconds int32) *PoolWrapper {
 	w.Spec.ExecutionDefaults.TTLSecondsAfterFinished = &seconds
 	return w
 }
+
+// SessionWrapper wraps a Session.
+type SessionWrapper struct{ sandboxv1alpha1.Session }
+
+// Session starts a Session of pool "python".
+func Session(namespace, name string) *SessionWrapper {
+	return &SessionWrapper{sandboxv1alpha1.Session{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec:       sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.PoolReference{Name: "python"}},
+	}}
+}
+
+// Obj returns a pointer to the built object.
+func (w *SessionWrapper) Obj() *sandboxv1alpha1.Session { return &w.Session }
+
+// Pool sets spec.poolRef.name.
+func (w *SessionWrapper) Pool(name string) *SessionWrapper { w.Spec.PoolRef.Name = name; return w }
+
+// UID sets metadata.uid (objects not sent to an API server).
+func (w *SessionWrapper) UID(uid string) *SessionWrapper { w.ObjectMeta.UID = types.UID(uid); return w }
+
+// Created sets metadata.creationTimestamp.
+func (w *SessionWrapper) Created(t time.Time) *SessionWrapper {
+	w.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+
+// IdleTimeout sets spec.idleTimeout.
+func (w *SessionWrapper) IdleTimeout(d time.Duration) *SessionWrapper {
+	w.Spec.IdleTimeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+// MaxLifetime sets spec.maxLifetime.
+func (w *SessionWrapper) MaxLifetime(d time.Duration) *SessionWrapper {
+	w.Spec.MaxLifetime = &metav1.Duration{Duration: d}
+	return w
+}
+
+// Context sets spec.context (text).
+func (w *SessionWrapper) Context(text string) *SessionWrapper { w.Spec.Context = &text; return w }
+
+// Env adds a variable to spec.env.
+func (w *SessionWrapper) Env(name, value string) *SessionWrapper {
+	w.Spec.Env = append(w.Spec.Env, sandboxv1alpha1.EnvVar{Name: name, Value: value})
+	return w
+}
+
+// ReadyOn sets the status of a Session that holds pod.
+func (w *SessionWrapper) ReadyOn(pod string) *SessionWrapper {
+	w.Status.Phase, w.Status.PodName = sandboxv1alpha1.SessionReady, pod
+	return w
+}

@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -49,7 +50,7 @@ func kustomizeBuild(dir string) []*unstructured.Unstructured {
 var _ = Describe("Deploy manifests", func() {
 	It("are accepted by the API server, as kubectl apply --server-side sends them", func() {
 		kinds := map[string]int{}
-		for _, dir := range []string{"config/default", "config/runtimeclass"} {
+		for _, dir := range []string{"config/default", "config/runtimeclass", "config/apiservice"} {
 			for _, obj := range kustomizeBuild(dir) {
 				obj.SetManagedFields(nil)
 				Expect(k8s.Patch(ctx, obj, client.Apply, client.FieldOwner("warmpool-test"), client.ForceOwnership)).
@@ -57,10 +58,20 @@ var _ = Describe("Deploy manifests", func() {
 				kinds[obj.GetKind()]++
 			}
 		}
-		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 2))
+		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 3))
 		Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 		Expect(kinds).To(HaveKeyWithValue("RuntimeClass", 1))
+		Expect(kinds).To(HaveKeyWithValue("APIService", 1))
 		Expect(kinds).To(HaveKey("ClusterRole"))
+		// The APIService (applied without namePrefix) names the data plane's
+		// Service as config/default renders it.
+		as := &unstructured.Unstructured{}
+		as.SetAPIVersion("apiregistration.k8s.io/v1")
+		as.SetKind("APIService")
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: "v1alpha1.data.warmpool.dev"}, as)).To(Succeed())
+		svcNS, _, _ := unstructured.NestedString(as.Object, "spec", "service", "namespace")
+		svcName, _, _ := unstructured.NestedString(as.Object, "spec", "service", "name")
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: svcNS, Name: svcName}, &corev1.Service{})).To(Succeed())
 		// The pools' default runtimeClassName must exist under that very name.
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: "gvisor"}, &nodev1.RuntimeClass{})).To(Succeed())
 	})

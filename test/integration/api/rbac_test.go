@@ -26,8 +26,8 @@ import (
 // aggregate into.
 var tenantRoles = map[string][]string{
 	"admin": {"warmpool-sandboxpool-admin-role", "warmpool-execution-admin-role"},
-	"edit":  {"warmpool-sandboxpool-editor-role", "warmpool-execution-editor-role"},
-	"view":  {"warmpool-sandboxpool-viewer-role", "warmpool-execution-viewer-role"},
+	"edit":  {"warmpool-sandboxpool-editor-role", "warmpool-execution-editor-role", "warmpool-session-editor-role"},
+	"view":  {"warmpool-sandboxpool-viewer-role", "warmpool-execution-viewer-role", "warmpool-session-viewer-role"},
 }
 
 // deployedTenantRoles renders config/default and returns the tenant roles, by name.
@@ -48,7 +48,7 @@ func deployedTenantRoles() map[string]*rbacv1.ClusterRole {
 		Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
 		roles[role.Name] = role
 	}
-	Expect(roles).To(HaveLen(len(wanted)), "config/default must ship the six tenant ClusterRoles")
+	Expect(roles).To(HaveLen(len(wanted)), "config/default must ship every tenant ClusterRole")
 	return roles
 }
 
@@ -137,6 +137,13 @@ var _ = Describe("Tenant RBAC", func() {
 		for name, role := range deployedTenantRoles() {
 			viewer := strings.HasSuffix(name, "-viewer-role")
 			for _, rule := range role.Rules {
+				if name == "warmpool-session-editor-role" && slices.Equal(rule.APIGroups, []string{"data.warmpool.dev"}) {
+					// The data plane's verbs: running code in a Session is editing.
+					for _, res := range rule.Resources {
+						Expect(res).To(HavePrefix("sessions/"), name)
+					}
+					continue
+				}
 				Expect(rule.APIGroups).To(Equal([]string{sandboxv1alpha1.GroupVersion.Group}), name)
 				Expect(rule.NonResourceURLs).To(BeEmpty(), name)
 				Expect(rule.ResourceNames).To(BeEmpty(), name)

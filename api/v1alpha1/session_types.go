@@ -1,0 +1,143 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AnnotationCreatedFor is set on a Session the manager created for an
+// Execution that named it in spec.session; it names that Execution.
+const AnnotationCreatedFor = "sandbox.warmpool.dev/created-for"
+
+// SessionPhase is where a Session is in its lifecycle.
+// +kubebuilder:validation:Enum=Pending;Ready;Closed;Lost
+type SessionPhase string
+
+const (
+	// SessionPending: waiting for a pod of the pool.
+	SessionPending SessionPhase = "Pending"
+	// SessionReady: the Session holds a pod whose interpreter keeps its state; code runs through the data plane.
+	SessionReady SessionPhase = "Ready"
+	// SessionClosed: ended by its idle timeout, its maximum lifetime, or spec.close; the pod was freed.
+	SessionClosed SessionPhase = "Closed"
+	// SessionLost: its pod or interpreter went away (see conditions); the state is gone.
+	SessionLost SessionPhase = "Lost"
+)
+
+// IsFinished reports whether the phase is terminal.
+func (p SessionPhase) IsFinished() bool { return p == SessionClosed || p == SessionLost }
+
+// SessionSpec is a lease on one warm interpreter of a pool.
+// +kubebuilder:validation:XValidation:rule="has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env)",message="spec is immutable except close, idleTimeout and maxLifetime: create a new Session instead"
+type SessionSpec struct {
+	// poolRef names the SandboxPool, in the Session's namespace, whose pod the Session leases.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
+	PoolRef PoolReference `json:"poolRef"`
+
+	// idleTimeout ends the Session this long after its last run; the pool's
+	// sessionIdleTimeout when unset.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="spec.idleTimeout must be between 1s and 24h"
+	// +optional
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// maxLifetime ends the Session this long after it became Ready, however
+	// busy; unlimited when unset.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="spec.maxLifetime must be between 1s and 168h"
+	// +optional
+	MaxLifetime *metav1.Duration `json:"maxLifetime,omitempty"`
+
+	// context is set as the Python variable `context` once, when the Session
+	// becomes Ready.
+	// +kubebuilder:validation:MaxLength=262144
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.context is immutable"
+	// +optional
+	Context *string `json:"context,omitempty"`
+
+	// contextFormat says whether context is text or JSON to parse.
+	// +kubebuilder:default=text
+	// +optional
+	ContextFormat ContextFormat `json:"contextFormat,omitempty"`
+
+	// env is set in the interpreter's environment once, when the Session becomes Ready.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.env is immutable"
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []EnvVar `json:"env,omitempty"`
+
+	// close ends the Session now: a run in flight is interrupted, the pod freed.
+	// +optional
+	Close bool `json:"close,omitempty"`
+}
+
+// SessionStatus is what the manager observed.
+type SessionStatus struct {
+	// phase is Pending, Ready, Closed or Lost.
+	// +optional
+	Phase SessionPhase `json:"phase,omitempty"`
+
+	// podName is the pod the Session holds (or held).
+	// +optional
+	PodName string `json:"podName,omitempty"`
+
+	// interpreter identifies the interpreter that keeps the Session's state; a
+	// run that finds another one fails rather than continue on a fresh one.
+	// +optional
+	Interpreter string `json:"interpreter,omitempty"`
+
+	// readyTime is when the Session became Ready.
+	// +optional
+	ReadyTime *metav1.Time `json:"readyTime,omitempty"`
+
+	// lastActivityTime is when the last run ended, written at most every few
+	// seconds (never once per run); the idle timeout counts from it.
+	// +optional
+	LastActivityTime *metav1.Time `json:"lastActivityTime,omitempty"`
+
+	// runs counts the runs of the Session as of lastActivityTime.
+	// +optional
+	Runs int64 `json:"runs,omitempty"`
+
+	// conditions: Ready, with a reason that says why not (NoIdleSandbox,
+	// PoolNotFound, SandboxLost, InterpreterRestarted, IdleTimeout, ...).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ses,categories=warmpool
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`
+// +kubebuilder:printcolumn:name="Last activity",type=date,JSONPath=`.status.lastActivityTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// Session leases one warm interpreter of a SandboxPool; code runs in it
+// through the data plane (data.warmpool.dev) or as Executions naming it.
+type Session struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SessionSpec   `json:"spec"`
+	Status SessionStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// SessionList is a list of Sessions.
+type SessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Session `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Session{}, &SessionList{})
+}

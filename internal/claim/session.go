@@ -1,0 +1,70 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// A Session leases its pod for its whole life: the pod carries the Session's
+// name in LabelSession and no claimed-by annotation, which leaves it free for
+// the Session's own runs (Executions naming the Session claim it one at a
+// time, data-plane runs go straight to its agent) and for nothing else.
+
+// ClaimableForSession reports whether ses may take pod (as read): an idle
+// fresh pod, or one already labelled with its name that no run holds (left by
+// a manager that stopped between the claim and the Session's status).
+func ClaimableForSession(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
+	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) || ClaimedBy(pod) != "" {
+		return false
+	}
+	if s := Session(pod); s != "" {
+		return s == ses.Name
+	}
+	return sandboxpod.IsIdle(pod)
+}
+
+// ClaimForSession leases pod to ses. Like Claim it commits with the pod's
+// resourceVersion, so two claims of one pod cannot both succeed.
+func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses *sandboxv1alpha1.Session, now time.Time) error {
+	if !ClaimableForSession(pod, ses) {
+		return ErrNotClaimable
+	}
+	if Session(pod) == ses.Name {
+		return nil // adopted: the lease was written before
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	pod.Labels[sandboxpod.LabelSession] = ses.Name
+	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
+	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("claim pod %s for session %s: %w", pod.Name, ses.Name, err)
+	}
+	return nil
+}
+
+// ReleaseSessionForReset ends a Session's lease on pod into StateResetting
+// (reusePolicy FreshInterpreter). It does nothing to a pod that is not the
+// Session's or that a run still holds.
+func ReleaseSessionForReset(ctx context.Context, c client.Client, pod *corev1.Pod, session string, now time.Time) error {
+	if Session(pod) != session || ClaimedBy(pod) != "" {
+		return nil
+	}
+	delete(pod.Labels, sandboxpod.LabelSession)
+	delete(pod.Annotations, sandboxpod.AnnotationInterpreter)
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting
+	pod.Annotations[sandboxpod.AnnotationResetSince] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("release pod %s of session %s for a reset: %w", pod.Name, session, err)
+	}
+	return nil
+}

@@ -1,0 +1,500 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// The session policy. A Session leases one warm pod of its pool for its
+// whole life: it waits in the pool's queue with the pool's Executions (first
+// come, first served), claims its pod with the same optimistic lock, applies
+// its context and env once, and is Ready. Its runs (through the data plane,
+// or as Executions naming it) write nothing to the API: the agent counts them
+// and the reconciler reads the count and the last activity from the agent
+// when it checks the idle timeout, and writes them at most every
+// sessionStatusInterval. It ends Closed (idle timeout, maximum lifetime,
+// spec.close) or Lost (its pod or its interpreter went away); that status is
+// stored before its pod is freed.
+
+const (
+	// defaultSessionIdleTimeout applies when neither the Session nor its pool sets one.
+	defaultSessionIdleTimeout = 10 * time.Minute
+	// sessionCheckInterval bounds how long a Ready Session goes without a look
+	// at its pod's agent (interpreter restarts are found this way).
+	sessionCheckInterval = 15 * time.Second
+	// sessionStatusInterval is the least time between two writes of a Ready
+	// Session's run count and last activity.
+	sessionStatusInterval = 10 * time.Second
+	// sessionInitTimeout bounds applying a Session's context and env.
+	sessionInitTimeout = 30 * time.Second
+	// claimRetry is when a Session whose claim did not commit looks again.
+	claimRetry = 100 * time.Millisecond
+)
+
+// SessionReconciler leases pods to Sessions and ends them.
+type SessionReconciler struct {
+	client.Client
+	// APIReader confirms, around the cache, what the cache may not show yet: a
+	// pod already labelled with the Session's name, a pod that is gone.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Runner calls the pods' agents (the Execution reconciler's).
+	Runner   *runner.Runner
+	Resolver runner.Resolver
+	// Dispatcher is shared with the Execution reconciler: one queue per pool.
+	Dispatcher *dispatch.Dispatcher
+	Clock      clock.PassiveClock
+
+	wakeups *wakeups
+	// statusWritten: when each Ready Session's activity was last written.
+	mu            sync.Mutex
+	statusWritten map[types.UID]time.Time
+}
+
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions/status,verbs=get;update;patch
+
+// Reconcile moves a Session along Pending → Ready → Closed | Lost.
+func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ses := &sandboxv1alpha1.Session{}
+	if err := r.Get(ctx, req.NamespacedName, ses); err != nil {
+		// Deleted: the pool controller frees a pod whose Session is gone.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	switch {
+	case ses.DeletionTimestamp != nil:
+		return ctrl.Result{}, nil
+	case ses.Status.Phase.IsFinished():
+		return r.free(ctx, ses)
+	case ses.Spec.Close:
+		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonClosed, "closed by spec.close")
+	case ses.Status.PodName == "":
+		return r.lease(ctx, ses)
+	default:
+		return r.check(ctx, ses)
+	}
+}
+
+// lease gets the Session a pod: the one already labelled with its name, or
+// the one the dispatcher chose. The claim and the Ready status are written
+// one after the other; a manager that stops between them leaves a labelled
+// pod, which the next reconcile adopts.
+func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
+			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ses.Spec.PoolRef.Name, ses.Namespace))
+	}
+	log := logf.FromContext(ctx)
+	pl := r.Dispatcher.PlaceSession(ses)
+	if pl.Pod == "" && pl.SessionPod != "" {
+		log.V(1).Info("waiting for the pod that carries the session's name", "pod", pl.SessionPod)
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf(
+			"waiting to adopt pod %s, which carries the Session's name, until no run holds it", pl.SessionPod))
+	}
+	if pl.Pod == "" {
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
+			"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
+	}
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: pl.Pod}, pod); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
+		return ctrl.Result{RequeueAfter: claimRetry}, nil
+	}
+	if claim.Session(pod) != ses.Name {
+		// About to take a fresh pod: make sure no pod carries the Session's
+		// name already (the pod informer can lag behind a new leader's start,
+		// or behind this Session's own claim when its status write failed).
+		own, err := r.labelledPod(ctx, ses)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		switch {
+		case own != nil && own.Name == pl.Pod:
+			pod = own // the cache lags behind the claim: carry on with the live pod
+		case own != nil:
+			log.V(1).Info("a pod carries the session's name already: adopting it instead", "chosen", pl.Pod, "own", own.Name)
+			r.Dispatcher.UpdatePod(own)
+			r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
+			return ctrl.Result{RequeueAfter: claimRetry}, nil
+		}
+	}
+	if err := claim.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
+		if !apierrors.IsConflict(err) && err != claim.ErrNotClaimable {
+			return ctrl.Result{}, err
+		}
+		log.V(1).Info("the claim did not commit", "pod", pod.Name, "err", err.Error())
+		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
+		// A fixed short retry, not the rate limiter's: a cache that lags
+		// behind a few claims must not push the Session out by minutes.
+		return ctrl.Result{RequeueAfter: claimRetry}, nil
+	}
+	interp, err := r.initialize(ctx, ses, pod)
+	if err != nil {
+		// The pod is the Session's now; a later reconcile frees it.
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonContextFailed, err.Error())
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	ses.Status.Phase = sandboxv1alpha1.SessionReady
+	ses.Status.PodName = pod.Name
+	ses.Status.Interpreter = interp
+	ses.Status.ReadyTime = &now
+	ses.Status.LastActivityTime = &now
+	r.setReady(ses, metav1.ConditionTrue, sandboxv1alpha1.ReasonSandboxClaimed, fmt.Sprintf("holds pod %s", pod.Name))
+	if err := r.Status().Update(ctx, ses); err != nil {
+		return ctrl.Result{}, fmt.Errorf("store Ready status of session %s: %w", ses.Name, err)
+	}
+	r.Dispatcher.UpdateSession(ses)
+	r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSandboxClaimed, "Lease", "Holds pod %s", pod.Name)
+	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
+}
+
+// labelledPod returns a live pod of the Session's pool that carries its name.
+func (r *SessionReconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ses.Namespace), client.MatchingLabels{
+		sandboxpod.LabelPool: ses.Spec.PoolRef.Name, sandboxpod.LabelSession: ses.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of session %s: %w", ses.Name, err)
+	}
+	for i := range pods.Items {
+		if !sandboxpod.IsTerminal(&pods.Items[i]) && pods.Items[i].DeletionTimestamp == nil {
+			return &pods.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// initialize applies the Session's context and env to its interpreter and
+// returns the interpreter's tag. Doing it again (after a restart between the
+// claim and the status) is harmless: nothing of the Session ran yet.
+func (r *SessionReconciler) initialize(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod) (string, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return "", fmt.Errorf("reach the agent of pod %s: %w", pod.Name, err)
+	}
+	req := protocol.ExecuteRequest{ID: "session-init-" + string(ses.UID) + "-" + pod.Name, Code: "pass"}
+	if ses.Spec.Context != nil {
+		raw := []byte(*ses.Spec.Context)
+		if ses.Spec.ContextFormat != sandboxv1alpha1.ContextJSON {
+			raw, _ = json.Marshal(*ses.Spec.Context)
+		} else if !json.Valid(raw) {
+			return "", fmt.Errorf("spec.context is not valid JSON (contextFormat: json)")
+		}
+		req.Context = raw
+	}
+	if len(ses.Spec.Env) > 0 {
+		env := map[string]string{}
+		for _, e := range ses.Spec.Env {
+			env[e.Name] = e.Value
+		}
+		doc, _ := json.Marshal(env)
+		lit, _ := json.Marshal(string(doc)) // a JSON string is a Python string literal
+		req.Code = fmt.Sprintf("__import__('os').environ.update(__import__('json').loads(%s))", lit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, sessionInitTimeout)
+	defer cancel()
+	res, err := r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Execute(ctx, req)
+	if err != nil {
+		return "", fmt.Errorf("apply the session's context on pod %s: %w", pod.Name, err)
+	}
+	if res.Status != protocol.StatusSucceeded {
+		msg := string(res.Status)
+		if res.Error != nil {
+			msg = res.Error.Type + ": " + res.Error.Message
+		}
+		return "", fmt.Errorf("applying the session's context and env failed: %s", msg)
+	}
+	return res.Interpreter, nil
+}
+
+// check watches a Ready Session: its pod, its interpreter, its idle timeout
+// and its maximum lifetime.
+func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	pod, gone, err := r.sessionPod(ctx, ses)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if gone != "" {
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, gone)
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+		pool = nil // deleted: the Session keeps its pod until it ends
+	}
+	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil && !now.Before(ses.Status.ReadyTime.Add(m.Duration)) {
+		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonMaxLifetime,
+			fmt.Sprintf("reached its maximum lifetime of %s", m.Duration))
+	}
+	health, herr := r.health(ctx, pod)
+	if herr == nil && health.Interpreter != "" && ses.Status.Interpreter != "" && health.Interpreter != ses.Status.Interpreter {
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonInterpreterRestarted,
+			"the interpreter was replaced (killed at its memory limit, or it did not stop at an interrupt): its state is gone")
+	}
+	last := ses.Status.LastActivityTime.DeepCopy()
+	if t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationLastUsed]); err == nil && (last == nil || t.After(last.Time)) {
+		last = &metav1.Time{Time: t}
+	}
+	runs, busy := ses.Status.Runs, claim.ClaimedBy(pod) != ""
+	if herr == nil {
+		if h := health.LastActivity; h != nil && (last == nil || h.After(last.Time)) {
+			last = &metav1.Time{Time: *h}
+		}
+		runs, busy = max(runs, health.Runs), busy || health.Busy > 0
+	}
+	idle := idleTimeout(ses, pool)
+	if last != nil && !busy && !now.Before(last.Add(idle)) {
+		if herr != nil {
+			// Cannot ask the agent whether a data-plane run is under way: look again soon.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonIdleTimeout,
+			fmt.Sprintf("idle for %s (idleTimeout %s)", now.Sub(last.Time).Round(time.Second), idle))
+	}
+	if (runs != ses.Status.Runs || !last.Equal(ses.Status.LastActivityTime)) && r.mayWriteActivity(ses.UID, now) {
+		ses.Status.Runs, ses.Status.LastActivityTime = runs, last
+		if err := r.Status().Update(ctx, ses); err != nil {
+			return ctrl.Result{}, fmt.Errorf("store activity of session %s: %w", ses.Name, err)
+		}
+	}
+	next := sessionCheckInterval
+	if last != nil && !busy {
+		next = min(next, last.Add(idle).Sub(now)+10*time.Millisecond)
+	}
+	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil {
+		next = min(next, ses.Status.ReadyTime.Add(m.Duration).Sub(now)+10*time.Millisecond)
+	}
+	return ctrl.Result{RequeueAfter: max(next, 10*time.Millisecond)}, nil
+}
+
+// sessionPod returns a Ready Session's pod, or why it is gone. A pod the
+// cache does not show is looked up around it before the Session is lost.
+func (r *SessionReconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, string, error) {
+	key := types.NamespacedName{Namespace: ses.Namespace, Name: ses.Status.PodName}
+	pod := &corev1.Pod{}
+	err := r.Get(ctx, key, pod)
+	if err == nil && claim.Session(pod) == ses.Name && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
+		return pod, "", nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, "", err
+	}
+	if err := r.APIReader.Get(ctx, key, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Sprintf("pod %s was deleted, and with it the session's state", key.Name), nil
+		}
+		return nil, "", err
+	}
+	switch {
+	case claim.Session(pod) != ses.Name:
+		return nil, fmt.Sprintf("pod %s no longer belongs to the session", key.Name), nil
+	case pod.DeletionTimestamp != nil:
+		return nil, fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name), nil
+	case sandboxpod.IsTerminal(pod):
+		reason, msg := podTrouble(pod)
+		if reason == "" {
+			reason, msg = string(pod.Status.Phase), pod.Status.Message
+		}
+		return nil, fmt.Sprintf("pod %s stopped (%s: %s)", key.Name, reason, msg), nil
+	}
+	return pod, "", nil
+}
+
+func (r *SessionReconciler) health(ctx context.Context, pod *corev1.Pod) (*protocol.Health, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Ready(ctx)
+}
+
+// mayWriteActivity rations the writes of a Session's activity.
+func (r *SessionReconciler) mayWriteActivity(uid types.UID, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.statusWritten[uid]; ok && now.Sub(t) < sessionStatusInterval {
+		return false
+	}
+	r.statusWritten[uid] = now
+	return true
+}
+
+func idleTimeout(ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	switch {
+	case ses.Spec.IdleTimeout != nil:
+		return ses.Spec.IdleTimeout.Duration
+	case pool != nil && pool.Spec.SessionIdleTimeout != nil:
+		return pool.Spec.SessionIdleTimeout.Duration
+	}
+	return defaultSessionIdleTimeout
+}
+
+func (r *SessionReconciler) nextCheck(ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool, now time.Time) time.Duration {
+	next := min(sessionCheckInterval, idleTimeout(ses, pool))
+	if m := ses.Spec.MaxLifetime; m != nil {
+		next = min(next, m.Duration)
+	}
+	return next
+}
+
+// pending records why a Session has no pod yet; the dispatcher wakes it when
+// one frees up, and the backstop covers a pool that appears later.
+func (r *SessionReconciler) pending(ctx context.Context, ses *sandboxv1alpha1.Session, reason, msg string) (ctrl.Result, error) {
+	c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady)
+	if ses.Status.Phase == sandboxv1alpha1.SessionPending && c != nil && c.Reason == reason && c.Message == msg {
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	ses.Status.Phase = sandboxv1alpha1.SessionPending
+	r.setReady(ses, metav1.ConditionFalse, reason, msg)
+	if err := r.Status().Update(ctx, ses); err != nil {
+		return ctrl.Result{}, fmt.Errorf("store Pending status of session %s: %w", ses.Name, err)
+	}
+	return ctrl.Result{RequeueAfter: waitBackstop}, nil
+}
+
+// end stores a final phase, then frees the pod: the status is the commit point.
+func (r *SessionReconciler) end(ctx context.Context, ses *sandboxv1alpha1.Session, phase sandboxv1alpha1.SessionPhase, reason, msg string) (ctrl.Result, error) {
+	ses.Status.Phase = phase
+	r.setReady(ses, metav1.ConditionFalse, reason, msg)
+	if err := r.Status().Update(ctx, ses); err != nil {
+		return ctrl.Result{}, fmt.Errorf("store %s status of session %s: %w", phase, ses.Name, err)
+	}
+	r.mu.Lock()
+	delete(r.statusWritten, ses.UID)
+	r.mu.Unlock()
+	r.Dispatcher.UpdateSession(ses)
+	evType := corev1.EventTypeNormal
+	if phase == sandboxv1alpha1.SessionLost {
+		evType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ses, nil, evType, reason, string(phase), "Session %s: %s", phase, msg)
+	return r.free(ctx, ses)
+}
+
+// free gives an ended Session's pod back to its pool, deleted or reset per
+// the pool's reusePolicy. A pod an Execution of the Session still runs on is
+// left to that Execution's own timeout, then freed.
+func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
+	pod, err := r.labelledPod(ctx, ses)
+	if err != nil || pod == nil {
+		return ctrl.Result{}, err
+	}
+	if claim.ClaimedBy(pod) != "" {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	reuse := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool) == nil &&
+		pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter && ses.Status.Phase == sandboxv1alpha1.SessionClosed
+	if addr, aerr := r.Resolver.Address(pod); reuse && aerr == nil {
+		released := false
+		if err := retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
+			released = false
+			err := claim.ReleaseSessionForReset(ctx, r.Client, p, ses.Name, r.Clock.Now())
+			released = err == nil && claim.Session(p) == ""
+			return err
+		}); err != nil || !released {
+			return ctrl.Result{}, err
+		}
+		go recyclePod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Runner,
+			clientKey(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
+		return ctrl.Result{}, nil
+	}
+	err = retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
+		if claim.Session(p) != ses.Name || claim.ClaimedBy(p) != "" {
+			return nil
+		}
+		err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s of session %s: %w", p.Name, ses.Name, err)
+		}
+		return nil
+	})
+	return ctrl.Result{}, err
+}
+
+func (r *SessionReconciler) setReady(ses *sandboxv1alpha1.Session, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&ses.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.SessionConditionReady,
+		Status: status, Reason: reason, Message: msg, ObservedGeneration: ses.Generation})
+	ses.Status.ObservedGeneration = ses.Generation
+}
+
+// SetupWithManager registers the reconciler. Session events feed the
+// dispatcher; the dispatcher wakes a Session it chose a pod for; a change of
+// a Session's pod wakes the Session (lost, released by an Execution).
+func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("session-controller")
+	}
+	if r.Resolver == nil {
+		r.Resolver = runner.PodIPResolver{}
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	r.statusWritten = map[types.UID]time.Time{}
+	r.wakeups = &wakeups{}
+	r.Dispatcher.WakeSession = r.wakeups.Wake
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1alpha1.Session{}).
+		WatchesRawSource(r.wakeups).
+		Watches(&sandboxv1alpha1.Session{}, r.sessionEvents()).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+			if s := o.GetLabels()[sandboxpod.LabelSession]; s != "" {
+				return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: s}}}
+			}
+			return nil
+		})).
+		Named("session").
+		Complete(r)
+}
+
+// sessionEvents feeds the dispatcher and enqueues nothing (For does).
+func (r *SessionReconciler) sessionEvents() handler.TypedEventHandler[client.Object, ctrl.Request] {
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, _ queue) {
+			r.Dispatcher.UpdateSession(e.Object.(*sandboxv1alpha1.Session))
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ queue) {
+			r.Dispatcher.UpdateSession(e.ObjectNew.(*sandboxv1alpha1.Session))
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ queue) {
+			if ses, ok := e.Object.(*sandboxv1alpha1.Session); ok {
+				r.Dispatcher.DeleteSession(ses)
+			}
+		},
+	}
+}

@@ -1,0 +1,166 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+func getSession(ns, name string) *sandboxv1alpha1.Session {
+	s := &sandboxv1alpha1.Session{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
+	return s
+}
+
+// sessionIn waits until the Session reaches phase and returns it.
+func sessionIn(ns, name string, phase sandboxv1alpha1.SessionPhase) *sandboxv1alpha1.Session {
+	GinkgoHelper()
+	Eventually(func() sandboxv1alpha1.SessionPhase { return getSession(ns, name).Status.Phase }, 20*time.Second).Should(Equal(phase))
+	return getSession(ns, name)
+}
+
+// closeSession sets spec.close the way a user would: a patch of that field alone.
+func closeSession(ns, name string) {
+	GinkgoHelper()
+	s := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	Expect(k8s.Patch(ctx, s, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"close":true}}`)))).To(Succeed())
+}
+
+func sessionPodGone(ns, name string) func() bool {
+	return func() bool {
+		p := &corev1.Pod{}
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p)
+		return err != nil || p.DeletionTimestamp != nil
+	}
+}
+
+var _ = Describe("Session", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("leases a warm pod, applies its context and env once, runs its Executions with shared state, and frees the pod when deleted", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		ses := wrappers.Session(ns, "nb").Context("the context").Env("GREETING", "hi").Obj()
+		Expect(k8s.Create(ctx, ses)).To(Succeed())
+		ready := sessionIn(ns, "nb", sandboxv1alpha1.SessionReady)
+		Expect(ready.Status.PodName).NotTo(BeEmpty())
+		Expect(ready.Status.Interpreter).NotTo(BeEmpty())
+		Expect(ready.Status.ReadyTime).NotTo(BeNil())
+		Expect(condition(ready.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Status", "True"), HaveField("Reason", sandboxv1alpha1.ReasonSandboxClaimed)))
+		pod := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ready.Status.PodName}, pod)).To(Succeed())
+		Expect(claim.Session(pod)).To(Equal("nb"))
+		Expect(claim.ClaimedBy(pod)).To(BeEmpty(), "free for the session's runs")
+
+		first := run(wrappers.Execution(ns, "s-1").Session("nb").Code("import os\nx = 41\n(context, os.environ['GREETING'])").Obj())
+		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", first.Status)
+		Expect(first.Status.Result).To(Equal("('the context', 'hi')"))
+		Expect(first.Status.PodName).To(Equal(ready.Status.PodName))
+		second := run(wrappers.Execution(ns, "s-2").Session("nb").Code("x + 1").Obj())
+		Expect(second.Status.Result).To(Equal("42"))
+		Expect(second.Status.PodName).To(Equal(ready.Status.PodName))
+		// An Execution outside the session never gets the session's pod.
+		other := run(wrappers.Execution(ns, "other").Code("'x' in globals()").Obj())
+		Expect(other.Status.Result).To(Equal("False"))
+		Expect(other.Status.PodName).NotTo(Equal(ready.Status.PodName))
+
+		Expect(k8s.Delete(ctx, ready)).To(Succeed())
+		Eventually(sessionPodGone(ns, ready.Status.PodName), 60*time.Second).Should(BeTrue(), "the deleted Session's pod is freed")
+	})
+
+	It("is created on first use by an Execution that names it, and adopts nothing else", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		ex := run(wrappers.Execution(ns, "first").Session("implicit").Code("y = 1").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
+		ses := getSession(ns, "implicit")
+		Expect(ses.Spec.PoolRef.Name).To(Equal("python"))
+		Expect(ses.Annotations).To(HaveKeyWithValue(sandboxv1alpha1.AnnotationCreatedFor, "first"))
+		Expect(ses.Status.PodName).To(Equal(ex.Status.PodName))
+	})
+
+	It("closes after its idle timeout, frees its pod, and fails later Executions naming it", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "brief").IdleTimeout(2*time.Second).Obj())).To(Succeed())
+		ready := sessionIn(ns, "brief", sandboxv1alpha1.SessionReady)
+		ex := run(wrappers.Execution(ns, "in-time").Session("brief").Code("z = 1").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		closed := sessionIn(ns, "brief", sandboxv1alpha1.SessionClosed)
+		Expect(condition(closed.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Status", "False"), HaveField("Reason", sandboxv1alpha1.ReasonIdleTimeout), HaveField("Message", ContainSubstring("idle for"))))
+		// Not closed before 2 s of idleness after the last run.
+		Expect(closed.Status.LastActivityTime).NotTo(BeNil())
+		Expect(time.Since(ex.Status.CompletionTime.Time)).To(BeNumerically(">=", 2*time.Second))
+		Eventually(sessionPodGone(ns, ready.Status.PodName), 20*time.Second).Should(BeTrue())
+		late := run(wrappers.Execution(ns, "too-late").Session("brief").Code("z").Obj())
+		Expect(late.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(condition(late.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(And(
+			HaveField("Reason", sandboxv1alpha1.ReasonSessionLost), HaveField("Message", ContainSubstring("IdleTimeout"))))
+	})
+
+	It("is Lost with a clear reason when its pod is deleted", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "fragile").Obj())).To(Succeed())
+		ready := sessionIn(ns, "fragile", sandboxv1alpha1.SessionReady)
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ready.Status.PodName}})).To(Succeed())
+		lost := sessionIn(ns, "fragile", sandboxv1alpha1.SessionLost)
+		Expect(condition(lost.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Reason", sandboxv1alpha1.ReasonSandboxLost), HaveField("Message", ContainSubstring(ready.Status.PodName))))
+	})
+
+	It("closes at its maximum lifetime however busy, and spec.close closes at once", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "bounded").MaxLifetime(2*time.Second).Obj())).To(Succeed())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "closing").Obj())).To(Succeed())
+		sessionIn(ns, "bounded", sandboxv1alpha1.SessionReady)
+		closing := sessionIn(ns, "closing", sandboxv1alpha1.SessionReady)
+		closed := sessionIn(ns, "bounded", sandboxv1alpha1.SessionClosed)
+		Expect(condition(closed.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(HaveField("Reason", sandboxv1alpha1.ReasonMaxLifetime))
+		closeSession(ns, "closing")
+		done := sessionIn(ns, "closing", sandboxv1alpha1.SessionClosed)
+		Expect(condition(done.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(HaveField("Reason", sandboxv1alpha1.ReasonClosed))
+		Eventually(sessionPodGone(ns, closing.Status.PodName), 20*time.Second).Should(BeTrue())
+	})
+
+	It("gives its pod back to the pool with a fresh interpreter under reusePolicy FreshInterpreter", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").MaxPods(1).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "reused").Obj())).To(Succeed())
+		ready := sessionIn(ns, "reused", sandboxv1alpha1.SessionReady)
+		Expect(run(wrappers.Execution(ns, "set").Session("reused").Code("secret = 7").Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		closeSession(ns, "reused")
+		sessionIn(ns, "reused", sandboxv1alpha1.SessionClosed)
+		// maxPods 1: the next Execution can only run on the same pod, reset.
+		next := run(wrappers.Execution(ns, "after").Code("'secret' in globals()").Obj())
+		Expect(next.Status.PodName).To(Equal(ready.Status.PodName))
+		Expect(next.Status.Result).To(Equal("False"), "the Session's state must not survive into the next user's run")
+	})
+
+	It("waits, saying why, while its pool is missing, and stays Ready across a manager restart", func() {
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "early").Obj())).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getSession(ns, "early").Status.Conditions, sandboxv1alpha1.SessionConditionReady)
+		}).Should(And(HaveField("Status", "False"), HaveField("Reason", sandboxv1alpha1.ReasonPoolNotFound)))
+		Expect(getSession(ns, "early").Status.Phase).To(Equal(sandboxv1alpha1.SessionPending))
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		ready := sessionIn(ns, "early", sandboxv1alpha1.SessionReady)
+		Expect(run(wrappers.Execution(ns, "before").Session("early").Code("v = 'kept'").Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		restartManager()
+		after := run(wrappers.Execution(ns, "after").Session("early").Code("v").Obj())
+		Expect(after.Status.Result).To(Equal("'kept'"))
+		Expect(after.Status.PodName).To(Equal(ready.Status.PodName))
+		Expect(getSession(ns, "early").Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
+		var pods corev1.PodList
+		Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{sandboxpod.LabelSession: "early"})).To(Succeed())
+		Expect(pods.Items).To(HaveLen(1), "one pod per Session, across restarts")
+	})
+})

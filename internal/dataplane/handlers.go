@@ -1,0 +1,374 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// Subresources of sessions in data.warmpool.dev, each its own RBAC verb.
+const (
+	SubExec       = "exec"       // POST: run code (create sessions/exec)
+	SubInterrupt  = "interrupt"  // POST: interrupt a run (create sessions/interrupt)
+	SubBridge     = "bridge"     // POST: answer a bridge call (create sessions/bridge)
+	SubExecutions = "executions" // GET ?id=: a run's state or result (get sessions/executions)
+	SubVariables  = "variables"  // GET ?name=: a global as JSON (get sessions/variables)
+	SubFiles      = "files"      // GET ?path= (&list=true), PUT ?path= (get/update sessions/files)
+	SubReset      = "reset"      // POST: a fresh interpreter (create sessions/reset)
+)
+
+const (
+	prefix = "/apis/" + Group + "/" + Version
+	// maxRequestBytes bounds a request body other than a file write.
+	maxRequestBytes = 4 << 20
+	// interruptTimeout bounds the interrupt sent when a streaming caller goes away.
+	interruptTimeout = 10 * time.Second
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", ok)
+	mux.HandleFunc("GET /livez", ok)
+	mux.HandleFunc("GET /apis/"+Group, apiGroup)
+	mux.HandleFunc("GET "+prefix, apiResources)
+	at := func(sub string) string { return prefix + "/namespaces/{namespace}/sessions/{name}/" + sub }
+	mux.HandleFunc("POST "+at(SubExec), s.session(SubExec, s.exec))
+	mux.HandleFunc("POST "+at(SubInterrupt), s.session(SubInterrupt, s.interrupt))
+	mux.HandleFunc("POST "+at(SubBridge), s.session(SubBridge, s.bridge))
+	mux.HandleFunc("GET "+at(SubExecutions), s.session(SubExecutions, s.execution))
+	mux.HandleFunc("GET "+at(SubVariables), s.session(SubVariables, s.variable))
+	mux.HandleFunc("GET "+at(SubFiles), s.session(SubFiles, s.readFiles))
+	mux.HandleFunc("PUT "+at(SubFiles), s.session(SubFiles, s.writeFile))
+	mux.HandleFunc("POST "+at(SubReset), s.session(SubReset, s.reset))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no %s %s in %s/%s", r.Method, r.URL.Path, Group, Version))
+	})
+	return mux
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+
+// target is what a request in a Session works with.
+type target struct {
+	ses   *sandboxv1alpha1.Session
+	pod   *corev1.Pod
+	agent *agentclient.Client
+}
+
+// session resolves the Session of the URL to its pod's agent, refusing a
+// Session that is not Ready, and records the request's metrics.
+func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, *target)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		defer func() {
+			metrics.DataPlaneRequests.WithLabelValues(sub, strconv.Itoa(rec.code)).Inc()
+			metrics.DataPlaneDuration.WithLabelValues(sub).Observe(time.Since(start).Seconds())
+		}()
+		t, code, reason, msg := s.resolve(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
+		if t == nil {
+			writeStatus(rec, code, reason, msg)
+			return
+		}
+		h(rec, r, t)
+	}
+}
+
+func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {
+	ses := &sandboxv1alpha1.Session{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ses); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("Session %q not found in namespace %s", name, ns)
+		}
+		return nil, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error()
+	}
+	if ses.Status.Phase != sandboxv1alpha1.SessionReady || ses.Status.PodName == "" {
+		why := ""
+		for _, c := range ses.Status.Conditions {
+			if c.Type == sandboxv1alpha1.SessionConditionReady && c.Reason != "" {
+				why = fmt.Sprintf(" (%s: %s)", c.Reason, c.Message)
+			}
+		}
+		phase := ses.Status.Phase
+		if phase == "" {
+			phase = sandboxv1alpha1.SessionPending
+		}
+		return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s is %s%s: %s", name, phase, why, nextStep(phase))
+	}
+	pod := &corev1.Pod{}
+	err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Status.PodName}, pod)
+	if err != nil || claim.Session(pod) != ses.Name || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil {
+		return nil, http.StatusConflict, metav1.StatusReasonConflict,
+			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
+	}
+	addr, err := s.Resolver.Address(pod)
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("reach pod %s: %v", pod.Name, err)
+	}
+	return &target{ses: ses, pod: pod, agent: s.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])}, 0, "", ""
+}
+
+func nextStep(p sandboxv1alpha1.SessionPhase) string {
+	if p == sandboxv1alpha1.SessionPending {
+		return "wait until it is Ready (kubectl wait --for=jsonpath='{.status.phase}'=Ready session/NAME)"
+	}
+	return "its state is gone; create a new Session"
+}
+
+// exec runs code in the Session's interpreter, pinned to the interpreter the
+// Session holds so that a replaced one (state gone) never runs it. A
+// streaming caller that goes away before the result interrupts the run.
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
+	var req sessions.ExecRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.ID == "" {
+		req.ID = uuid.NewString()
+	}
+	stream := req.Stream || acceptsNDJSON(r)
+	if req.Bridge && !stream {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "bridge needs a streamed exec (stream: true): bridge calls arrive as events")
+		return
+	}
+	body, _ := json.Marshal(protocol.ExecuteRequest{
+		ID: req.ID, Code: req.Code, Language: req.Language, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
+		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream, Bridge: req.Bridge,
+		MaxBridgeCalls: req.MaxBridgeCalls, Interpreter: t.ses.Status.Interpreter,
+	})
+	accept := "application/json"
+	if stream {
+		accept = protocol.ContentTypeNDJSON
+	}
+	resp, err := t.agent.Raw(r.Context(), http.MethodPost, protocol.PathExecute, bytes.NewReader(body), "application/json", accept)
+	if err != nil {
+		s.callerGone(r, t, req.ID, stream)
+		agentFailed(w, err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	w.Header().Set("X-Warmpool-Run-Id", req.ID)
+	if resp.StatusCode >= 300 || !stream {
+		relay(w, resp)
+		return
+	}
+	w.Header().Set("Content-Type", protocol.ContentTypeNDJSON)
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 32<<20)
+	for sc.Scan() {
+		line := append(sc.Bytes(), '\n')
+		if _, err := w.Write(line); err != nil {
+			s.callerGone(r, t, req.ID, true)
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if bytes.Contains(line, []byte(`"type":"result"`)) {
+			return
+		}
+	}
+	s.callerGone(r, t, req.ID, true)
+}
+
+// callerGone interrupts a streamed run whose caller went away: nobody is left
+// to read its output or answer its bridge calls. A blocking run goes on (its
+// caller can ask for the result by ID); the server-side timeout bounds both.
+func (s *Server) callerGone(r *http.Request, t *target, id string, stream bool) {
+	if !stream || r.Context().Err() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), interruptTimeout)
+	defer cancel()
+	if err := t.agent.Interrupt(ctx, id); err != nil && !agentclient.IsStatus(err, http.StatusNotFound) && !agentclient.IsStatus(err, http.StatusConflict) {
+		s.Log.Info("could not interrupt the run of a caller that went away", "session", t.ses.Name, "run", id, "err", err.Error())
+	}
+}
+
+func (s *Server) interrupt(w http.ResponseWriter, r *http.Request, t *target) {
+	var ref sessions.RunRef
+	if !decode(w, r, &ref) || !required(w, "id", ref.ID) {
+		return
+	}
+	s.forward(w, r, t, http.MethodPost, "/v1/executions/"+url.PathEscape(ref.ID)+"/interrupt", nil, "")
+}
+
+func (s *Server) bridge(w http.ResponseWriter, r *http.Request, t *target) {
+	var a sessions.BridgeAnswer
+	if !decode(w, r, &a) || !required(w, "id", a.ID) || !required(w, "call", a.Call) {
+		return
+	}
+	body, _ := json.Marshal(protocol.BridgeAnswer{Result: a.Result, Error: a.Error})
+	s.forward(w, r, t, http.MethodPost, "/v1/executions/"+url.PathEscape(a.ID)+"/bridge/"+url.PathEscape(a.Call), bytes.NewReader(body), "application/json")
+}
+
+func (s *Server) execution(w http.ResponseWriter, r *http.Request, t *target) {
+	id := r.URL.Query().Get("id")
+	if !required(w, "id", id) {
+		return
+	}
+	s.forward(w, r, t, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, "")
+}
+
+func (s *Server) variable(w http.ResponseWriter, r *http.Request, t *target) {
+	name := r.URL.Query().Get("name")
+	if !required(w, "name", name) {
+		return
+	}
+	s.forward(w, r, t, http.MethodGet, "/v1/variables/"+url.PathEscape(name), nil, "")
+}
+
+func (s *Server) readFiles(w http.ResponseWriter, r *http.Request, t *target) {
+	q := url.Values{"path": {r.URL.Query().Get("path")}}
+	path := protocol.PathFileRead
+	if r.URL.Query().Get("list") == "true" {
+		path = protocol.PathFileList
+	}
+	s.forward(w, r, t, http.MethodGet, path+"?"+q.Encode(), nil, "")
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, t *target) {
+	q := url.Values{"path": {r.URL.Query().Get("path")}}
+	if !required(w, "path", q.Get("path")) {
+		return
+	}
+	s.forward(w, r, t, http.MethodPut, protocol.PathFileWrite+"?"+q.Encode(), r.Body, "application/octet-stream")
+}
+
+// reset replaces the Session's interpreter. The Session's interpreter is
+// cleared before (so the Session's own check does not take the new one for
+// a crash) and set to the new one after.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request, t *target) {
+	if err := s.setInterpreter(r.Context(), t.ses, ""); err != nil {
+		writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("record the reset of Session %s: %v", t.ses.Name, err))
+		return
+	}
+	if err := t.agent.Reset(r.Context()); err != nil {
+		agentFailed(w, err)
+		return
+	}
+	h, err := t.agent.Ready(r.Context())
+	if err != nil {
+		agentFailed(w, err)
+		return
+	}
+	if err := s.setInterpreter(r.Context(), t.ses, h.Interpreter); err != nil {
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("record the new interpreter of Session %s: %v", t.ses.Name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"interpreter": h.Interpreter})
+}
+
+func (s *Server) setInterpreter(ctx context.Context, ses *sandboxv1alpha1.Session, interp string) error {
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"interpreter": interp}})
+	return s.Client.Status().Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch))
+}
+
+// forward passes one request to the Session's agent and its answer back.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *target, method, path string, body io.Reader, contentType string) {
+	resp, err := t.agent.Raw(r.Context(), method, path, body, contentType, "")
+	if err != nil {
+		agentFailed(w, err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	relay(w, resp)
+}
+
+// relay copies an agent's answer. The agent refusing our own token is a
+// server fault (502), not the caller's.
+func relay(w http.ResponseWriter, resp *http.Response) {
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		writeStatus(w, http.StatusBadGateway, metav1.StatusReasonInternalError, "the sandbox agent refused the data plane's token (the agent keys may be rotating): retry")
+		return
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func agentFailed(w http.ResponseWriter, err error) {
+	var ae *agentclient.APIError
+	if errors.As(err, &ae) {
+		writeStatus(w, ae.Code, "", ae.Message)
+		return
+	}
+	writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "call the sandbox agent: "+err.Error())
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "request body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func required(w http.ResponseWriter, field, v string) bool {
+	if v == "" {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, field+" is required")
+		return false
+	}
+	return true
+}
+
+func acceptsNDJSON(r *http.Request) bool {
+	return bytes.Contains([]byte(r.Header.Get("Accept")), []byte(protocol.ContentTypeNDJSON))
+}
+
+// writeStatus answers with a metav1.Status, as Kubernetes APIs do: kubectl
+// and client-go show its message.
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	writeJSON(w, code, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) { s.code = code; s.ResponseWriter.WriteHeader(code) }
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

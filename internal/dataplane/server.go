@@ -1,0 +1,148 @@
+// Package dataplane serves the Sessions data plane: an aggregated API,
+// data.warmpool.dev/v1alpha1, through which callers run code in a Ready
+// Session, stream its output, answer its llm_query calls, interrupt it, read
+// its variables and files and reset it, with no API write per run.
+//
+// kube-apiserver's aggregation layer authenticates the caller (any kubeconfig
+// credential: client certificates, tokens, exec plugins) and passes the user
+// on in front-proxy headers, which this server accepts only over a client
+// certificate signed by the cluster's request-header CA. Every request is
+// authorised with a SubjectAccessReview as a verb on a subresource of
+// "sessions" in data.warmpool.dev (POST .../sessions/NAME/exec is "create
+// sessions/exec"), so RBAC on the Session decides. The same server answers
+// callers that reach it directly with a bearer token (TokenReview), which is
+// how the benchmark measures the aggregator's hop.
+//
+// The server keeps no state: it finds the Session's pod in the manager's
+// cache and calls that pod's agent with a token for that pod alone, so it
+// runs in every manager replica, leader or not.
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/options"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/warmpool/warmpool/internal/runner"
+)
+
+// Group and Version of the data plane's API.
+const (
+	Group   = "data.warmpool.dev"
+	Version = "v1alpha1"
+)
+
+// Options say where and how the server listens and whom it asks about callers.
+type Options struct {
+	// BindAddress and Port of the HTTPS listener.
+	BindAddress string
+	Port        int
+	// CertDir holds tls.crt and tls.key; empty: a self-signed certificate
+	// for AlternateDNS (the APIService then skips verification, or carries
+	// the CA bundle the deployment gives it).
+	CertDir      string
+	AlternateDNS []string
+	// RemoteKubeConfig is the cluster to delegate authentication and
+	// authorisation to; empty: the in-cluster configuration.
+	RemoteKubeConfig string
+}
+
+// Server is the data plane. It implements controller-runtime's Runnable.
+type Server struct {
+	Options Options
+	// Client reads Sessions and pods (the manager's cache) and writes a
+	// Session's interpreter when a caller resets it.
+	Client client.Client
+	// Runner signs the calls to the pods' agents.
+	Runner   *runner.Runner
+	Resolver runner.Resolver
+	Log      logr.Logger
+}
+
+// NeedLeaderElection is false: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	handler, serving, err := s.build()
+	if err != nil {
+		return err
+	}
+	s.Log.Info("data plane serving", "addr", serving.Listener.Addr().String())
+	// Serve closes the listener as soon as ctx ends and lets open requests
+	// drain in the background: the manager does not wait for them, so its
+	// controllers stop as promptly as they would without the data plane.
+	if _, _, err := serving.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
+		return fmt.Errorf("serve the data plane: %w", err)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// build wires the delegated authentication and authorisation of
+// k8s.io/apiserver around the handlers, without a GenericAPIServer: the data
+// plane stores nothing, so it needs none of its storage, admission or OpenAPI.
+func (s *Server) build() (http.Handler, *server.SecureServingInfo, error) {
+	ss := options.NewSecureServingOptions()
+	ss.BindAddress = net.ParseIP(s.Options.BindAddress)
+	if ss.BindAddress == nil {
+		ss.BindAddress = net.IPv4zero
+	}
+	ss.BindPort = s.Options.Port
+	if s.Options.CertDir != "" {
+		ss.ServerCert.CertKey.CertFile = filepath.Join(s.Options.CertDir, "tls.crt")
+		ss.ServerCert.CertKey.KeyFile = filepath.Join(s.Options.CertDir, "tls.key")
+	} else {
+		ss.ServerCert.CertDirectory, ss.ServerCert.PairName = "", ""
+		if err := ss.MaybeDefaultWithSelfSignedCerts("localhost", s.Options.AlternateDNS, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+			return nil, nil, fmt.Errorf("self-signed certificate for the data plane: %w", err)
+		}
+	}
+	var serving *server.SecureServingInfo
+	if err := ss.ApplyTo(&serving); err != nil {
+		return nil, nil, fmt.Errorf("data plane listener: %w", err)
+	}
+	if serving == nil {
+		return nil, nil, fmt.Errorf("data plane listener: no port to bind")
+	}
+	authnOpts := options.NewDelegatingAuthenticationOptions()
+	authnOpts.RemoteKubeConfigFile = s.Options.RemoteKubeConfig
+	var authn server.AuthenticationInfo
+	if err := authnOpts.ApplyTo(&authn, serving, nil); err != nil {
+		return nil, nil, fmt.Errorf("data plane authentication: %w", err)
+	}
+	authzOpts := options.NewDelegatingAuthorizationOptions()
+	authzOpts.RemoteKubeConfigFile = s.Options.RemoteKubeConfig
+	// Discovery names nothing secret, and the aggregator asks for it (and for
+	// OpenAPI, of which there is none) as a user without groups, whom RBAC's
+	// system:discovery binding would not match.
+	authzOpts.AlwaysAllowPaths = append(authzOpts.AlwaysAllowPaths, "/openapi/*", "/apis", "/apis/"+Group, prefix)
+	var authz server.AuthorizationInfo
+	if err := authzOpts.ApplyTo(&authz); err != nil {
+		return nil, nil, fmt.Errorf("data plane authorization: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, metav1.Unversioned)
+	codecs := serializer.NewCodecFactory(scheme)
+
+	var h http.Handler = s.routes()
+	h = filters.WithAuthorization(h, authz.Authorizer, codecs)
+	h = filters.WithAuthentication(h, authn.Authenticator, filters.Unauthorized(codecs), nil, authn.RequestHeaderConfig)
+	h = filters.WithRequestInfo(h, &request.RequestInfoFactory{
+		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
+	return h, serving, nil
+}

@@ -1,0 +1,377 @@
+// Package sessions is the Go client of warmpool Sessions: create a Session
+// (a lease on one warm, stateful Python interpreter of a SandboxPool), run
+// code in it through the data plane (data.warmpool.dev) in milliseconds,
+// streamed, with llm_query calls answered by the caller, and close it.
+//
+//	c, _ := sessions.New(restConfig)
+//	s, _ := c.Create(ctx, "team-a", "nb-", "python", nil)
+//	defer s.Close(context.Background())
+//	res, _ := s.Run(ctx, sessions.ExecRequest{Code: "x = 6 * 7\nx"})
+//	fmt.Println(*res.Result) // 42
+//
+// Requests go through kube-apiserver (its aggregation layer), so any
+// credential of the kubeconfig works, and RBAC decides: running code needs
+// "create" on sessions/exec in data.warmpool.dev for that Session.
+package sessions
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+)
+
+// Group and Version of the data plane.
+const (
+	Group   = "data.warmpool.dev"
+	Version = "v1alpha1"
+)
+
+// Client creates Sessions and runs code in them.
+type Client struct {
+	objects client.Client
+	http    *http.Client
+	base    string // API server URL, or the data plane's own for a direct connection
+}
+
+// New returns a Client for the cluster of cfg.
+func New(cfg *rest.Config) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := sandboxv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	objects, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client for Sessions: %w", err)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP client for the data plane: %w", err)
+	}
+	return &Client{objects: objects, http: hc, base: strings.TrimRight(cfg.Host, "/")}, nil
+}
+
+// WithDataPlane returns a copy of c that calls the data plane at base with
+// hc directly instead of through the API server (the hop the benchmark
+// measures; the data plane then authenticates hc's bearer token itself).
+func (c *Client) WithDataPlane(base string, hc *http.Client) *Client {
+	cp := *c
+	cp.base, cp.http = strings.TrimRight(base, "/"), hc
+	return &cp
+}
+
+// Options of a new Session.
+type Options struct {
+	IdleTimeout time.Duration
+	MaxLifetime time.Duration
+	// Context is set as the variable `context` once; JSON when ContextJSON.
+	Context     *string
+	ContextJSON bool
+	Env         map[string]string
+}
+
+// Create makes a Session of pool in namespace (name ending in "-": a
+// generated name with that prefix) and waits until it is Ready.
+func (c *Client) Create(ctx context.Context, namespace, name, pool string, o *Options) (*Session, error) {
+	obj := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: namespace},
+		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.PoolReference{Name: pool}}}
+	if strings.HasSuffix(name, "-") {
+		obj.GenerateName = name
+	} else {
+		obj.Name = name
+	}
+	if o != nil {
+		if o.IdleTimeout > 0 {
+			obj.Spec.IdleTimeout = &metav1.Duration{Duration: o.IdleTimeout}
+		}
+		if o.MaxLifetime > 0 {
+			obj.Spec.MaxLifetime = &metav1.Duration{Duration: o.MaxLifetime}
+		}
+		obj.Spec.Context = o.Context
+		if o.ContextJSON {
+			obj.Spec.ContextFormat = sandboxv1alpha1.ContextJSON
+		}
+		for k, v := range o.Env {
+			obj.Spec.Env = append(obj.Spec.Env, sandboxv1alpha1.EnvVar{Name: k, Value: v})
+		}
+	}
+	if err := c.objects.Create(ctx, obj); err != nil {
+		return nil, fmt.Errorf("create Session: %w", err)
+	}
+	s := c.Open(namespace, obj.Name)
+	if _, err := s.WaitReady(ctx); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// Open returns a handle on an existing Session.
+func (c *Client) Open(namespace, name string) *Session {
+	return &Session{c: c, Namespace: namespace, Name: name}
+}
+
+// Session is a handle on one Session.
+type Session struct {
+	c         *Client
+	Namespace string
+	Name      string
+}
+
+// Get reads the Session object.
+func (s *Session) Get(ctx context.Context) (*sandboxv1alpha1.Session, error) {
+	obj := &sandboxv1alpha1.Session{}
+	if err := s.c.objects.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// WaitReady polls the Session until it is Ready; a Session that ended first
+// is an error that says why.
+func (s *Session) WaitReady(ctx context.Context) (*sandboxv1alpha1.Session, error) {
+	for wait := 5 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
+		obj, err := s.Get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		switch obj.Status.Phase {
+		case sandboxv1alpha1.SessionReady:
+			return obj, nil
+		case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
+			return obj, fmt.Errorf("session %s is %s: %s", s.Name, obj.Status.Phase, readyMessage(obj))
+		}
+		select {
+		case <-ctx.Done():
+			return obj, fmt.Errorf("session %s not Ready (%s): %w", s.Name, readyMessage(obj), ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+func readyMessage(obj *sandboxv1alpha1.Session) string {
+	for _, c := range obj.Status.Conditions {
+		if c.Type == sandboxv1alpha1.SessionConditionReady {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return "no status yet"
+}
+
+// Close deletes the Session; its pod goes back to the pool.
+func (s *Session) Close(ctx context.Context) error {
+	obj := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
+	return client.IgnoreNotFound(s.c.objects.Delete(ctx, obj))
+}
+
+// Handlers receive a streamed run's events. OnBridge answers an llm_query or
+// rlm_query call of the code; nil answers every call with an error.
+type Handlers struct {
+	OnStdout func(string)
+	OnStderr func(string)
+	OnBridge func(ctx context.Context, call BridgeCall) (json.RawMessage, error)
+}
+
+// Run runs code and waits for its result.
+func (s *Session) Run(ctx context.Context, req ExecRequest) (*Result, error) {
+	req.Stream, req.Bridge = false, false
+	var res Result
+	if err := s.call(ctx, http.MethodPost, "exec", nil, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// RunStream runs code, hands its output to h as it comes, answers its bridge
+// calls with h.OnBridge, and returns its result. Cancelling ctx before the
+// result interrupts the run.
+func (s *Session) RunStream(ctx context.Context, req ExecRequest, h Handlers) (*Result, error) {
+	req.Stream = true
+	req.Bridge = req.Bridge || h.OnBridge != nil
+	resp, err := s.do(ctx, http.MethodPost, "exec", nil, jsonBody(req), "application/json", "application/x-ndjson")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	runID := resp.Header.Get("X-Warmpool-Run-Id")
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 32<<20)
+	for sc.Scan() {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("decode event: %w", err)
+		}
+		switch ev.Type {
+		case EventStdout:
+			if h.OnStdout != nil {
+				h.OnStdout(ev.Data)
+			}
+		case EventStderr:
+			if h.OnStderr != nil {
+				h.OnStderr(ev.Data)
+			}
+		case EventBridge:
+			if ev.Call != nil {
+				if err := s.answer(ctx, runID, *ev.Call, h.OnBridge); err != nil {
+					return nil, err
+				}
+			}
+		case EventResult:
+			return ev.Result, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("the stream of run %s ended without a result", runID)
+}
+
+func (s *Session) answer(ctx context.Context, runID string, call BridgeCall, on func(context.Context, BridgeCall) (json.RawMessage, error)) error {
+	a := BridgeAnswer{ID: runID, Call: call.ID}
+	if on == nil {
+		a.Error = "this caller answers no " + call.Method + " calls"
+	} else if res, err := on(ctx, call); err != nil {
+		a.Error = err.Error()
+	} else {
+		a.Result = res
+	}
+	return s.call(ctx, http.MethodPost, "bridge", nil, a, nil)
+}
+
+// Interrupt sends SIGINT to a run (KeyboardInterrupt in the code).
+func (s *Session) Interrupt(ctx context.Context, runID string) error {
+	return s.call(ctx, http.MethodPost, "interrupt", nil, RunRef{ID: runID}, nil)
+}
+
+// RunInfo returns a run's state, and its result once it ended.
+func (s *Session) RunInfo(ctx context.Context, runID string) (*RunInfo, error) {
+	var info RunInfo
+	if err := s.call(ctx, http.MethodGet, "executions", url.Values{"id": {runID}}, nil, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Variable reads a global of the interpreter.
+func (s *Session) Variable(ctx context.Context, name string) (*Variable, error) {
+	var v Variable
+	if err := s.call(ctx, http.MethodGet, "variables", url.Values{"name": {name}}, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// ReadFile reads a file of the Session's workspace.
+func (s *Session) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	resp, err := s.do(ctx, http.MethodGet, "files", url.Values{"path": {path}}, nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return io.ReadAll(resp.Body)
+}
+
+// WriteFile writes a file of the Session's workspace.
+func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error {
+	resp, err := s.do(ctx, http.MethodPut, "files", url.Values{"path": {path}}, bytes.NewReader(data), "application/octet-stream", "")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// ListFiles lists a directory of the Session's workspace ("" is its root).
+func (s *Session) ListFiles(ctx context.Context, path string) ([]FileInfo, error) {
+	var out []FileInfo
+	if err := s.call(ctx, http.MethodGet, "files", url.Values{"path": {path}, "list": {"true"}}, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Reset gives the Session a fresh interpreter: its variables are gone, its
+// files stay.
+func (s *Session) Reset(ctx context.Context) error {
+	return s.call(ctx, http.MethodPost, "reset", nil, struct{}{}, nil)
+}
+
+func (s *Session) url(sub string, q url.Values) string {
+	u := fmt.Sprintf("%s/apis/%s/%s/namespaces/%s/sessions/%s/%s", s.c.base, Group, Version,
+		url.PathEscape(s.Namespace), url.PathEscape(s.Name), sub)
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
+}
+
+func (s *Session) call(ctx context.Context, method, sub string, q url.Values, body, out any) error {
+	var rd io.Reader
+	ct := ""
+	if body != nil {
+		rd, ct = jsonBody(body), "application/json"
+	}
+	resp, err := s.do(ctx, method, sub, q, rd, ct, "application/json")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func (s *Session) do(ctx context.Context, method, sub string, q url.Values, body io.Reader, contentType, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.url(sub, q), body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := s.c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s of session %s: %w", method, sub, s.Name, err)
+	}
+	if resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+	e := &Error{Code: resp.StatusCode}
+	var st metav1.Status
+	var agent struct {
+		Error string `json:"error"`
+	}
+	switch {
+	case json.Unmarshal(data, &st) == nil && st.Message != "":
+		e.Reason, e.Message = string(st.Reason), st.Message
+	case json.Unmarshal(data, &agent) == nil && agent.Error != "":
+		e.Message = agent.Error
+	default:
+		e.Message = strings.TrimSpace(string(data))
+	}
+	return nil, e
+}

@@ -1,0 +1,150 @@
+package sessions
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Wire types of the data plane (data.warmpool.dev/v1alpha1). The server
+// decodes requests into these and streams results in this shape.
+
+// ExecRequest is the body of POST .../sessions/NAME/exec.
+type ExecRequest struct {
+	// ID names the run: sending the same ID again attaches to it (after a
+	// dropped connection) instead of running the code twice. Empty: a new run.
+	ID       string            `json:"id,omitempty"`
+	Code     string            `json:"code"`
+	Language string            `json:"language,omitempty"` // python (default) or shell
+	Env      map[string]string `json:"env,omitempty"`      // os.environ for this run only
+	// TimeoutMillis interrupts the code (SIGINT, KeyboardInterrupt) this long
+	// after it started; 0: the agent's default. GraceMillis later the
+	// interpreter is killed and the Session is Lost.
+	TimeoutMillis  int64 `json:"timeoutMillis,omitempty"`
+	GraceMillis    int64 `json:"graceMillis,omitempty"`
+	MaxOutputBytes int   `json:"maxOutputBytes,omitempty"`
+	Stream         bool  `json:"stream,omitempty"`
+	// Bridge: llm_query/rlm_query calls in the code arrive as events for the
+	// caller to answer (streamed runs only); MaxBridgeCalls bounds them.
+	Bridge         bool `json:"bridge,omitempty"`
+	MaxBridgeCalls int  `json:"maxBridgeCalls,omitempty"`
+}
+
+// RunRef names a run (interrupt).
+type RunRef struct {
+	ID string `json:"id"`
+}
+
+// BridgeAnswer answers one bridge call of a run: a JSON result, or an error
+// the code sees as an exception.
+type BridgeAnswer struct {
+	ID     string          `json:"id"`
+	Call   string          `json:"call"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// Event types of a streamed run.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventBridge = "bridge"
+	EventResult = "result"
+)
+
+// Event is one line of a streamed run.
+type Event struct {
+	Type   string      `json:"type"`
+	Data   string      `json:"data,omitempty"`
+	Call   *BridgeCall `json:"call,omitempty"`
+	Result *Result     `json:"result,omitempty"`
+}
+
+// BridgeCall is a call from the code (llm_query, rlm_query) for the caller to answer.
+type BridgeCall struct {
+	ID     string          `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// Status of a finished run.
+const (
+	StatusSucceeded   = "succeeded"
+	StatusFailed      = "failed"
+	StatusInterrupted = "interrupted"
+	StatusTimedOut    = "timed_out"
+)
+
+// Result of a run.
+type Result struct {
+	ID              string       `json:"id"`
+	Status          string       `json:"status"`
+	Stdout          string       `json:"stdout"`
+	Stderr          string       `json:"stderr"`
+	StdoutTruncated bool         `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool         `json:"stderrTruncated,omitempty"`
+	Result          *string      `json:"result,omitempty"`
+	Final           bool         `json:"final,omitempty"`
+	Error           *ResultError `json:"error,omitempty"`
+	ExitCode        *int         `json:"exitCode,omitempty"`
+	// StateLost: the interpreter was killed or died; the Session is lost.
+	StateLost      bool      `json:"stateLost,omitempty"`
+	Interpreter    string    `json:"interpreter,omitempty"`
+	StartedAt      time.Time `json:"startedAt"`
+	FinishedAt     time.Time `json:"finishedAt"`
+	DurationMillis float64   `json:"durationMillis"`
+}
+
+// ResultError says why the code failed: a Python exception's name and
+// message, or one of the agent's own (InterpreterDied, InterpreterKilled,
+// InterpreterRestarted).
+type ResultError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// RunInfo answers GET .../sessions/NAME/executions?id=ID.
+type RunInfo struct {
+	ID      string  `json:"id"`
+	Running bool    `json:"running"`
+	Result  *Result `json:"result,omitempty"`
+}
+
+// Variable is a global of the interpreter: JSON when it serialises, else its repr.
+type Variable struct {
+	Name string          `json:"name"`
+	Type string          `json:"type"`
+	JSON json.RawMessage `json:"json,omitempty"`
+	Repr string          `json:"repr,omitempty"`
+}
+
+// FileInfo describes a file or directory of the Session's workspace.
+type FileInfo struct {
+	Path    string    `json:"path"`
+	Name    string    `json:"name"`
+	Size    int64     `json:"size"`
+	Dir     bool      `json:"dir"`
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"modTime"`
+}
+
+// Error is a refusal of the data plane or the API server.
+type Error struct {
+	Code    int
+	Reason  string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("%d %s: %s", e.Code, e.Reason, e.Message)
+	}
+	return fmt.Sprintf("%d: %s", e.Code, e.Message)
+}
+
+// IsStatus reports whether err is an *Error with this HTTP status code.
+func IsStatus(err error, code int) bool {
+	e, ok := err.(*Error)
+	return ok && e.Code == code
+}

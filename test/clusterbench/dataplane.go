@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// dataPlanePhase measures Sessions side by side with the Execution path, in
+// one run on one pool: Execution objects in a session, Session create ->
+// Ready on a warm pool, and print(1) through the data plane three ways: via
+// kube-apiserver's aggregator (what users do), straight to the data plane
+// (bearer token, the hop the aggregator adds is the difference), and
+// straight to the agent (the floor).
+func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, executions, runs, creates int) error {
+	pool := wrappers.Pool(b.ns, "dp").Image(image).RuntimeClass(runtimeClass).Replicas(2).Obj()
+	if err := b.warmPool(ctx, pool); err != nil {
+		return err
+	}
+	lat, err := b.sequential(ctx, "dp", executions, nil, "bench-exec-session")
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("Execution objects in a session: print(1) create -> Succeeded, %d one at a time", executions), lat)
+
+	c, err := sessions.New(cfg)
+	if err != nil {
+		return err
+	}
+	var ready []time.Duration
+	for i := range creates {
+		if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
+			return err
+		}
+		start := time.Now()
+		s, err := c.Create(ctx, b.ns, fmt.Sprintf("ready-%03d", i), "dp", nil)
+		if err != nil {
+			return err
+		}
+		ready = append(ready, time.Since(start))
+		if err := s.Close(ctx); err != nil {
+			return err
+		}
+	}
+	report(fmt.Sprintf("Session create -> Ready on a warm pool (client-side, polling), %d one at a time", creates), ready)
+
+	if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
+		return err
+	}
+	s, err := c.Create(ctx, b.ns, "runs", "dp", nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.Close(context.Background()) }()
+	print1 := sessions.ExecRequest{Code: "print(1)"}
+	timed := func(what string, run func() error) error {
+		for range 20 { // warm the connections
+			if err := run(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		var lat []time.Duration
+		start := time.Now()
+		for range runs {
+			t := time.Now()
+			if err := run(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		report(fmt.Sprintf("%s, %d one at a time (%.0f runs/s)", what, runs, float64(runs)/time.Since(start).Seconds()), lat)
+		return nil
+	}
+	runVia := func(s *sessions.Session) func() error {
+		return func() error {
+			res, err := s.Run(ctx, print1)
+			if err == nil && res.Stdout != "1\n" {
+				err = fmt.Errorf("unexpected result %+v", res)
+			}
+			return err
+		}
+	}
+	if err := timed("print(1) through the data plane via kube-apiserver (aggregated API)", runVia(s)); err != nil {
+		return err
+	}
+
+	// Straight to one data-plane replica, as a gateway would be reached.
+	dpAddr, err := b.managerPodIP(ctx)
+	if err != nil {
+		return err
+	}
+	token := cfg.BearerToken
+	direct := &http.Client{Transport: &bearer{token: token, next: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, MaxIdleConnsPerHost: 4}}} //nolint:gosec // the data plane's self-signed certificate; measurement only
+	ds := c.WithDataPlane("https://"+dpAddr+":9443", direct).Open(b.ns, s.Name)
+	if token == "" {
+		fmt.Println("print(1) straight to the data plane: skipped (the kubeconfig has no bearer token)")
+	} else if err := timed("print(1) straight to a data-plane replica (bearer token, no aggregator)", runVia(ds)); err != nil {
+		return err
+	}
+
+	// Straight to the agent: the floor. Needs the agent keys and a route to
+	// the pod's agent port from here.
+	agent, err := b.agentOf(ctx, s)
+	if err != nil {
+		fmt.Println("print(1) straight to the agent: skipped:", err)
+		return nil
+	}
+	n := 0
+	return timed("print(1) straight to the sandbox agent (no Kubernetes in the path)", func() error {
+		n++
+		res, err := agent.Execute(ctx, protocol.ExecuteRequest{ID: "direct-" + strconv.Itoa(n), Code: "print(1)"})
+		if err == nil && res.Stdout != "1\n" {
+			err = fmt.Errorf("unexpected result %+v", res)
+		}
+		return err
+	})
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func (b *bench) managerPodIP(ctx context.Context) (string, error) {
+	var pods corev1.PodList
+	if err := b.c.List(ctx, &pods, client.InNamespace("warmpool-system"),
+		client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		return "", err
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			return p.Status.PodIP, nil
+		}
+	}
+	return "", fmt.Errorf("no manager pod with an IP in warmpool-system")
+}
+
+// agentOf returns a client of the Session's agent, with a token signed by
+// the manager's keys (read from their Secret, as the manager does).
+func (b *bench) agentOf(ctx context.Context, s *sessions.Session) (*agentclient.Client, error) {
+	obj, err := s.Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pod := &corev1.Pod{}
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.ns, Name: obj.Status.PodName}, pod); err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{}
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: controller.DefaultAgentKeysSecret}, secret); err != nil {
+		return nil, fmt.Errorf("agent keys: %w", err)
+	}
+	keys, err := agentauth.ParseKeyring(secret.Data)
+	if err != nil {
+		return nil, err
+	}
+	keyID := pod.Labels[sandboxpod.LabelAgentKey]
+	c := agentclient.New(fmt.Sprintf("http://%s:%d", pod.Status.PodIP, sandboxpod.AgentPort), "").
+		WithTokenSource(func() (string, error) { return keys.Token(string(pod.UID), keyID) })
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := c.Ready(pctx); err != nil {
+		return nil, fmt.Errorf("agent of pod %s not reachable from here (NetworkPolicy admits only the manager): %w", pod.Name, err)
+	}
+	return c, nil
+}
