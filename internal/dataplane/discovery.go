@@ -8,8 +8,9 @@ import (
 
 // The aggregator checks availability with GET /apis/GROUP/VERSION and, with
 // no aggregated discovery at /apis, builds discovery from the same
-// APIResourceList. "sessions" itself is listed with no verbs: the objects
-// are the Sessions of sandbox.warmpool.dev; here are only their subresources.
+// APIResourceList. Only the subresources are listed: the Session objects are
+// sandbox.warmpool.dev's, and a "sessions" resource here would make kubectl
+// resolve "session/NAME" to this group, which has no objects.
 
 func apiResources(w http.ResponseWriter, _ *http.Request) {
 	sub := func(name string, verbs ...string) metav1.APIResource {
@@ -19,7 +20,6 @@ func apiResources(w http.ResponseWriter, _ *http.Request) {
 		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 		GroupVersion: Group + "/" + Version,
 		APIResources: []metav1.APIResource{
-			{Name: "sessions", Namespaced: true, Kind: "Session", Verbs: metav1.Verbs{}},
 			sub(SubExec, "create"), sub(SubInterrupt, "create"), sub(SubBridge, "create"),
 			sub(SubExecutions, "get"), sub(SubVariables, "get"), sub(SubFiles, "get", "update"), sub(SubReset, "create"),
 		},
