@@ -113,6 +113,7 @@ type SessionStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ses,categories=warmpool
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a Session's name must be at most 63 characters: it labels the Session's pod"
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -17,15 +18,29 @@ import (
 // the Session's own runs (Executions naming the Session claim it one at a
 // time, data-plane runs go straight to its agent) and for nothing else.
 
+// SessionUID returns the UID of the Session object that holds the pod; ""
+// for a pod of a session from before Session objects existed.
+func SessionUID(pod *corev1.Pod) types.UID {
+	return types.UID(pod.Annotations[sandboxpod.AnnotationSessionUID])
+}
+
+// HeldBy reports whether pod is the pod of Session ses: its name, and its UID
+// when the pod records one. A Session deleted and created again under the same
+// name is another Session, with none of the first one's state.
+func HeldBy(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
+	uid := SessionUID(pod)
+	return Session(pod) == ses.Name && (uid == "" || uid == ses.UID)
+}
+
 // ClaimableForSession reports whether ses may take pod (as read): an idle
-// fresh pod, or one already labelled with its name that no run holds (left by
-// a manager that stopped between the claim and the Session's status).
+// fresh pod, or its own pod that no run holds (left by a manager that stopped
+// between the claim and the Session's status).
 func ClaimableForSession(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
 	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) || ClaimedBy(pod) != "" {
 		return false
 	}
-	if s := Session(pod); s != "" {
-		return s == ses.Name
+	if Session(pod) != "" {
+		return HeldBy(pod, ses)
 	}
 	return sandboxpod.IsIdle(pod)
 }
@@ -36,7 +51,7 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 	if !ClaimableForSession(pod, ses) {
 		return ErrNotClaimable
 	}
-	if Session(pod) == ses.Name {
+	if HeldBy(pod, ses) && SessionUID(pod) == ses.UID {
 		return nil // adopted: the lease was written before
 	}
 	if pod.Annotations == nil {
@@ -44,6 +59,7 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 	}
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
 	pod.Labels[sandboxpod.LabelSession] = ses.Name
+	pod.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
 	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
 	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
 	if err := c.Update(ctx, pod); err != nil {
@@ -55,16 +71,17 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 // ReleaseSessionForReset ends a Session's lease on pod into StateResetting
 // (reusePolicy FreshInterpreter). It does nothing to a pod that is not the
 // Session's or that a run still holds.
-func ReleaseSessionForReset(ctx context.Context, c client.Client, pod *corev1.Pod, session string, now time.Time) error {
-	if Session(pod) != session || ClaimedBy(pod) != "" {
+func ReleaseSessionForReset(ctx context.Context, c client.Client, pod *corev1.Pod, ses *sandboxv1alpha1.Session, now time.Time) error {
+	if !HeldBy(pod, ses) || ClaimedBy(pod) != "" {
 		return nil
 	}
 	delete(pod.Labels, sandboxpod.LabelSession)
+	delete(pod.Annotations, sandboxpod.AnnotationSessionUID)
 	delete(pod.Annotations, sandboxpod.AnnotationInterpreter)
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting
 	pod.Annotations[sandboxpod.AnnotationResetSince] = now.UTC().Format(time.RFC3339Nano)
 	if err := c.Update(ctx, pod); err != nil {
-		return fmt.Errorf("release pod %s of session %s for a reset: %w", pod.Name, session, err)
+		return fmt.Errorf("release pod %s of session %s for a reset: %w", pod.Name, ses.Name, err)
 	}
 	return nil
 }

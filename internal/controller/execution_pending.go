@@ -193,7 +193,7 @@ func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Exe
 	job.Request = r.request(ex, pool, code)
 	if ex.Spec.Session != "" {
 		// Only on the interpreter that holds the session's state.
-		job.Request.Interpreter = pod.Annotations[sandboxpod.AnnotationInterpreter]
+		job.Request.Interpreter = r.sessionInterpreter(ctx, ex, pod)
 	}
 	job.CodeDigest = digest(code)
 	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)

@@ -182,7 +182,7 @@ func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha
 	}
 	job.Request = r.request(ex, pool, code)
 	if ex.Spec.Session != "" {
-		job.Request.Interpreter = pod.Annotations[sandboxpod.AnnotationInterpreter]
+		job.Request.Interpreter = r.sessionInterpreter(ctx, ex, pod)
 	}
 	job.CodeDigest = digest(code)
 	logf.FromContext(ctx).Info("the run never reached the agent; starting it now", "pod", pod.Name)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -60,6 +61,18 @@ func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alph
 	}
 	r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, msg)
 	return ctrl.Result{RequeueAfter: waitBackstop}, true, nil
+}
+
+// sessionInterpreter is the interpreter an Execution of a session may run on:
+// the one its Session records (set when it became Ready, and by a data-plane
+// reset), else the one the session's last Execution ran on.
+func (r *ExecutionReconciler) sessionInterpreter(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod) string {
+	ses := &sandboxv1alpha1.Session{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses); err == nil &&
+		claim.HeldBy(pod, ses) && ses.Status.Interpreter != "" {
+		return ses.Status.Interpreter
+	}
+	return pod.Annotations[sandboxpod.AnnotationInterpreter]
 }
 
 // createSession makes the Session an Execution names, unless Executions of

@@ -256,7 +256,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 			// lag behind a Session that has just claimed it.
 			ses := &sandboxv1alpha1.Session{}
 			if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: s}, ses); err == nil &&
-				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() {
+				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && claim.HeldBy(p, ses) {
 				out.busy = append(out.busy, p)
 				continue
 			}

@@ -130,7 +130,7 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}
-	if claim.Session(pod) != ses.Name {
+	if !claim.HeldBy(pod, ses) {
 		// About to take a fresh pod: make sure no pod carries the Session's
 		// name already (the pod informer can lag behind a new leader's start,
 		// or behind this Session's own claim when its status write failed).
@@ -149,11 +149,11 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 		}
 	}
 	if err := claim.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
-		if !apierrors.IsConflict(err) && err != claim.ErrNotClaimable {
-			return ctrl.Result{}, err
-		}
 		log.V(1).Info("the claim did not commit", "pod", pod.Name, "err", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
+		if !apierrors.IsConflict(err) && err != claim.ErrNotClaimable {
+			return ctrl.Result{}, err // the pod goes back to the queue meanwhile
+		}
 		// A fixed short retry, not the rate limiter's: a cache that lags
 		// behind a few claims must not push the Session out by minutes.
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
@@ -178,7 +178,9 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
 }
 
-// labelledPod returns a live pod of the Session's pool that carries its name.
+// labelledPod returns a live pod of the Session's pool that is this
+// Session's (its name and UID; a pod of an earlier Session of the same name
+// is not).
 func (r *SessionReconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ses.Namespace), client.MatchingLabels{
@@ -186,8 +188,8 @@ func (r *SessionReconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha
 		return nil, fmt.Errorf("list pods of session %s: %w", ses.Name, err)
 	}
 	for i := range pods.Items {
-		if !sandboxpod.IsTerminal(&pods.Items[i]) && pods.Items[i].DeletionTimestamp == nil {
-			return &pods.Items[i], nil
+		if p := &pods.Items[i]; claim.HeldBy(p, ses) && !sandboxpod.IsTerminal(p) && p.DeletionTimestamp == nil {
+			return p, nil
 		}
 	}
 	return nil, nil
@@ -286,7 +288,9 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 			return ctrl.Result{}, fmt.Errorf("store activity of session %s: %w", ses.Name, err)
 		}
 	}
-	next := sessionCheckInterval
+	// A busy Session is looked at again within one idle timeout: its run may
+	// end (an Execution's release wakes nobody) and the clock start then.
+	next := min(sessionCheckInterval, idle)
 	if last != nil && !busy {
 		next = min(next, last.Add(idle).Sub(now)+10*time.Millisecond)
 	}
@@ -302,7 +306,7 @@ func (r *SessionReconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1
 	key := types.NamespacedName{Namespace: ses.Namespace, Name: ses.Status.PodName}
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, key, pod)
-	if err == nil && claim.Session(pod) == ses.Name && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
+	if err == nil && claim.HeldBy(pod, ses) && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
 		return pod, "", nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -315,7 +319,7 @@ func (r *SessionReconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1
 		return nil, "", err
 	}
 	switch {
-	case claim.Session(pod) != ses.Name:
+	case !claim.HeldBy(pod, ses):
 		return nil, fmt.Sprintf("pod %s no longer belongs to the session", key.Name), nil
 	case pod.DeletionTimestamp != nil:
 		return nil, fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name), nil
@@ -420,7 +424,7 @@ func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		released := false
 		if err := retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
 			released = false
-			err := claim.ReleaseSessionForReset(ctx, r.Client, p, ses.Name, r.Clock.Now())
+			err := claim.ReleaseSessionForReset(ctx, r.Client, p, ses, r.Clock.Now())
 			released = err == nil && claim.Session(p) == ""
 			return err
 		}); err != nil || !released {
@@ -431,7 +435,7 @@ func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		return ctrl.Result{}, nil
 	}
 	err = retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
-		if claim.Session(p) != ses.Name || claim.ClaimedBy(p) != "" {
+		if !claim.HeldBy(p, ses) || claim.ClaimedBy(p) != "" {
 			return nil
 		}
 		err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
@@ -472,14 +476,44 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&sandboxv1alpha1.Session{}).
 		WatchesRawSource(r.wakeups).
 		Watches(&sandboxv1alpha1.Session{}, r.sessionEvents()).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
-			if s := o.GetLabels()[sandboxpod.LabelSession]; s != "" {
-				return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: s}}}
-			}
-			return nil
-		})).
+		Watches(&corev1.Pod{}, sessionPodEvents()).
 		Named("session").
 		Complete(r)
+}
+
+// sessionPodEvents wakes a Session when its pod changes in a way it must act
+// on: the pod went away, stopped, changed readiness or lost the Session's
+// label. The claims and releases of the Session's Executions do not: they
+// come with every run, and the idle timeout reads their last one when it is
+// due.
+func sessionPodEvents() handler.TypedEventHandler[client.Object, ctrl.Request] {
+	enqueue := func(pod client.Object, q queue) {
+		if s := pod.GetLabels()[sandboxpod.LabelSession]; s != "" {
+			q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: pod.GetNamespace(), Name: s}})
+		}
+	}
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			old, cur, ok := podPair(e)
+			if !ok {
+				return
+			}
+			switch {
+			case claim.Session(old) != claim.Session(cur):
+				enqueue(old, q)
+				enqueue(cur, q)
+			case cur.DeletionTimestamp != nil || sandboxpod.IsTerminal(cur) || sandboxpod.IsReady(old) != sandboxpod.IsReady(cur):
+				enqueue(cur, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q queue) { enqueue(e.Object, q) },
+	}
+}
+
+func podPair(e event.UpdateEvent) (old, cur *corev1.Pod, ok bool) {
+	old, ok1 := e.ObjectOld.(*corev1.Pod)
+	cur, ok2 := e.ObjectNew.(*corev1.Pod)
+	return old, cur, ok1 && ok2
 }
 
 // sessionEvents feeds the dispatcher and enqueues nothing (For does).

@@ -69,6 +69,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if resolver == nil {
 		resolver = runner.PodIPResolver{}
 	}
-	return mgr.Add(&dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), Runner: er.Runner,
+	return mgr.Add(&dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: er.Runner,
 		Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")})
 }

@@ -99,8 +99,25 @@ func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, 
 }
 
 func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {
+	t, code, reason, msg := s.resolveWith(ctx, s.Client, ns, name)
+	if t == nil && code != http.StatusInternalServerError && s.APIReader != nil {
+		// The cache can lag behind what the caller saw (its Session just became Ready).
+		t, code, reason, msg = s.resolveWith(ctx, s.APIReader, ns, name)
+	}
+	if t == nil {
+		return nil, code, reason, msg
+	}
+	addr, err := s.Resolver.Address(t.pod)
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("reach pod %s: %v", t.pod.Name, err)
+	}
+	t.agent = s.Runner.Agent(addr, t.pod.UID, t.pod.Labels[sandboxpod.LabelAgentKey])
+	return t, 0, "", ""
+}
+
+func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name string) (*target, int, metav1.StatusReason, string) {
 	ses := &sandboxv1alpha1.Session{}
-	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ses); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ses); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("Session %q not found in namespace %s", name, ns)
 		}
@@ -120,16 +137,12 @@ func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, me
 		return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s is %s%s: %s", name, phase, why, nextStep(phase))
 	}
 	pod := &corev1.Pod{}
-	err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Status.PodName}, pod)
-	if err != nil || claim.Session(pod) != ses.Name || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil {
+	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Status.PodName}, pod)
+	if err != nil || !claim.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil {
 		return nil, http.StatusConflict, metav1.StatusReasonConflict,
 			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
 	}
-	addr, err := s.Resolver.Address(pod)
-	if err != nil {
-		return nil, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("reach pod %s: %v", pod.Name, err)
-	}
-	return &target{ses: ses, pod: pod, agent: s.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])}, 0, "", ""
+	return &target{ses: ses, pod: pod}, 0, "", ""
 }
 
 func nextStep(p sandboxv1alpha1.SessionPhase) string {
@@ -150,13 +163,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	if req.ID == "" {
 		req.ID = uuid.NewString()
 	}
+	runID := agentRunID(req.ID)
 	stream := req.Stream || acceptsNDJSON(r)
 	if req.Bridge && !stream {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "bridge needs a streamed exec (stream: true): bridge calls arrive as events")
 		return
 	}
 	body, _ := json.Marshal(protocol.ExecuteRequest{
-		ID: req.ID, Code: req.Code, Language: req.Language, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
+		ID: runID, Code: req.Code, Language: req.Language, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
 		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream, Bridge: req.Bridge,
 		MaxBridgeCalls: req.MaxBridgeCalls, Interpreter: t.ses.Status.Interpreter,
 	})
@@ -166,7 +180,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	}
 	resp, err := t.agent.Raw(r.Context(), http.MethodPost, protocol.PathExecute, bytes.NewReader(body), "application/json", accept)
 	if err != nil {
-		s.callerGone(r, t, req.ID, stream)
+		s.callerGone(r, t, runID, stream)
 		agentFailed(w, err)
 		return
 	}
@@ -185,7 +199,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	for sc.Scan() {
 		line := append(sc.Bytes(), '\n')
 		if _, err := w.Write(line); err != nil {
-			s.callerGone(r, t, req.ID, true)
+			s.callerGone(r, t, runID, true)
 			return
 		}
 		if flusher != nil {
@@ -195,8 +209,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 			return
 		}
 	}
-	s.callerGone(r, t, req.ID, true)
+	s.callerGone(r, t, runID, true)
 }
+
+// agentRunID is the agent's ID of a data-plane run. The prefix keeps callers
+// to their own runs: an ID they choose can never name an Execution's run on
+// the same agent (those are Execution UIDs), to attach to it or interrupt it.
+func agentRunID(id string) string { return "dp-" + id }
 
 // callerGone interrupts a streamed run whose caller went away: nobody is left
 // to read its output or answer its bridge calls. A blocking run goes on (its
@@ -217,7 +236,7 @@ func (s *Server) interrupt(w http.ResponseWriter, r *http.Request, t *target) {
 	if !decode(w, r, &ref) || !required(w, "id", ref.ID) {
 		return
 	}
-	s.forward(w, r, t, http.MethodPost, "/v1/executions/"+url.PathEscape(ref.ID)+"/interrupt", nil, "")
+	s.forward(w, r, t, http.MethodPost, "/v1/executions/"+url.PathEscape(agentRunID(ref.ID))+"/interrupt", nil, "")
 }
 
 func (s *Server) bridge(w http.ResponseWriter, r *http.Request, t *target) {
@@ -226,7 +245,7 @@ func (s *Server) bridge(w http.ResponseWriter, r *http.Request, t *target) {
 		return
 	}
 	body, _ := json.Marshal(protocol.BridgeAnswer{Result: a.Result, Error: a.Error})
-	s.forward(w, r, t, http.MethodPost, "/v1/executions/"+url.PathEscape(a.ID)+"/bridge/"+url.PathEscape(a.Call), bytes.NewReader(body), "application/json")
+	s.forward(w, r, t, http.MethodPost, "/v1/executions/"+url.PathEscape(agentRunID(a.ID))+"/bridge/"+url.PathEscape(a.Call), bytes.NewReader(body), "application/json")
 }
 
 func (s *Server) execution(w http.ResponseWriter, r *http.Request, t *target) {
@@ -234,7 +253,7 @@ func (s *Server) execution(w http.ResponseWriter, r *http.Request, t *target) {
 	if !required(w, "id", id) {
 		return
 	}
-	s.forward(w, r, t, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, "")
+	s.forward(w, r, t, http.MethodGet, "/v1/executions/"+url.PathEscape(agentRunID(id)), nil, "")
 }
 
 func (s *Server) variable(w http.ResponseWriter, r *http.Request, t *target) {
@@ -266,28 +285,41 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, t *target) {
 // cleared before (so the Session's own check does not take the new one for
 // a crash) and set to the new one after.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request, t *target) {
+	if h, err := t.agent.Ready(r.Context()); err == nil && h.Busy > 0 {
+		writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, "a run is under way in Session "+t.ses.Name+": interrupt it first")
+		return
+	}
 	if err := s.setInterpreter(r.Context(), t.ses, ""); err != nil {
 		writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("record the reset of Session %s: %v", t.ses.Name, err))
 		return
 	}
-	if err := t.agent.Reset(r.Context()); err != nil {
-		agentFailed(w, err)
-		return
-	}
-	h, err := t.agent.Ready(r.Context())
+	// From here the Session's record must be put right whatever the caller does.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+	defer cancel()
+	resetErr := t.agent.Reset(ctx)
+	h, err := t.agent.Ready(ctx)
 	if err != nil {
-		agentFailed(w, err)
+		agentFailed(w, err) // the Session's check finds out what became of the pod
 		return
 	}
-	if err := s.setInterpreter(r.Context(), t.ses, h.Interpreter); err != nil {
+	if err := s.setInterpreter(ctx, t.ses, h.Interpreter); err != nil {
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("record the new interpreter of Session %s: %v", t.ses.Name, err))
+		return
+	}
+	if resetErr != nil {
+		agentFailed(w, resetErr)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"interpreter": h.Interpreter})
 }
 
+// setInterpreter records the Session's interpreter; the resourceVersion in
+// the patch makes two overlapping resets fail one of them instead of leaving
+// the older tag behind.
 func (s *Server) setInterpreter(ctx context.Context, ses *sandboxv1alpha1.Session, interp string) error {
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"interpreter": interp}})
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": ses.ResourceVersion},
+		"status":   map[string]any{"interpreter": interp}})
 	return s.Client.Status().Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch))
 }
 
@@ -318,7 +350,7 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 
 func agentFailed(w http.ResponseWriter, err error) {
 	var ae *agentclient.APIError
-	if errors.As(err, &ae) {
+	if errors.As(err, &ae) && ae.Code != http.StatusUnauthorized && ae.Code != http.StatusForbidden {
 		writeStatus(w, ae.Code, "", ae.Message)
 		return
 	}

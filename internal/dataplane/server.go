@@ -67,6 +67,9 @@ type Server struct {
 	// Client reads Sessions and pods (the manager's cache) and writes a
 	// Session's interpreter when a caller resets it.
 	Client client.Client
+	// APIReader reads around the cache when the cache says no: a caller who
+	// just saw its Session Ready must not be told it is Pending.
+	APIReader client.Reader
 	// Runner signs the calls to the pods' agents.
 	Runner   *runner.Runner
 	Resolver runner.Resolver

@@ -98,7 +98,8 @@ type podInfo struct {
 	current     bool // built from the pool's current template
 	idle        bool // a fresh pod free to claim
 	session     string
-	sessionFree bool // a session pod free for the session's next Execution
+	sessionUID  types.UID // the Session object that holds it ("" before Session objects)
+	sessionFree bool      // a session pod free for the session's next Execution
 	claimedBy   types.UID
 	assignedTo  *entry
 }
@@ -115,6 +116,9 @@ type session struct {
 	// labelled with the Session's name, and of its Executions, before it
 	// learns that the Session is still adopting that pod.
 	ready bool
+	// uid is the Session object's: a pod left by an earlier Session of the
+	// same name is not this one's.
+	uid types.UID
 }
 
 type pool struct {
@@ -185,6 +189,12 @@ func (p *pool) session(name string) *session {
 	return s
 }
 
+// owns reports whether a pod labelled with the session's name is the current
+// Session object's (or from before Session objects recorded their UID).
+func (s *session) owns(pi *podInfo) bool {
+	return pi.sessionUID == "" || s.uid == "" || pi.sessionUID == s.uid
+}
+
 func (p *pool) gcSession(s *session) {
 	if s.queue.Len() == 0 && s.pod == "" && s.running == "" && s.lease == nil && !s.ready {
 		delete(p.sessions, s.name)
@@ -253,8 +263,8 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 	ready := ses.Status.Phase == sandboxv1alpha1.SessionReady && ses.DeletionTimestamp == nil
 	if s := p.sessions[ses.Name]; s != nil || ready {
 		s = p.session(ses.Name)
-		if s.ready != ready {
-			s.ready = ready
+		if s.ready != ready || s.uid != ses.UID {
+			s.ready, s.uid = ready, ses.UID
 			d.syncSession(p, s, &w)
 			p.gcSession(s)
 		}
@@ -268,6 +278,7 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		e = &entry{uid: ses.UID, name: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Name}, lease: true,
 			pool: p, session: ses.Name, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
 		d.execs[ses.UID] = e
+		p.session(ses.Name).uid = ses.UID
 		d.enqueue(e, &w)
 	}
 	return w
@@ -457,6 +468,7 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	pi.current = p.hash == "" || pod.Labels[sandboxpod.LabelTemplateHash] == p.hash
 	pi.claimedBy = claim.ClaimedBy(pod)
 	pi.session = claim.Session(pod)
+	pi.sessionUID = claim.SessionUID(pod)
 	usable := d.Usable == nil || d.Usable(pod)
 	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
@@ -479,7 +491,7 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	if oldSession != "" && oldSession != pi.session {
 		d.dropSessionPod(p, oldSession, pi.name, w)
 	}
-	if pi.session != "" {
+	if pi.session != "" && p.session(pi.session).owns(pi) {
 		s := p.session(pi.session)
 		s.pod = pi.name
 		if pi.claimedBy == "" && s.running != "" {
@@ -547,19 +559,19 @@ func (d *Dispatcher) DeletePool(key types.NamespacedName) {
 // has no pod, and gives the session's pod, when free, to the lease (adopting
 // it) or else to the session's oldest waiting Execution.
 func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
+	pi := p.pods[s.pod]
+	if pi != nil && !s.owns(pi) {
+		pi = nil
+	}
 	if l := s.lease; l != nil && l.state == waiting {
 		switch {
-		case s.pod != "" && l.poolIdx >= 0:
+		case pi != nil && l.poolIdx >= 0:
 			heap.Remove(&p.queue, l.poolIdx)
-		case s.pod == "" && l.poolIdx < 0:
+		case pi == nil && l.poolIdx < 0:
 			heap.Push(&p.queue, queued{l, &l.poolIdx})
 		}
 	}
-	if s.running != "" || s.pod == "" {
-		return
-	}
-	pi := p.pods[s.pod]
-	if pi == nil || !pi.sessionFree || pi.assignedTo != nil {
+	if s.running != "" || pi == nil || !pi.sessionFree || pi.assignedTo != nil {
 		return
 	}
 	next := s.lease

@@ -243,6 +243,29 @@ func TestSessionExecutionsWaitUntilTheSessionIsReady(t *testing.T) {
 	}
 }
 
+// A Session deleted and created again under its name is another Session: it
+// must not adopt the first one's pod (its variables and files), and its
+// Executions must not run there.
+func TestSessionOfTheSameNameDoesNotAdoptAnEarlierSessionsPod(t *testing.T) {
+	d, _ := newDispatcher()
+	old := wrappers.Session(ns, "s").UID("uid-old").Obj()
+	d.UpdatePod(pod("old-pod").HeldBy(old).Obj())
+	d.UpdatePod(pod("fresh").Obj())
+	s := ses("s", 5).Obj()
+	d.UpdateSession(s)
+	if pl := d.PlaceSession(s); pl.Pod != "fresh" {
+		t.Fatalf("new Session s: %+v, want the fresh pod, not the earlier Session's", pl)
+	}
+	d.UpdatePod(pod("fresh").RV("2").HeldBy(s).Obj())
+	d.UpdateSession(ses("s", 5).ReadyOn("fresh").Obj())
+	d.UpdateExecution(ex("s-1", 6).Session("s").Obj())
+	// The old pod's events keep coming until the pool deletes it.
+	d.UpdatePod(pod("old-pod").RV("3").HeldBy(old).Obj())
+	if pl := d.Place(ex("s-1", 6).Session("s").Obj()); pl.Pod != "fresh" {
+		t.Fatalf("s-1: %+v, want the new Session's pod", pl)
+	}
+}
+
 func TestFailedClaimKeepsItsPlaceAndSkipsThePodUntilItChanges(t *testing.T) {
 	d, rec := newDispatcher()
 	d.UpdateExecution(ex("a", 0).Obj())

@@ -284,10 +284,13 @@ func (r *Runner) Attach(job Job) {
 				_ = c.Interrupt(ctx, id)
 				interrupted = true
 			}
-			last = err
+			if err != nil {
+				last = err
+			}
+			refused := errors.Is(err, syscall.ECONNREFUSED)
 			select {
 			case <-ctx.Done():
-				if errors.Is(last, syscall.ECONNREFUSED) {
+				if refused {
 					// Nothing listens where the agent was: it is gone, and the run with it.
 					r.finish(job.UID, Outcome{Err: fmt.Errorf("the sandbox agent is gone (re-attaching: %w)", last)})
 					return

@@ -29,6 +29,9 @@ const (
 	// LabelSession names the session that holds the pod.
 	LabelSession = "sandbox.warmpool.dev/session"
 
+	// AnnotationSessionUID is the UID of the Session object whose pod it is: a
+	// later Session of the same name is another Session and never adopts it.
+	AnnotationSessionUID = "sandbox.warmpool.dev/session-uid"
 	// AnnotationClaimedBy is the name of the Execution that runs on the pod.
 	AnnotationClaimedBy = "sandbox.warmpool.dev/claimed-by"
 	// AnnotationClaimedUID is the UID of that Execution.

@@ -28,6 +28,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,7 +43,7 @@ const (
 
 // Client creates Sessions and runs code in them.
 type Client struct {
-	objects client.Client
+	objects client.WithWatch
 	http    *http.Client
 	base    string // API server URL, or the data plane's own for a direct connection
 }
@@ -53,7 +54,7 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err := sandboxv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	objects, err := client.New(cfg, client.Options{Scheme: scheme})
+	objects, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("client for Sessions: %w", err)
 	}
@@ -139,26 +140,56 @@ func (s *Session) Get(ctx context.Context) (*sandboxv1alpha1.Session, error) {
 	return obj, nil
 }
 
-// WaitReady polls the Session until it is Ready; a Session that ended first
-// is an error that says why.
+// WaitReady watches the Session until it is Ready; a Session that ended
+// first is an error that says why.
 func (s *Session) WaitReady(ctx context.Context) (*sandboxv1alpha1.Session, error) {
-	for wait := 5 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
-		obj, err := s.Get(ctx)
+	for {
+		var list sandboxv1alpha1.SessionList
+		if err := s.c.objects.List(ctx, &list, client.InNamespace(s.Namespace),
+			client.MatchingFields{"metadata.name": s.Name}); err != nil {
+			return nil, err
+		}
+		if len(list.Items) == 0 {
+			return nil, fmt.Errorf("session %s not found in namespace %s", s.Name, s.Namespace)
+		}
+		obj := &list.Items[0]
+		if done, err := readyOrEnded(s.Name, obj); done {
+			return obj, err
+		}
+		w, err := s.c.objects.Watch(ctx, &sandboxv1alpha1.SessionList{}, client.InNamespace(s.Namespace),
+			client.MatchingFields{"metadata.name": s.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 		if err != nil {
 			return nil, err
 		}
-		switch obj.Status.Phase {
-		case sandboxv1alpha1.SessionReady:
-			return obj, nil
-		case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
-			return obj, fmt.Errorf("session %s is %s: %s", s.Name, obj.Status.Phase, readyMessage(obj))
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Deleted {
+				w.Stop()
+				return obj, fmt.Errorf("session %s was deleted before it was Ready", s.Name)
+			}
+			if o, ok := ev.Object.(*sandboxv1alpha1.Session); ok {
+				obj = o
+				if done, err := readyOrEnded(s.Name, obj); done {
+					w.Stop()
+					return obj, err
+				}
+			}
 		}
-		select {
-		case <-ctx.Done():
+		w.Stop()
+		if ctx.Err() != nil {
 			return obj, fmt.Errorf("session %s not Ready (%s): %w", s.Name, readyMessage(obj), ctx.Err())
-		case <-time.After(wait):
 		}
+		// The watch ended (a timeout of the API server): list and watch again.
 	}
+}
+
+func readyOrEnded(name string, obj *sandboxv1alpha1.Session) (bool, error) {
+	switch obj.Status.Phase {
+	case sandboxv1alpha1.SessionReady:
+		return true, nil
+	case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
+		return true, fmt.Errorf("session %s is %s: %s", name, obj.Status.Phase, readyMessage(obj))
+	}
+	return false, nil
 }
 
 func readyMessage(obj *sandboxv1alpha1.Session) string {

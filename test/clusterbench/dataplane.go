@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +28,7 @@ import (
 // kube-apiserver's aggregator (what users do), straight to the data plane
 // (bearer token, the hop the aggregator adds is the difference), and
 // straight to the agent (the floor).
-func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, executions, runs, creates int) error {
+func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, executions, runs, creates, parallel int) error {
 	pool := wrappers.Pool(b.ns, "dp").Image(image).RuntimeClass(runtimeClass).Replicas(2).Obj()
 	if err := b.warmPool(ctx, pool); err != nil {
 		return err
@@ -57,7 +58,7 @@ func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, run
 			return err
 		}
 	}
-	report(fmt.Sprintf("Session create -> Ready on a warm pool (client-side, polling), %d one at a time", creates), ready)
+	report(fmt.Sprintf("Session create -> Ready on a warm pool (client-side: create call to the watch event), %d one at a time", creates), ready)
 
 	if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
 		return err
@@ -97,6 +98,49 @@ func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, run
 	}
 	if err := timed("print(1) through the data plane via kube-apiserver (aggregated API)", runVia(s)); err != nil {
 		return err
+	}
+
+	// Throughput of one data-plane replica: parallel Sessions, each running
+	// one print(1) after another (a Session runs one thing at a time).
+	if parallel > 1 {
+		par := make([]*sessions.Session, parallel)
+		for i := range par {
+			if err := b.waitIdle(ctx, pool, 1); err != nil {
+				return err
+			}
+			if par[i], err = c.Create(ctx, b.ns, fmt.Sprintf("par-%d", i), "dp", nil); err != nil {
+				return err
+			}
+			defer func(s *sessions.Session) { _ = s.Close(context.Background()) }(par[i])
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, parallel)
+		lat := make([][]time.Duration, parallel)
+		start := time.Now()
+		for i := range par {
+			wg.Go(func() {
+				run := runVia(par[i])
+				for range runs / parallel {
+					t := time.Now()
+					if err := run(); err != nil {
+						errs <- err
+						return
+					}
+					lat[i] = append(lat[i], time.Since(t))
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return err
+		}
+		var all []time.Duration
+		for _, l := range lat {
+			all = append(all, l...)
+		}
+		report(fmt.Sprintf("print(1) via kube-apiserver, %d Sessions in parallel (%.0f runs/s in total)", parallel,
+			float64(len(all))/time.Since(start).Seconds()), all)
 	}
 
 	// Straight to one data-plane replica, as a gateway would be reached.

@@ -68,16 +68,17 @@ func main() {
 	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse or dataplane")
 	runs := flag.Int("runs", 1000, "print(1) runs per data-plane path (-only dataplane)")
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
+	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
 	flag.Parse()
-	dataPlane = [2]int{*runs, *creates}
+	dataPlane = [3]int{*runs, *creates, *parallel}
 	if err := run(*executions, *churn, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
 		os.Exit(1)
 	}
 }
 
-// dataPlane holds -runs and -creates.
-var dataPlane [2]int
+// dataPlane holds -runs, -creates and -parallel.
+var dataPlane [3]int
 
 func run(executions, churn, jobs, burst int, image, runtimeClass string, only string) error {
 	cfg, err := config.GetConfig()
@@ -121,7 +122,7 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 	// Every phase has its pool to itself: on a small node, each idle gVisor
 	// sandbox costs a few percent of a core, and each boot much more.
 	if only == "dataplane" {
-		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1])
+		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])
 	}
 	if only == "reuse" {
 		return b.reusePhase(ctx, image, runtimeClass, churn)

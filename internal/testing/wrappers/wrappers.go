@@ -314,3 +314,14 @@ func (w *SessionWrapper) ReadyOn(pod string) *SessionWrapper {
 	w.Status.Phase, w.Status.PodName = sandboxv1alpha1.SessionReady, pod
 	return w
 }
+
+// HeldBy labels the pod as Session ses's, as its claim does.
+func (w *PodWrapper) HeldBy(ses *sandboxv1alpha1.Session) *PodWrapper {
+	w.Session(ses.Name)
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
+	w.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	return w
+}

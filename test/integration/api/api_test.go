@@ -283,6 +283,17 @@ var _ = Describe("Validation", func() {
 		expectInvalid(err, "spec.code", "Too long")
 	})
 
+	It("rejects a Session whose name could not label its pod, and a change of its pool", func() {
+		ns := newNamespace()
+		err := k8s.Create(ctx, wrappers.Session(ns, strings.Repeat("s", 64)).Obj())
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("at most 63 characters"))
+		ses := wrappers.Session(ns, "ok").Obj()
+		Expect(k8s.Create(ctx, ses)).To(Succeed())
+		ses.Spec.PoolRef.Name = "other"
+		expectInvalid(k8s.Update(ctx, ses), "spec.poolRef", "spec.poolRef is immutable")
+	})
+
 	DescribeTable("keeps an Execution's spec immutable after creation",
 		func(mutate func(*sandboxv1alpha1.Execution), field, msg string) {
 			ns := newNamespace()
