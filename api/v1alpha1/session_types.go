@@ -65,7 +65,8 @@ type SessionSpec struct {
 	// +optional
 	Env []EnvVar `json:"env,omitempty"`
 
-	// close ends the Session now: a run in flight is interrupted, the pod freed.
+	// close ends the Session now (Closed): its pod is freed once no Execution
+	// holds it, and data-plane runs in flight end with it.
 	// +optional
 	Close bool `json:"close,omitempty"`
 }

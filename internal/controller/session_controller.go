@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -268,8 +269,13 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 	}
 	runs, busy := ses.Status.Runs, claim.ClaimedBy(pod) != ""
 	if herr == nil {
+		// The agent's clock (or a compromised agent) must not keep a Session alive past now.
 		if h := health.LastActivity; h != nil && (last == nil || h.After(last.Time)) {
-			last = &metav1.Time{Time: *h}
+			t := *h
+			if t.After(now) {
+				t = now
+			}
+			last = &metav1.Time{Time: t}
 		}
 		runs, busy = max(runs, health.Runs), busy || health.Busy > 0
 	}
@@ -477,6 +483,9 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(r.wakeups).
 		Watches(&sandboxv1alpha1.Session{}, r.sessionEvents()).
 		Watches(&corev1.Pod{}, sessionPodEvents()).
+		// Leases and checks call agents (up to 5 s for a health check): a few
+		// slow sandboxes must not hold up every other Session.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("session").
 		Complete(r)
 }

@@ -164,6 +164,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		req.ID = uuid.NewString()
 	}
 	runID := agentRunID(req.ID)
+	s.poolDefaults(r.Context(), t.ses, &req)
 	stream := req.Stream || acceptsNDJSON(r)
 	if req.Bridge && !stream {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "bridge needs a streamed exec (stream: true): bridge calls arrive as events")
@@ -216,6 +217,25 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 // to their own runs: an ID they choose can never name an Execution's run on
 // the same agent (those are Execution UIDs), to attach to it or interrupt it.
 func agentRunID(id string) string { return "dp-" + id }
+
+// poolDefaults fills what the caller left unset from the pool's
+// executionDefaults, as for an Execution of that pool.
+func (s *Server) poolDefaults(ctx context.Context, ses *sandboxv1alpha1.Session, req *sessions.ExecRequest) {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+		return // the agent's own defaults apply
+	}
+	d := pool.Spec.ExecutionDefaults
+	if req.TimeoutMillis == 0 && d.Timeout != nil {
+		req.TimeoutMillis = d.Timeout.Milliseconds()
+	}
+	if req.GraceMillis == 0 && d.InterruptGracePeriod != nil {
+		req.GraceMillis = max(d.InterruptGracePeriod.Milliseconds(), 1)
+	}
+	if req.MaxOutputBytes == 0 && d.MaxOutputBytes > 0 {
+		req.MaxOutputBytes = int(d.MaxOutputBytes)
+	}
+}
 
 // callerGone interrupts a streamed run whose caller went away: nobody is left
 // to read its output or answer its bridge calls. A blocking run goes on (its
