@@ -537,6 +537,9 @@ func (r *SessionReconciler) sessionEvents() handler.TypedEventHandler[client.Obj
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ queue) {
 			if ses, ok := e.Object.(*sandboxv1alpha1.Session); ok {
 				r.Dispatcher.DeleteSession(ses)
+				r.mu.Lock()
+				delete(r.statusWritten, ses.UID) // a Session deleted while Ready
+				r.mu.Unlock()
 			}
 		},
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -284,22 +285,15 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 	return w
 }
 
-// DeleteSession forgets a Session that was deleted.
+// DeleteSession forgets a Session that was deleted: as a Session being
+// deleted, it holds no lease and its Executions get no pod.
 func (d *Dispatcher) DeleteSession(ses *sandboxv1alpha1.Session) {
-	d.mu.Lock()
-	var w wakes
-	if e := d.execs[ses.UID]; e != nil {
-		d.remove(e, &w)
+	gone := ses.DeepCopy()
+	if gone.DeletionTimestamp == nil {
+		now := metav1.Now()
+		gone.DeletionTimestamp = &now
 	}
-	if p := d.pools[types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}]; p != nil {
-		if s := p.sessions[ses.Name]; s != nil {
-			s.ready = false
-			p.gcSession(s)
-		}
-		d.gc(p)
-	}
-	d.mu.Unlock()
-	d.deliver(w)
+	d.UpdateSession(gone)
 }
 
 // DeleteExecution forgets an Execution that was deleted.
