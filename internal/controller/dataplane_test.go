@@ -84,6 +84,13 @@ var _ = Describe("Session data plane", func() {
 			want += fmt.Sprintf("%d\n", i)
 		}
 		Expect(strings.Join(lines, "")).To(Equal(want), "streamed output, complete and in order")
+		// An event longer than the relay's 64 KiB read buffer arrives whole (the
+		// agent cuts a result at 64 Ki characters and says so after them).
+		res, err = s.RunStream(ctx, sessions.ExecRequest{Code: "'x' * 100000"}, sessions.Handlers{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded))
+		Expect(*res.Result).To(HavePrefix("'" + strings.Repeat("x", 65000)))
+		Expect(len(*res.Result)).To(BeNumerically(">", 65536))
 
 		v, err := s.Variable(ctx, "total")
 		Expect(err).NotTo(HaveOccurred())

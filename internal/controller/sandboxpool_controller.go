@@ -252,11 +252,13 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 		if s := claim.Session(p); s != "" && claim.ClaimedBy(p) == "" {
 			// A live Session frees its pod itself when it ends; a pod whose
 			// Session is gone (deleted, or ended by a manager that stopped before
-			// freeing it) is deleted here, after a grace that covers the cache's
-			// lag behind a Session that has just claimed it.
+			// freeing it), or a second pod a Session leased while the cache lagged
+			// behind its first, is deleted here, after a grace that covers the
+			// cache's lag behind a Session that has just claimed it.
 			ses := &sandboxv1alpha1.Session{}
 			if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: s}, ses); err == nil &&
-				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && claim.HeldBy(p, ses) {
+				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && claim.HeldBy(p, ses) &&
+				(ses.Status.PodName == "" || ses.Status.PodName == p.Name) {
 				out.busy = append(out.busy, p)
 				continue
 			}
@@ -518,8 +520,9 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// sessionEndHandler wakes a pool when one of its Sessions ends or is deleted:
-// a pod it leaves behind is the pool's to free.
+// sessionEndHandler wakes a pool when one of its Sessions ends or is deleted
+// (a pod it leaves behind is the pool's to free) or becomes Ready (a second
+// pod it leased, if any, is no longer its pod).
 func sessionEndHandler() handler.EventHandler {
 	enqueue := func(o client.Object, q queue) {
 		if ses, ok := o.(*sandboxv1alpha1.Session); ok {
@@ -530,7 +533,7 @@ func sessionEndHandler() handler.EventHandler {
 	return handler.Funcs{
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
 			old, cur := e.ObjectOld.(*sandboxv1alpha1.Session), e.ObjectNew.(*sandboxv1alpha1.Session)
-			if cur.Status.Phase.IsFinished() && !old.Status.Phase.IsFinished() {
+			if cur.Status.Phase != old.Status.Phase && (cur.Status.Phase.IsFinished() || cur.Status.Phase == sandboxv1alpha1.SessionReady) {
 				enqueue(cur, q)
 			}
 		},

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -53,6 +54,11 @@ const (
 	sessionInitTimeout = 30 * time.Second
 	// claimRetry is when a Session whose claim did not commit looks again.
 	claimRetry = 100 * time.Millisecond
+	// sessionUnreachableGrace is how long a Session's pod may stay not Ready,
+	// or its agent unanswering, before the Session is Lost. It covers a
+	// container restart after an OOM kill (found as InterpreterRestarted once
+	// the agent answers again) and a few missed probes of a busy node.
+	sessionUnreachableGrace = 30 * time.Second
 )
 
 // SessionReconciler leases pods to Sessions and ends them.
@@ -102,7 +108,9 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // lease gets the Session a pod: the one already labelled with its name, or
 // the one the dispatcher chose. The claim and the Ready status are written
 // one after the other; a manager that stops between them leaves a labelled
-// pod, which the next reconcile adopts.
+// pod, which the next reconcile adopts. The dispatcher knows that pod from
+// the pod informer; should the informer lag behind it and a second pod be
+// leased, the pool deletes the one the Ready Session does not name.
 func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
@@ -112,12 +120,15 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
 			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ses.Spec.PoolRef.Name, ses.Namespace))
 	}
+	init, err := initRequest(ses)
+	if err != nil {
+		// Immutable: no pod is taken for a Session that can never be Ready.
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonContextFailed, err.Error())
+	}
 	log := logf.FromContext(ctx)
 	pl := r.Dispatcher.PlaceSession(ses)
 	if pl.Pod == "" && pl.SessionPod != "" {
-		log.V(1).Info("waiting for the pod that carries the session's name", "pod", pl.SessionPod)
-		return r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf(
-			"waiting to adopt pod %s, which carries the Session's name, until no run holds it", pl.SessionPod))
+		return r.awaitOwnPod(ctx, ses, pl.SessionPod)
 	}
 	if pl.Pod == "" {
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
@@ -131,23 +142,26 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}
-	if !claim.HeldBy(pod, ses) {
-		// About to take a fresh pod: make sure no pod carries the Session's
-		// name already (the pod informer can lag behind a new leader's start,
-		// or behind this Session's own claim when its status write failed).
-		own, err := r.labelledPod(ctx, ses)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		switch {
-		case own != nil && own.Name == pl.Pod:
-			pod = own // the cache lags behind the claim: carry on with the live pod
-		case own != nil:
-			log.V(1).Info("a pod carries the session's name already: adopting it instead", "chosen", pl.Pod, "own", own.Name)
-			r.Dispatcher.UpdatePod(own)
-			r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
-			return ctrl.Result{RequeueAfter: claimRetry}, nil
-		}
+	// Without a context or env to apply, the interpreter's tag is all the
+	// Session needs from the agent, and asking for it changes nothing: ask
+	// while the claim is written. A context is applied only to a pod that is
+	// the Session's.
+	var tag chan tagAnswer
+	tagCtx, cancelTag := context.WithCancel(ctx)
+	defer cancelTag()
+	if init == nil {
+		tag = make(chan tagAnswer, 1)
+		go func(pod *corev1.Pod) {
+			h, err := r.health(tagCtx, pod)
+			if err == nil && h.Interpreter == "" {
+				err = fmt.Errorf("the agent did not say which interpreter runs")
+			}
+			if err != nil {
+				tag <- tagAnswer{err: fmt.Errorf("ask the agent of pod %s for its interpreter: %w", pod.Name, err)}
+				return
+			}
+			tag <- tagAnswer{interp: h.Interpreter}
+		}(pod.DeepCopy())
 	}
 	if err := claim.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
 		log.V(1).Info("the claim did not commit", "pod", pod.Name, "err", err.Error())
@@ -159,10 +173,25 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 		// behind a few claims must not push the Session out by minutes.
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}
-	interp, err := r.initialize(ctx, ses, pod)
-	if err != nil {
+	var interp string
+	if tag != nil {
+		a := <-tag
+		interp, err = a.interp, a.err
+	} else {
+		interp, err = r.initialize(ctx, ses, pod, init)
+	}
+	var failed *initFailed
+	switch {
+	case errors.As(err, &failed):
 		// The pod is the Session's now; a later reconcile frees it.
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonContextFailed, err.Error())
+	case err != nil && r.Clock.Since(claimedAt(pod)) >= sessionUnreachableGrace:
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf(
+			"the agent of pod %s did not answer for %s after the Session claimed it: %v", pod.Name, sessionUnreachableGrace, err))
+	case err != nil:
+		// The agent may be restarting: the next reconcile adopts the pod, which
+		// now carries the Session's name, and asks again.
+		return ctrl.Result{}, err
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	ses.Status.Phase = sandboxv1alpha1.SessionReady
@@ -196,21 +225,31 @@ func (r *SessionReconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha
 	return nil, nil
 }
 
-// initialize applies the Session's context and env to its interpreter and
-// returns the interpreter's tag. Doing it again (after a restart between the
-// claim and the status) is harmless: nothing of the Session ran yet.
-func (r *SessionReconciler) initialize(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod) (string, error) {
-	addr, err := r.Resolver.Address(pod)
-	if err != nil {
-		return "", fmt.Errorf("reach the agent of pod %s: %w", pod.Name, err)
+// tagAnswer is the agent's answer to which interpreter runs.
+type tagAnswer struct {
+	interp string
+	err    error
+}
+
+// initFailed: the agent ran the Session's context and env, and they failed.
+// Asking again would fail again.
+type initFailed struct{ msg string }
+
+func (e *initFailed) Error() string { return e.msg }
+
+// initRequest is the run that applies the Session's context and env, or nil
+// when it has neither. A context that can never apply is an error.
+func initRequest(ses *sandboxv1alpha1.Session) (*protocol.ExecuteRequest, error) {
+	if ses.Spec.Context == nil && len(ses.Spec.Env) == 0 {
+		return nil, nil
 	}
-	req := protocol.ExecuteRequest{ID: "session-init-" + string(ses.UID) + "-" + pod.Name, Code: "pass"}
+	req := &protocol.ExecuteRequest{ID: "session-init-" + string(ses.UID), Code: "pass"}
 	if ses.Spec.Context != nil {
 		raw := []byte(*ses.Spec.Context)
 		if ses.Spec.ContextFormat != sandboxv1alpha1.ContextJSON {
 			raw, _ = json.Marshal(*ses.Spec.Context)
 		} else if !json.Valid(raw) {
-			return "", fmt.Errorf("spec.context is not valid JSON (contextFormat: json)")
+			return nil, fmt.Errorf("spec.context is not valid JSON (contextFormat: json); spec.context is immutable: create a new Session with valid JSON")
 		}
 		req.Context = raw
 	}
@@ -223,6 +262,19 @@ func (r *SessionReconciler) initialize(ctx context.Context, ses *sandboxv1alpha1
 		lit, _ := json.Marshal(string(doc)) // a JSON string is a Python string literal
 		req.Code = fmt.Sprintf("__import__('os').environ.update(__import__('json').loads(%s))", lit)
 	}
+	return req, nil
+}
+
+// initialize applies the Session's context and env to its interpreter and
+// returns the interpreter's tag. Doing it again (after a restart between the
+// claim and the status) is harmless: nothing of the Session ran yet.
+func (r *SessionReconciler) initialize(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, init *protocol.ExecuteRequest) (string, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return "", fmt.Errorf("reach the agent of pod %s: %w", pod.Name, err)
+	}
+	req := *init
+	req.ID += "-" + pod.Name
 	ctx, cancel := context.WithTimeout(ctx, sessionInitTimeout)
 	defer cancel()
 	res, err := r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Execute(ctx, req)
@@ -234,9 +286,62 @@ func (r *SessionReconciler) initialize(ctx context.Context, ses *sandboxv1alpha1
 		if res.Error != nil {
 			msg = res.Error.Type + ": " + res.Error.Message
 		}
-		return "", fmt.Errorf("applying the session's context and env failed: %s", msg)
+		return "", &initFailed{msg: "applying the session's context and env failed: " + msg}
 	}
 	return res.Interpreter, nil
+}
+
+// claimedAt is when the pod was leased (its last-used time, written with the
+// claim), its creation if it says nothing.
+func claimedAt(pod *corev1.Pod) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationLastUsed]); err == nil {
+		return t
+	}
+	return pod.CreationTimestamp.Time
+}
+
+// notReadyFor is how long the kubelet has reported the pod not Ready (its
+// probe of the agent failing); 0 for a Ready pod.
+func notReadyFor(pod *corev1.Pod, now time.Time) time.Duration {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue {
+			return now.Sub(c.LastTransitionTime.Time)
+		}
+	}
+	return 0
+}
+
+// awaitOwnPod handles a Session whose pod, leased before its status was
+// stored, cannot be adopted yet: a run of the Session holds it, or it is not
+// Ready. A pod that stays not Ready loses the Session.
+func (r *SessionReconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Session, name string) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: name}, pod)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	switch {
+	case err != nil || sandboxpod.IsTerminal(pod):
+		// The dispatcher hears of it and places the Session afresh.
+		return ctrl.Result{RequeueAfter: claimRetry}, nil
+	case claim.ClaimedBy(pod) != "":
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf(
+			"waiting to adopt pod %s, which carries the Session's name, until the run that holds it ends", name))
+	}
+	down := notReadyFor(pod, r.Clock.Now())
+	if down >= sessionUnreachableGrace {
+		msg := fmt.Sprintf("pod %s, leased by the Session, has not been Ready for %s", name, down.Round(time.Second))
+		if reason, detail := podTrouble(pod); reason != "" {
+			msg += fmt.Sprintf(" (%s: %s)", reason, detail)
+		}
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, msg)
+	}
+	res, err := r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf(
+		"waiting for pod %s, which carries the Session's name, to be Ready again", name))
+	if err == nil {
+		res.RequeueAfter = min(res.RequeueAfter, sessionUnreachableGrace-down+10*time.Millisecond)
+	}
+	return res, err
 }
 
 // check watches a Ready Session: its pod, its interpreter, its idle timeout
@@ -263,6 +368,16 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonInterpreterRestarted,
 			"the interpreter was replaced (killed at its memory limit, or it did not stop at an interrupt): its state is gone")
 	}
+	down := notReadyFor(pod, now)
+	if herr != nil && down >= sessionUnreachableGrace {
+		msg := fmt.Sprintf("pod %s has not been Ready for %s and its agent does not answer (%v)", pod.Name, down.Round(time.Second), herr)
+		if why, whyMsg := podEnd(pod); why != "" {
+			msg = whyMsg + "; " + msg
+		} else if reason, detail := podTrouble(pod); reason != "" {
+			msg += fmt.Sprintf(" (%s: %s)", reason, detail)
+		}
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, msg)
+	}
 	last := ses.Status.LastActivityTime.DeepCopy()
 	if t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationLastUsed]); err == nil && (last == nil || t.After(last.Time)) {
 		last = &metav1.Time{Time: t}
@@ -281,8 +396,10 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 	}
 	idle := idleTimeout(ses, pool)
 	if last != nil && !busy && !now.Before(last.Add(idle)) {
-		if herr != nil {
-			// Cannot ask the agent whether a data-plane run is under way: look again soon.
+		if herr != nil && now.Before(last.Add(idle+sessionUnreachableGrace)) {
+			// Cannot ask the agent whether a data-plane run is under way: look
+			// again soon, and close it anyway once an unanswering agent has had
+			// its grace (no run can reach it either).
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonIdleTimeout,
@@ -302,6 +419,11 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 	}
 	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil {
 		next = min(next, ses.Status.ReadyTime.Add(m.Duration).Sub(now)+10*time.Millisecond)
+	}
+	if herr != nil {
+		// An agent that does not answer is asked again when its grace ends
+		// (or sooner: a pod that turns Ready again wakes the Session).
+		next = min(next, max(sessionUnreachableGrace-down, time.Second))
 	}
 	return ctrl.Result{RequeueAfter: max(next, 10*time.Millisecond)}, nil
 }
@@ -426,31 +548,42 @@ func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Sessi
 	pool := &sandboxv1alpha1.SandboxPool{}
 	reuse := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool) == nil &&
 		pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter && ses.Status.Phase == sandboxv1alpha1.SessionClosed
+	// An Execution of the Session that was given the pod just before the
+	// Session ended may claim it meanwhile: look again when it is done.
+	held := false
 	if addr, aerr := r.Resolver.Address(pod); reuse && aerr == nil {
 		released := false
 		if err := retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
-			released = false
+			held = claim.ClaimedBy(p) != ""
 			err := claim.ReleaseSessionForReset(ctx, r.Client, p, ses, r.Clock.Now())
 			released = err == nil && claim.Session(p) == ""
 			return err
-		}); err != nil || !released {
+		}); err != nil {
 			return ctrl.Result{}, err
 		}
-		go recyclePod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Runner,
-			clientKey(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
-		return ctrl.Result{}, nil
-	}
-	err = retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
-		if !claim.HeldBy(p, ses) || claim.ClaimedBy(p) != "" {
+		if released {
+			go recyclePod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Runner,
+				clientKey(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
+		}
+	} else {
+		err = retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
+			if held = claim.ClaimedBy(p) != ""; !claim.HeldBy(p, ses) || held {
+				return nil
+			}
+			err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete pod %s of session %s: %w", p.Name, ses.Name, err)
+			}
 			return nil
+		})
+		if err != nil {
+			return ctrl.Result{}, err
 		}
-		err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete pod %s of session %s: %w", p.Name, ses.Name, err)
-		}
-		return nil
-	})
-	return ctrl.Result{}, err
+	}
+	if held {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return ctrl.Result{}, nil
 }
 
 func (r *SessionReconciler) setReady(ses *sandboxv1alpha1.Session, status metav1.ConditionStatus, reason, msg string) {

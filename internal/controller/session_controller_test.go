@@ -118,6 +118,43 @@ var _ = Describe("Session", func() {
 			HaveField("Reason", sandboxv1alpha1.ReasonSandboxLost), HaveField("Message", ContainSubstring(ready.Status.PodName))))
 	})
 
+	It("is Lost without taking a pod when its JSON context does not parse", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "bad-json").ContextJSON(`{"n": 3`).Obj())).To(Succeed())
+		lost := sessionIn(ns, "bad-json", sandboxv1alpha1.SessionLost)
+		Expect(condition(lost.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Reason", sandboxv1alpha1.ReasonContextFailed), HaveField("Message", ContainSubstring("not valid JSON"))))
+		Expect(lost.Status.PodName).To(BeEmpty())
+		for _, p := range poolPods(ns, "python") {
+			Expect(claim.Session(p.DeepCopy())).To(BeEmpty(), "pod %s was leased for a Session that could never be Ready", p.Name)
+		}
+		Expect(idleReady(ns, "python")).To(Equal(1), "the warm pod is still warm")
+	})
+
+	It("is Lost, saying why, when its pod stays not Ready and its agent answers nothing, and frees the pod", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "hung").Obj())).To(Succeed())
+		ready := sessionIn(ns, "hung", sandboxv1alpha1.SessionReady)
+		thaw, ok := kubelet.FreezeAgent(ns, ready.Status.PodName)
+		Expect(ok).To(BeTrue())
+		DeferCleanup(thaw)
+		// As the kubelet reports a pod whose readiness probe has failed for a while.
+		pod := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ready.Status.PodName}, pod)).To(Succeed())
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == corev1.PodReady {
+				pod.Status.Conditions[i].Status = corev1.ConditionFalse
+				pod.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-40 * time.Second))
+			}
+		}
+		Expect(k8s.Status().Update(ctx, pod)).To(Succeed())
+		lost := sessionIn(ns, "hung", sandboxv1alpha1.SessionLost)
+		Expect(condition(lost.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Reason", sandboxv1alpha1.ReasonSandboxLost),
+			HaveField("Message", And(ContainSubstring(pod.Name), ContainSubstring("has not been Ready for")))))
+		Eventually(sessionPodGone(ns, pod.Name), 20*time.Second).Should(BeTrue())
+	})
+
 	It("closes at its maximum lifetime however busy, and spec.close closes at once", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
 		Expect(k8s.Create(ctx, wrappers.Session(ns, "bounded").MaxLifetime(2*time.Second).Obj())).To(Succeed())

@@ -195,19 +195,34 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 32<<20)
-	for sc.Scan() {
-		line := append(sc.Bytes(), '\n')
-		if _, err := w.Write(line); err != nil {
-			s.callerGone(r, t, runID, true)
-			return
+	// Relayed as read, without a bound on a line: the agent bounds what a run
+	// prints, and a line cut here would end the caller's stream mid-event.
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	lineStart, result := true, false
+	for {
+		frag, err := br.ReadSlice('\n')
+		if lineStart && len(frag) > 0 {
+			// Events are objects whose first member is their type.
+			result = bytes.HasPrefix(frag, []byte(`{"type":"result"`))
 		}
-		if flusher != nil {
-			flusher.Flush()
+		if len(frag) > 0 {
+			if _, werr := w.Write(frag); werr != nil {
+				s.callerGone(r, t, runID, true)
+				return
+			}
 		}
-		if bytes.Contains(line, []byte(`"type":"result"`)) {
-			return
+		lineStart = err == nil
+		if lineStart {
+			if flusher != nil {
+				flusher.Flush()
+			}
+			if result {
+				return
+			}
+			continue
+		}
+		if err != bufio.ErrBufferFull {
+			break // the agent's stream ended without a result (its pod went away): so does the caller's
 		}
 	}
 	s.callerGone(r, t, runID, true)

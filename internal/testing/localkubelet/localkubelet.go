@@ -109,6 +109,26 @@ func (k *Kubelet) OOMKill(namespace, name string) bool {
 	return ok && p.cmd.Process.Kill() == nil
 }
 
+// FreezeAgent stops a pod's agent and its interpreters with SIGSTOP, as a
+// hung container: the process lives and answers nothing. Thaw resumes them.
+func (k *Kubelet) FreezeAgent(namespace, name string) (thaw func(), ok bool) {
+	k.mu.Lock()
+	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	k.mu.Unlock()
+	if !ok {
+		return func() {}, false
+	}
+	pids := append([]int{p.cmd.Process.Pid}, ChildPIDs(p.cmd.Process.Pid)...)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}, true
+}
+
 // KillInterpreters SIGKILLs the child processes of a pod's agent (its
 // interpreters, and anything else it started) and returns how many.
 func (k *Kubelet) KillInterpreters(namespace, name string) int {

@@ -303,6 +303,12 @@ func (w *SessionWrapper) MaxLifetime(d time.Duration) *SessionWrapper {
 // Context sets spec.context (text).
 func (w *SessionWrapper) Context(text string) *SessionWrapper { w.Spec.Context = &text; return w }
 
+// ContextJSON sets a context the interpreter parses as JSON.
+func (w *SessionWrapper) ContextJSON(doc string) *SessionWrapper {
+	w.Spec.Context, w.Spec.ContextFormat = &doc, sandboxv1alpha1.ContextJSON
+	return w
+}
+
 // Env adds a variable to spec.env.
 func (w *SessionWrapper) Env(name, value string) *SessionWrapper {
 	w.Spec.Env = append(w.Spec.Env, sandboxv1alpha1.EnvVar{Name: name, Value: value})
