@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -11,7 +12,17 @@ import (
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/servingcert"
 )
+
+// DataPlaneCertSecret, in the manager's namespace, holds the data plane's
+// serving certificate and CA (servingcert).
+const DataPlaneCertSecret = "warmpool-data-plane-cert"
+
+// The data plane's certificate: its Secret in the manager's namespace, and the
+// APIService whose caBundle trusts it.
+// +kubebuilder:rbac:groups="",namespace=warmpool-system,resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;patch,resourceNames=v1alpha1.data.warmpool.dev
 
 // Config is what the controllers need to know about where they run.
 type Config struct {
@@ -69,6 +80,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if resolver == nil {
 		resolver = runner.PodIPResolver{}
 	}
-	return mgr.Add(&dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: er.Runner,
-		Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")})
+	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: er.Runner,
+		Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")}
+	if cfg.DataPlane.CertDir == "" {
+		certs := &servingcert.Manager{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Secret:     types.NamespacedName{Namespace: cfg.ManagerNamespace, Name: DataPlaneCertSecret},
+			APIService: dataplane.Version + "." + dataplane.Group, Clock: clock.RealClock{},
+			Log: mgr.GetLogger().WithName("servingcert")}
+		if err := mgr.Add(certs); err != nil {
+			return err
+		}
+		srv.Certs = certs
+	}
+	return mgr.Add(srv)
 }

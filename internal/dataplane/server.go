@@ -34,6 +34,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/options"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,9 +52,10 @@ type Options struct {
 	// BindAddress and Port of the HTTPS listener.
 	BindAddress string
 	Port        int
-	// CertDir holds tls.crt and tls.key; empty: a self-signed certificate
-	// for AlternateDNS (the APIService then skips verification, or carries
-	// the CA bundle the deployment gives it).
+	// CertDir holds tls.crt and tls.key, and whoever provides them sets the
+	// APIService's caBundle; empty: the manager issues the certificate and
+	// sets the caBundle (Server.Certs), serving a self-signed certificate for
+	// AlternateDNS until it has.
 	CertDir      string
 	AlternateDNS []string
 	// RemoteKubeConfig is the cluster to delegate authentication and
@@ -73,7 +75,16 @@ type Server struct {
 	// Runner signs the calls to the pods' agents.
 	Runner   *runner.Runner
 	Resolver runner.Resolver
-	Log      logr.Logger
+	// Certs, when set, is the serving certificate the APIService trusts
+	// (servingcert); until it has one the server serves a self-signed one.
+	Certs CertSource
+	Log   logr.Logger
+}
+
+// CertSource provides the serving certificate and can be made current.
+type CertSource interface {
+	dynamiccertificates.CertKeyContentProvider
+	Ensure(ctx context.Context) error
 }
 
 // NeedLeaderElection is false: every replica serves.
@@ -81,6 +92,12 @@ func (s *Server) NeedLeaderElection() bool { return false }
 
 // Start serves until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
+	if s.Certs != nil {
+		// Serve the certificate the APIService trusts from the first request.
+		if err := s.Certs.Ensure(ctx); err != nil {
+			s.Log.Info("serving a self-signed certificate until the APIService's is issued", "reason", err.Error())
+		}
+	}
 	handler, serving, err := s.build()
 	if err != nil {
 		return err
@@ -122,6 +139,9 @@ func (s *Server) build() (http.Handler, *server.SecureServingInfo, error) {
 	if serving == nil {
 		return nil, nil, fmt.Errorf("data plane listener: no port to bind")
 	}
+	if s.Certs != nil && s.Options.CertDir == "" {
+		serving.Cert = &preferred{primary: s.Certs, fallback: serving.Cert}
+	}
 	authnOpts := options.NewDelegatingAuthenticationOptions()
 	authnOpts.RemoteKubeConfigFile = s.Options.RemoteKubeConfig
 	var authn server.AuthenticationInfo
@@ -149,3 +169,19 @@ func (s *Server) build() (http.Handler, *server.SecureServingInfo, error) {
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
 	return h, serving, nil
 }
+
+// preferred serves primary's pair once it has one, fallback's until then.
+type preferred struct {
+	primary, fallback dynamiccertificates.CertKeyContentProvider
+}
+
+func (p *preferred) Name() string { return p.primary.Name() }
+
+func (p *preferred) CurrentCertKeyContent() ([]byte, []byte) {
+	if cert, key := p.primary.CurrentCertKeyContent(); len(cert) > 0 {
+		return cert, key
+	}
+	return p.fallback.CurrentCertKeyContent()
+}
+
+func (p *preferred) AddListener(l dynamiccertificates.Listener) { p.primary.AddListener(l) }

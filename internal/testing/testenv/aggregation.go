@@ -129,7 +129,8 @@ func (e *Env) KubeconfigFor(user string, groups ...string) (string, error) {
 // RegisterAPIService points kube-apiserver's aggregator at a server on
 // loopback port: a Service of type ExternalName (the aggregator resolves it
 // itself; envtest runs no endpoints controller) and an APIService for
-// group/version, and waits until the aggregator reports it Available.
+// group/version without a caBundle (the server's manager sets it), and waits
+// until the aggregator reports it Available.
 func (e *Env) RegisterAPIService(ctx context.Context, group, version string, port int) error {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warmpool-data-plane"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
@@ -142,8 +143,7 @@ func (e *Env) RegisterAPIService(ctx context.Context, group, version string, por
 		"metadata": map[string]any{"name": version + "." + group},
 		"spec": map[string]any{
 			"group": group, "version": version, "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"insecureSkipTLSVerify": true,
-			"service":               map[string]any{"namespace": "default", "name": svc.Name, "port": int64(port)},
+			"service": map[string]any{"namespace": "default", "name": svc.Name, "port": int64(port)},
 		},
 	}}
 	if err := e.Client.Create(ctx, as); err != nil {
