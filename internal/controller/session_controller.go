@@ -201,6 +201,11 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 	ses.Status.LastActivityTime = &now
 	r.setReady(ses, metav1.ConditionTrue, sandboxv1alpha1.ReasonSandboxClaimed, fmt.Sprintf("holds pod %s", pod.Name))
 	if err := r.Status().Update(ctx, ses); err != nil {
+		if apierrors.IsConflict(err) {
+			// The cache showed an older Session; the pod is its own now, and the
+			// next look adopts it.
+			return ctrl.Result{RequeueAfter: claimRetry}, nil
+		}
 		return ctrl.Result{}, fmt.Errorf("store Ready status of session %s: %w", ses.Name, err)
 	}
 	r.Dispatcher.UpdateSession(ses)
@@ -642,8 +647,11 @@ func sessionPodEvents() handler.TypedEventHandler[client.Object, ctrl.Request] {
 			}
 			switch {
 			case claim.Session(old) != claim.Session(cur):
+				// The Session that lost the pod must know. The one that gained it
+				// claimed it itself and writes its status next: a reconcile now
+				// would read it from a cache that has not seen that status yet
+				// and lease again.
 				enqueue(old, q)
-				enqueue(cur, q)
 			case cur.DeletionTimestamp != nil || sandboxpod.IsTerminal(cur) || sandboxpod.IsReady(old) != sandboxpod.IsReady(cur):
 				enqueue(cur, q)
 			}
