@@ -26,11 +26,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 )
@@ -54,7 +56,9 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err := sandboxv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	objects, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	// A logger of its own: a library must not make controller-runtime warn,
+	// with a stack trace, that the program never set its global logger.
+	objects, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Log: logr.New(crlog.NullLogSink{})})
 	if err != nil {
 		return nil, fmt.Errorf("client for Sessions: %w", err)
 	}
