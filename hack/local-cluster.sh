@@ -765,7 +765,9 @@ cleanup_host() {
 remove_kubelet_dir() {
   local list=$STATE/host/kubelet-dir e
   [[ -f $list && -d $KUBELET_DIR ]] || return 0
-  if grep -qxF "<absent>" "$list"; then
+  # A kubelet root that is a mount point of the host's (some VMs give one to
+  # the kubelet) stays; what the kubelet put in it goes below.
+  if grep -qxF "<absent>" "$list" && ! mountpoint -q "$KUBELET_DIR"; then
     rm -rf "$KUBELET_DIR"
     return
   fi

@@ -324,7 +324,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, t *target) {
 		writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, "a run is under way in Session "+t.ses.Name+": interrupt it first")
 		return
 	}
-	if err := s.setInterpreter(r.Context(), t.ses, ""); err != nil {
+	if err := s.setInterpreter(r.Context(), t.ses, t.ses.Status.Interpreter, ""); err != nil {
 		writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("record the reset of Session %s: %v", t.ses.Name, err))
 		return
 	}
@@ -337,7 +337,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, t *target) {
 		agentFailed(w, err) // the Session's check finds out what became of the pod
 		return
 	}
-	if err := s.setInterpreter(ctx, t.ses, h.Interpreter); err != nil {
+	if err := s.setInterpreter(ctx, t.ses, "", h.Interpreter); err != nil {
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("record the new interpreter of Session %s: %v", t.ses.Name, err))
 		return
 	}
@@ -348,14 +348,40 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, t *target) {
 	writeJSON(w, http.StatusOK, map[string]string{"interpreter": h.Interpreter})
 }
 
-// setInterpreter records the Session's interpreter; the resourceVersion in
-// the patch makes two overlapping resets fail one of them instead of leaving
-// the older tag behind.
-func (s *Server) setInterpreter(ctx context.Context, ses *sandboxv1alpha1.Session, interp string) error {
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": ses.ResourceVersion},
-		"status":   map[string]any{"interpreter": interp}})
-	return s.Client.Status().Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch))
+// setInterpreter records the Session's interpreter, from what it was to
+// what it is now. The resourceVersion in the patch makes two overlapping
+// resets fail one of them instead of leaving the older tag behind; a
+// conflict with any other write (the Session's activity, written every few
+// seconds) is retried on a fresh read, as long as the Session still holds
+// the same pod and the tag it had.
+func (s *Server) setInterpreter(ctx context.Context, ses *sandboxv1alpha1.Session, from, to string) error {
+	cur := ses.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": cur.ResourceVersion},
+			"status":   map[string]any{"interpreter": to}})
+		err := s.Client.Status().Patch(ctx, cur, client.RawPatch(types.MergePatchType, patch))
+		if err == nil {
+			*ses = *cur // the next write starts from this one
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt == 4 {
+			return err
+		}
+		fresh := &sandboxv1alpha1.Session{}
+		reader := s.APIReader
+		if reader == nil {
+			reader = s.Client
+		}
+		if gerr := reader.Get(ctx, client.ObjectKeyFromObject(ses), fresh); gerr != nil {
+			return gerr
+		}
+		if fresh.UID != ses.UID || fresh.Status.Phase != sandboxv1alpha1.SessionReady ||
+			fresh.Status.PodName != ses.Status.PodName || fresh.Status.Interpreter != from {
+			return err // another reset, or the Session ended: theirs stands
+		}
+		cur = fresh
+	}
 }
 
 // forward passes one request to the Session's agent and its answer back.
