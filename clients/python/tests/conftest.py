@@ -1,0 +1,30 @@
+"""The suite runs against a cluster with warmpool deployed (envtest with real
+agents, or the local cluster): WARMPOOL_TEST_KUBECONFIG names a kubeconfig of
+a user with the Session roles in WARMPOOL_TEST_NAMESPACE, whose pool
+WARMPOOL_TEST_POOL is warm. WARMPOOL_TEST_KUBECONFIG_NO_EXEC names one of a
+user who may read Sessions but not run code."""
+
+import os
+
+import pytest
+
+import warmpool
+
+
+def _env(name):
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"{name} is not set: run this suite through its harness (see clients/python/README.md)")
+    return value
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    return {"kubeconfig": _env("WARMPOOL_TEST_KUBECONFIG"), "namespace": _env("WARMPOOL_TEST_NAMESPACE"),
+            "pool": _env("WARMPOOL_TEST_POOL")}
+
+
+@pytest.fixture
+def sandbox(cluster):
+    with warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"]) as sb:
+        yield sb

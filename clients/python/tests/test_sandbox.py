@@ -1,0 +1,111 @@
+import threading
+import time
+
+import pytest
+
+import warmpool
+
+
+def test_state_survives_between_runs(sandbox):
+    assert sandbox.run_code("x = 6 * 7").ok
+    ex = sandbox.run_code("x")
+    assert ex.text == "42" and ex.result == "42"
+    assert ex.duration > 0
+
+
+def test_output_streams_in_order_and_errors_are_typed(sandbox):
+    seen = []
+    ex = sandbox.run_code("import sys\nfor i in range(5):\n    print(i, flush=True)\nprint('warn', file=sys.stderr)",
+                          on_stdout=seen.append)
+    assert "".join(seen) == "0\n1\n2\n3\n4\n"
+    assert ex.stdout == "0\n1\n2\n3\n4\n" and ex.stderr == "warn\n"
+    bad = sandbox.run_code("1 / 0")
+    assert bad.status == "failed"
+    assert bad.error.name == "ZeroDivisionError" and "division by zero" in bad.error.value
+    assert "Traceback" in bad.error.traceback
+    assert bad.to_json()["error"]["name"] == "ZeroDivisionError"
+
+
+def test_llm_query_is_answered_by_the_caller(sandbox):
+    ex = sandbox.run_code("a = llm_query('2+2?')\nb = rlm_query('sum', [1, 2])\na + ' ' + b",
+                          on_llm_query=lambda prompt: "four" if prompt == "2+2?" else "?",
+                          on_rlm_query=lambda task, ctx: f"{task}={sum(ctx)}")
+    assert ex.text == "'four sum=3'"
+
+    def refuse(prompt):
+        raise RuntimeError("model unavailable")
+
+    failed = sandbox.run_code("llm_query('x')", on_llm_query=refuse)
+    assert failed.status == "failed" and "model unavailable" in failed.error.value
+
+
+def test_timeout_interrupts_with_partial_output(sandbox):
+    ex = sandbox.run_code("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", timeout=1)
+    assert ex.status == "timed_out"
+    assert ex.error.name == "KeyboardInterrupt"
+    assert ex.stdout == "started\n"
+    assert sandbox.run_code("1 + 1").text == "2", "the interpreter survives a timeout"
+
+
+def test_interrupt_from_another_thread(sandbox):
+    started = threading.Event()
+    result = {}
+
+    def run():
+        result["ex"] = sandbox.run_code("import time\nprint('go', flush=True)\ntime.sleep(60)",
+                                        on_stdout=lambda _: started.set())
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(20)
+    assert sandbox.interrupt()
+    t.join(20)
+    assert result["ex"].status == "interrupted" and result["ex"].error.name == "KeyboardInterrupt"
+    assert not sandbox.interrupt(), "nothing runs any more"
+
+
+def test_variables_files_and_reset(sandbox):
+    sandbox.run_code("data = {'a': [1, 2], 'b': None}\nobj = object()")
+    assert sandbox.get_variable("data") == {"a": [1, 2], "b": None}
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        sandbox.get_variable("obj")
+    with pytest.raises(warmpool.NotFoundError):
+        sandbox.get_variable("missing")
+
+    sandbox.files.write("in/data.txt", "hello")
+    assert sandbox.run_code("open('in/data.txt').read().upper()").text == "'HELLO'"
+    sandbox.run_code("open('out.bin', 'wb').write(bytes([0, 1, 2]))")
+    assert sandbox.files.read("out.bin", format="bytes") == b"\x00\x01\x02"
+    assert any(e["name"] == "data.txt" for e in sandbox.files.list("in"))
+
+    sandbox.reset()
+    assert sandbox.run_code("'data' in globals()").text == "False"
+    assert sandbox.files.read("in/data.txt") == "hello", "files survive a reset"
+
+
+def test_connect_attaches_to_the_same_interpreter(cluster, sandbox):
+    sandbox.run_code("kept = 'yes'")
+    other = warmpool.Sandbox.connect(sandbox.name, cluster["namespace"], kubeconfig=cluster["kubeconfig"])
+    assert other.run_code("kept").text == "'yes'"
+
+
+def test_context_and_envs_at_creation(cluster):
+    with warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"],
+                                 context={"n": 3}, envs={"GREETING": "hi"}) as sb:
+        assert sb.run_code("import os\n(context['n'], os.environ['GREETING'])").text == "(3, 'hi')"
+
+
+def test_closed_sandbox_says_its_state_is_gone(cluster):
+    sb = warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"], timeout=1)
+    deadline = time.time() + 30
+    while sb.get().get("status", {}).get("phase") != "Closed" and time.time() < deadline:
+        time.sleep(0.5)
+    with pytest.raises(warmpool.APIError) as e:
+        sb.run_code("1")
+    assert e.value.status == 409 and "Closed" in str(e.value)
+    sb.close()
+
+
+def test_missing_pool_is_a_clear_error(cluster):
+    with pytest.raises(warmpool.PoolNotFoundError, match="not found"):
+        warmpool.Sandbox.create("no-such-pool", cluster["namespace"], kubeconfig=cluster["kubeconfig"], request_timeout=20)

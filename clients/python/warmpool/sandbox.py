@@ -1,0 +1,272 @@
+"""Sandbox: a Session of a warmpool SandboxPool, one warm stateful Python
+interpreter leased for as long as the caller needs it."""
+
+import json
+import threading
+import uuid
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from . import _api, errors
+from .execution import Execution
+
+
+def _seconds(d):
+    return None if d is None else f"{int(d)}s"
+
+
+class Files:
+    """The Session's workspace (its working directory): read, write, list."""
+
+    def __init__(self, sandbox):
+        self._s = sandbox
+
+    def read(self, path, format="text"):
+        """The file's content: ``str`` (``format="text"``) or ``bytes`` (``"bytes"``)."""
+        resp = _api.request(self._s._api, "GET", self._s._path("files"), query={"path": path}, accept="*/*")
+        data = resp.data
+        return data if format == "bytes" else data.decode()
+
+    def write(self, path, data):
+        """Write ``data`` (``str`` or ``bytes``) to ``path``, creating directories."""
+        if isinstance(data, str):
+            data = data.encode()
+        _api.request(self._s._api, "PUT", self._s._path("files"), query={"path": path}, body=data,
+                     content_type="application/octet-stream")
+
+    def list(self, path="."):
+        """Entries of a directory: dicts with ``name``, ``path``, ``size``, ``dir``, ``mode``, ``modTime``."""
+        return _api.request_json(self._s._api, "GET", self._s._path("files"), query={"path": path, "list": "true"}) or []
+
+
+class Sandbox:
+    """A lease on one warm Python interpreter of a pool: state survives between
+    ``run_code`` calls until ``close()`` (or the idle timeout). Use it as a
+    context manager to close it at the end."""
+
+    def __init__(self, api, namespace, name):
+        self._api, self.namespace, self.name = api, namespace, name
+        self._objects = kubernetes.client.CustomObjectsApi(api)
+        self._run = None  # ID of the run under way, for interrupt()
+        self._lock = threading.Lock()
+        self.files = Files(self)
+
+    # -- lifecycle --------------------------------------------------------
+
+    @classmethod
+    def create(cls, pool, namespace=None, *, name=None, timeout=None, max_lifetime=None, context=None,
+               context_json=False, envs=None, request_timeout=60, kubeconfig=None, kube_context=None, api_client=None):
+        """Lease a warm interpreter of ``pool`` and wait until it is Ready.
+
+        ``timeout``: seconds without a run after which the Session closes (its
+        idle timeout; default the pool's). ``max_lifetime``: seconds after
+        which it closes however busy. ``context``: a string set once as the
+        variable ``context`` (parsed as JSON when ``context_json``); ``envs``:
+        environment variables set once. ``name``: the Session's name, or a
+        prefix ending in ``-`` (default ``sandbox-``).
+        """
+        api, default_ns = (api_client, "default") if api_client is not None else _api.load(kubeconfig, kube_context)
+        namespace = namespace or default_ns
+        name = name or "sandbox-"
+        meta = {"generateName": name} if name.endswith("-") else {"name": name}
+        spec = {"poolRef": {"name": pool}}
+        if timeout is not None:
+            spec["idleTimeout"] = _seconds(timeout)
+        if max_lifetime is not None:
+            spec["maxLifetime"] = _seconds(max_lifetime)
+        if context is not None:
+            spec["context"] = context if isinstance(context, str) else json.dumps(context)
+            if context_json or not isinstance(context, str):
+                spec["contextFormat"] = "json"
+        if envs:
+            spec["env"] = [{"name": k, "value": str(v)} for k, v in envs.items()]
+        body = {"apiVersion": f"{_api.GROUP}/{_api.VERSION}", "kind": "Session", "metadata": meta, "spec": spec}
+        try:
+            obj = kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
+                _api.GROUP, _api.VERSION, namespace, "sessions", body)
+        except ApiException as e:
+            raise _api.api_error(e) from None
+        sb = cls(api, namespace, obj["metadata"]["name"])
+        try:
+            sb._wait_ready(obj, request_timeout)
+        except BaseException:
+            sb.close()
+            raise
+        return sb
+
+    @classmethod
+    def connect(cls, session_name, namespace=None, *, kubeconfig=None, kube_context=None, api_client=None):
+        """Attach to an existing Session (its variables are where the last run left them)."""
+        api, default_ns = (api_client, "default") if api_client is not None else _api.load(kubeconfig, kube_context)
+        sb = cls(api, namespace or default_ns, session_name)
+        sb._wait_ready(sb.get(), 0)
+        return sb
+
+    def get(self):
+        """The Session object, as a dict."""
+        try:
+            return self._objects.get_namespaced_custom_object(_api.GROUP, _api.VERSION, self.namespace, "sessions", self.name)
+        except ApiException as e:
+            raise _api.api_error(e) from None
+
+    def close(self):
+        """Delete the Session: its pod is freed (deleted, or reset for the next user)."""
+        try:
+            self._objects.delete_namespaced_custom_object(_api.GROUP, _api.VERSION, self.namespace, "sessions", self.name)
+        except ApiException as e:
+            if e.status != 404:
+                raise _api.api_error(e) from None
+
+    kill = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _wait_ready(self, obj, timeout):
+        if self._check(obj):
+            return
+        if not timeout:
+            raise errors.WarmpoolError(f"Session {self.name} is not Ready yet ({_why(obj)})")
+        w = kubernetes.watch.Watch()
+        try:
+            for ev in w.stream(self._objects.list_namespaced_custom_object, _api.GROUP, _api.VERSION, self.namespace,
+                               "sessions", field_selector=f"metadata.name={self.name}",
+                               resource_version=obj["metadata"].get("resourceVersion"), timeout_seconds=int(timeout)):
+                if ev["type"] == "DELETED":
+                    raise errors.SessionLostError(self.name, "Deleted", "Deleted", "the Session was deleted before it was Ready")
+                obj = ev["object"]
+                if self._check(obj):
+                    return
+        except ApiException as e:
+            raise _api.api_error(e) from None
+        finally:
+            w.stop()
+        raise errors.TimeoutError(f"Session {self.name} not Ready after {timeout}s ({_why(obj)})")
+
+    def _check(self, obj):
+        status = obj.get("status") or {}
+        phase = status.get("phase")
+        if phase == "Ready":
+            return True
+        reason, message = _condition(obj)
+        if phase in ("Closed", "Lost"):
+            raise errors.SessionLostError(self.name, phase, reason, message)
+        if reason == "PoolNotFound":
+            raise errors.PoolNotFoundError(message)
+        return False
+
+    # -- running code -----------------------------------------------------
+
+    def run_code(self, code, *, envs=None, timeout=None, language=None, on_stdout=None, on_stderr=None,
+                 on_llm_query=None, on_rlm_query=None, max_bridge_calls=None, run_id=None):
+        """Run ``code`` in the Session's interpreter and return an Execution.
+
+        ``timeout`` (seconds) interrupts the code with KeyboardInterrupt and
+        returns what it printed so far. ``on_stdout``/``on_stderr`` get output
+        as it is printed. ``on_llm_query(prompt)`` answers the code's
+        ``llm_query`` calls and ``on_rlm_query(task, context)`` its
+        ``rlm_query`` calls (the sandbox itself has no network); an exception
+        raised by a handler reaches the code as an exception.
+        """
+        bridge = on_llm_query is not None or on_rlm_query is not None
+        req = {"id": run_id or uuid.uuid4().hex, "code": code, "stream": True, "bridge": bridge}
+        if envs:
+            req["env"] = {k: str(v) for k, v in envs.items()}
+        if timeout is not None:
+            req["timeoutMillis"] = int(timeout * 1000)
+        if language:
+            req["language"] = language
+        if max_bridge_calls:
+            req["maxBridgeCalls"] = int(max_bridge_calls)
+        with self._lock:
+            self._run = req["id"]
+        try:
+            resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
+            try:
+                for line in resp:
+                    if not line.strip():
+                        continue
+                    ev = json.loads(line)
+                    kind = ev.get("type")
+                    if kind == "stdout" and on_stdout:
+                        on_stdout(ev.get("data", ""))
+                    elif kind == "stderr" and on_stderr:
+                        on_stderr(ev.get("data", ""))
+                    elif kind == "bridge":
+                        self._answer(req["id"], ev.get("call") or {}, on_llm_query, on_rlm_query)
+                    elif kind == "result":
+                        ex = Execution.from_result(ev.get("result") or {})
+                        if ex.state_lost:
+                            ex_lost = errors.SessionLostError(self.name, "Lost", "InterpreterRestarted",
+                                                              ex.error.value if ex.error else "the interpreter died")
+                            ex_lost.execution = ex
+                            raise ex_lost
+                        return ex
+            finally:
+                resp.release_conn()
+        finally:
+            with self._lock:
+                self._run = None
+        raise errors.WarmpoolError(f"the stream of run {req['id']} ended without a result: the Session's pod went away")
+
+    def _answer(self, run_id, call, on_llm_query, on_rlm_query):
+        params = call.get("params") or {}
+        method = call.get("method")
+        answer = {"id": run_id, "call": call.get("id", "")}
+        try:
+            if method == "llm_query" and on_llm_query:
+                answer["result"] = on_llm_query(params.get("prompt", ""))
+            elif method == "rlm_query" and on_rlm_query:
+                answer["result"] = on_rlm_query(params.get("task", ""), params.get("context"))
+            else:
+                answer["error"] = f"{method} is not answered by this caller"
+        except Exception as e:  # the code sees it as an exception
+            answer.pop("result", None)
+            answer["error"] = f"{type(e).__name__}: {e}"
+        _api.request(self._api, "POST", self._path("bridge"), body=answer)
+
+    def interrupt(self):
+        """Interrupt the run under way (KeyboardInterrupt in the code); False when none runs."""
+        with self._lock:
+            run = self._run
+        if run is None:
+            return False
+        try:
+            _api.request(self._api, "POST", self._path("interrupt"), body={"id": run})
+        except (errors.NotFoundError, errors.APIError) as e:
+            if getattr(e, "status", 0) in (404, 409):
+                return False
+            raise
+        return True
+
+    def get_variable(self, name):
+        """A global of the interpreter as a JSON value. A value that does not
+        serialise to JSON raises ValueError with its repr."""
+        v = _api.request_json(self._api, "GET", self._path("variables"), query={"name": name})
+        if "json" in v:
+            return v["json"]
+        raise ValueError(f"{name} ({v.get('type')}) is not JSON-serialisable: {v.get('repr')}")
+
+    def reset(self):
+        """A fresh interpreter: variables are gone, files stay."""
+        _api.request(self._api, "POST", self._path("reset"), body={})
+
+    def _path(self, sub):
+        return _api.data_plane_path(self.namespace, self.name, sub)
+
+
+def _condition(obj):
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("reason", ""), c.get("message", "")
+    return "", ""
+
+
+def _why(obj):
+    reason, message = _condition(obj)
+    return f"{reason}: {message}" if reason else "no status yet"
