@@ -316,6 +316,22 @@ func notReadyFor(pod *corev1.Pod, now time.Time) time.Duration {
 	return 0
 }
 
+// podDown says why a Session's pod that stayed not Ready is given up: how
+// long, the agent's silence, and what the kubelet knows (OOM kill, crash loop).
+func podDown(pod *corev1.Pod, down time.Duration, agentErr error) string {
+	msg := fmt.Sprintf("pod %s has not been Ready for %s", pod.Name, down.Round(time.Second))
+	if agentErr != nil {
+		msg += fmt.Sprintf(" and its agent does not answer (%v)", agentErr)
+	}
+	if why, whyMsg := podEnd(pod); why != "" {
+		return whyMsg + "; " + msg
+	}
+	if reason, detail := podTrouble(pod); reason != "" {
+		msg += fmt.Sprintf(" (%s: %s)", reason, detail)
+	}
+	return msg
+}
+
 // awaitOwnPod handles a Session whose pod, leased before its status was
 // stored, cannot be adopted yet: a run of the Session holds it, or it is not
 // Ready. A pod that stays not Ready loses the Session.
@@ -335,11 +351,7 @@ func (r *SessionReconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha
 	}
 	down := notReadyFor(pod, r.Clock.Now())
 	if down >= sessionUnreachableGrace {
-		msg := fmt.Sprintf("pod %s, leased by the Session, has not been Ready for %s", name, down.Round(time.Second))
-		if reason, detail := podTrouble(pod); reason != "" {
-			msg += fmt.Sprintf(" (%s: %s)", reason, detail)
-		}
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, msg)
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, podDown(pod, down, nil))
 	}
 	res, err := r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf(
 		"waiting for pod %s, which carries the Session's name, to be Ready again", name))
@@ -375,13 +387,7 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 	}
 	down := notReadyFor(pod, now)
 	if herr != nil && down >= sessionUnreachableGrace {
-		msg := fmt.Sprintf("pod %s has not been Ready for %s and its agent does not answer (%v)", pod.Name, down.Round(time.Second), herr)
-		if why, whyMsg := podEnd(pod); why != "" {
-			msg = whyMsg + "; " + msg
-		} else if reason, detail := podTrouble(pod); reason != "" {
-			msg += fmt.Sprintf(" (%s: %s)", reason, detail)
-		}
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, msg)
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, podDown(pod, down, herr))
 	}
 	last := ses.Status.LastActivityTime.DeepCopy()
 	if t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationLastUsed]); err == nil && (last == nil || t.After(last.Time)) {

@@ -101,9 +101,11 @@ func (m *Manager) NeedLeaderElection() bool { return false }
 // Start looks again every hour (every few seconds while the APIService is
 // missing) until ctx ends.
 func (m *Manager) Start(ctx context.Context) error {
-	for {
+	for first := true; ; first = false {
 		wait := refresh
-		if err := m.Ensure(ctx); errors.Is(err, ErrNoAPIService) {
+		if cert, _ := m.CurrentCertKeyContent(); first && len(cert) > 0 {
+			// The data plane made it current as it started: nothing to redo now.
+		} else if err := m.Ensure(ctx); errors.Is(err, ErrNoAPIService) {
 			wait = absent
 		} else if err != nil {
 			m.Log.Error(err, "keep the data plane's serving certificate")
@@ -140,8 +142,13 @@ func (m *Manager) Ensure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The APIService trusts the CA before any replica serves a certificate it
+	// signed: a manager that stops between the two leaves the old pair served.
+	if err := m.publish(ctx, as, bundle(sec, m.Clock.Now())); err != nil {
+		return err
+	}
 	m.serve(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
-	return m.publish(ctx, as, bundle(sec, m.Clock.Now()))
+	return nil
 }
 
 // current returns the Secret with a pair valid for dns, issuing one if it

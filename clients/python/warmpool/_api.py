@@ -32,9 +32,8 @@ def load(kubeconfig=None, context=None):
     kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     namespace = "default"
     try:
-        _, current = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, current = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
         if context is not None:
-            contexts, _ = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
             current = next(c for c in contexts if c["name"] == context)
         namespace = current.get("context", {}).get("namespace") or "default"
     except Exception:  # a kubeconfig without contexts: the default namespace

@@ -238,8 +238,8 @@ class Sandbox:
             return False
         try:
             _api.request(self._api, "POST", self._path("interrupt"), body={"id": run})
-        except (errors.NotFoundError, errors.APIError) as e:
-            if getattr(e, "status", 0) in (404, 409):
+        except errors.APIError as e:
+            if e.status in (404, 409):  # the run ended meanwhile
                 return False
             raise
         return True
