@@ -65,7 +65,8 @@ envtest: ## Build (once, then cached) kube-apiserver and etcd for envtest.
 	@K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest
 
 .PHONY: test
-test: manifests generate vet ## Run unit and envtest integration tests.
+test: manifests generate vet ## Run unit and envtest integration tests (with the Python client's pytest suite).
+	WARMPOOL_PYTHON="$$(hack/python-deps.sh)" \
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		$(GO) test ./... -coverprofile cover.out
 

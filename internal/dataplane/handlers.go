@@ -171,7 +171,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		return
 	}
 	body, _ := json.Marshal(protocol.ExecuteRequest{
-		ID: runID, Code: req.Code, Language: req.Language, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
+		ID: runID, Code: req.Code, Language: req.Language, Context: req.Context, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
 		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream, Bridge: req.Bridge,
 		MaxBridgeCalls: req.MaxBridgeCalls, Interpreter: t.ses.Status.Interpreter,
 	})

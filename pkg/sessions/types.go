@@ -17,6 +17,10 @@ type ExecRequest struct {
 	Code     string            `json:"code"`
 	Language string            `json:"language,omitempty"` // python (default) or shell
 	Env      map[string]string `json:"env,omitempty"`      // os.environ for this run only
+	// Context, any JSON value, becomes the interpreter's global `context`
+	// from this run on (as the Session's spec.context does at the start).
+	// Absent keeps the value it has.
+	Context json.RawMessage `json:"context,omitempty"`
 	// TimeoutMillis interrupts the code (SIGINT, KeyboardInterrupt) this long
 	// after it started; 0: the agent's default. GraceMillis later the
 	// interpreter is killed and the Session is Lost.

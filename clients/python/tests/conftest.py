@@ -1,8 +1,9 @@
 """The suite runs against a cluster with warmpool deployed (envtest with real
 agents, or the local cluster): WARMPOOL_TEST_KUBECONFIG names a kubeconfig of
 a user with the Session roles in WARMPOOL_TEST_NAMESPACE, whose pool
-WARMPOOL_TEST_POOL is warm. WARMPOOL_TEST_KUBECONFIG_NO_EXEC names one of a
-user who may read Sessions but not run code."""
+WARMPOOL_TEST_POOL is warm. WARMPOOL_TEST_KUBECONFIG_VIEWER names one of a
+user who may read Sessions but not create them or run code. test/pysdk (part
+of `make test`) starts warmpool on envtest and runs the suite so."""
 
 import os
 
@@ -21,7 +22,7 @@ def _env(name):
 @pytest.fixture(scope="session")
 def cluster():
     return {"kubeconfig": _env("WARMPOOL_TEST_KUBECONFIG"), "namespace": _env("WARMPOOL_TEST_NAMESPACE"),
-            "pool": _env("WARMPOOL_TEST_POOL")}
+            "pool": _env("WARMPOOL_TEST_POOL"), "viewer_kubeconfig": _env("WARMPOOL_TEST_KUBECONFIG_VIEWER")}
 
 
 @pytest.fixture

@@ -95,6 +95,22 @@ def test_context_and_envs_at_creation(cluster):
         assert sb.run_code("import os\n(context['n'], os.environ['GREETING'])").text == "(3, 'hi')"
 
 
+def test_context_per_run_replaces_the_global(sandbox):
+    assert sandbox.run_code("len(context)", context=[1, 2, 3]).text == "3"
+    assert sandbox.run_code("context[0]").text == "1", "the context stays for later runs"
+    assert sandbox.run_code("context['k']", context={"k": "v"}).text == "'v'"
+
+
+def test_a_user_without_the_role_is_told_what_is_missing(cluster, sandbox):
+    viewer = warmpool.Sandbox.connect(sandbox.name, cluster["namespace"], kubeconfig=cluster["viewer_kubeconfig"])
+    with pytest.raises(warmpool.ForbiddenError) as e:
+        viewer.run_code("1")
+    assert e.value.status == 403
+    assert "sessions/exec" in str(e.value) and "data.warmpool.dev" in str(e.value)
+    with pytest.raises(warmpool.ForbiddenError, match="create.*sessions"):
+        warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["viewer_kubeconfig"])
+
+
 def test_closed_sandbox_says_its_state_is_gone(cluster):
     sb = warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"], timeout=1)
     deadline = time.time() + 30

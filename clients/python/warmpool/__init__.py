@@ -10,7 +10,9 @@ from .errors import (APIError, ForbiddenError, NotFoundError, PoolNotFoundError,
                      WarmpoolError)
 from .execution import Execution, ExecutionError
 from .oneoff import run
+from .rlm import REPLResult, WarmpoolREPL
 from .sandbox import Files, Sandbox
+from .tools import python_tool
 
-__all__ = ["run", "Sandbox", "Files", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
+__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "Sandbox", "Files", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
            "NotFoundError", "PoolNotFoundError", "SessionLostError", "TimeoutError"]

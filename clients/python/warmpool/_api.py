@@ -49,6 +49,9 @@ def api_error(e):
         reason, message = status.get("reason") or reason, status.get("message") or ""
     except (TypeError, ValueError):
         message = (e.body.decode() if isinstance(e.body, bytes) else str(e.body or "")).strip()
+    if e.status == 403 and "warmpool.dev" in message:
+        message += (" (warmpool's ClusterRoles: warmpool-session-editor-role to create Sessions and run code in them,"
+                    " warmpool-execution-editor-role for Executions; bind one in the namespace)")
     cls = {403: errors.ForbiddenError, 404: errors.NotFoundError}.get(e.status, errors.APIError)
     return cls(e.status, reason, message)
 

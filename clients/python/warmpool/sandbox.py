@@ -162,12 +162,13 @@ class Sandbox:
 
     # -- running code -----------------------------------------------------
 
-    def run_code(self, code, *, envs=None, timeout=None, language=None, on_stdout=None, on_stderr=None,
+    def run_code(self, code, *, context=None, envs=None, timeout=None, language=None, on_stdout=None, on_stderr=None,
                  on_llm_query=None, on_rlm_query=None, max_bridge_calls=None, run_id=None):
         """Run ``code`` in the Session's interpreter and return an Execution.
 
         ``timeout`` (seconds) interrupts the code with KeyboardInterrupt and
-        returns what it printed so far. ``on_stdout``/``on_stderr`` get output
+        returns what it printed so far. ``context`` (any JSON value) becomes
+        the interpreter's global ``context`` from this run on. ``on_stdout``/``on_stderr`` get output
         as it is printed. ``on_llm_query(prompt)`` answers the code's
         ``llm_query`` calls and ``on_rlm_query(task, context)`` its
         ``rlm_query`` calls (the sandbox itself has no network); an exception
@@ -177,6 +178,8 @@ class Sandbox:
         req = {"id": run_id or uuid.uuid4().hex, "code": code, "stream": True, "bridge": bridge}
         if envs:
             req["env"] = {k: str(v) for k, v in envs.items()}
+        if context is not None:
+            req["context"] = context
         if timeout is not None:
             req["timeoutMillis"] = int(timeout * 1000)
         if language:

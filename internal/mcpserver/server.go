@@ -1,0 +1,222 @@
+// Package mcpserver serves warmpool Sessions to agents over the Model Context
+// Protocol: tools to run code in a stateful sandbox, read a variable, read,
+// write and list files, and reset the interpreter. Each MCP client session
+// gets a warmpool Session of its own, leased on its first tool call and
+// closed when the MCP session ends (the Session's idle timeout closes it if
+// the server itself goes away). The code's llm_query calls are answered by
+// the MCP client's model through sampling, when the client offers it.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// Config of a Server.
+type Config struct {
+	// Namespace and Pool of the Sessions the server leases.
+	Namespace string
+	Pool      string
+	// IdleTimeout of each Session (0: the pool's default): a Session whose
+	// MCP client went away without ending its session closes after it.
+	IdleTimeout time.Duration
+	// RunTimeout interrupts a run_code call that takes longer, when the call
+	// does not ask for less (0: the pool's default).
+	RunTimeout time.Duration
+	// Credentials returns the client that acts for the caller of a tool call
+	// and a key naming that caller: the server's own (stdio), or one built
+	// from the bearer token of the HTTP request (streamable HTTP). A Session
+	// is used only by calls with the key that leased it.
+	Credentials func(req *mcp.CallToolRequest) (c *sessions.Client, caller string, err error)
+	// Version is reported to clients.
+	Version string
+	Log     logr.Logger
+}
+
+// Server is an MCP server whose tools act on warmpool Sessions.
+type Server struct {
+	cfg Config
+	mcp *mcp.Server
+
+	mu       sync.Mutex
+	sessions map[*mcp.ServerSession]*lease
+}
+
+// lease is the warmpool Session of one MCP session.
+type lease struct {
+	mu     sync.Mutex // held while the Session is created
+	caller string
+	ses    *sessions.Session
+	closed bool
+}
+
+// New returns a Server with its tools registered.
+func New(cfg Config) *Server {
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = logr.Discard()
+	}
+	s := &Server{cfg: cfg, sessions: map[*mcp.ServerSession]*lease{}}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "warmpool", Title: "warmpool Python sandbox", Version: cfg.Version},
+		&mcp.ServerOptions{Instructions: instructions})
+	s.addTools()
+	return s
+}
+
+const instructions = `Tools of a stateful Python sandbox (a warmpool Session on Kubernetes, isolated by gVisor). ` +
+	`Variables, imports and files persist between run_code calls of this MCP session; reset starts a fresh ` +
+	`interpreter (files stay). The sandbox has no network. In the code, llm_query(prompt) asks this client's model ` +
+	`(when the client supports sampling), chunk_text(text, size, overlap) splits long text, and context holds the ` +
+	`value last given as run_code's context.`
+
+// MCP returns the protocol server, to run on a transport (mcp.StdioTransport)
+// or to serve with mcp.NewStreamableHTTPHandler.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// session returns the warmpool Session of the MCP session of req, leasing it
+// on first use, and the client that acts for the caller of req.
+func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessions.Session, error) {
+	c, caller, err := s.cfg.Credentials(req)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	l := s.sessions[req.Session]
+	first := l == nil
+	if first {
+		l = &lease{caller: caller}
+		s.sessions[req.Session] = l
+	}
+	s.mu.Unlock()
+	if first {
+		go s.closeWhenDone(req.Session, l)
+	}
+	if l.caller != caller {
+		return nil, errors.New("this MCP session's sandbox belongs to another credential: start a new MCP session")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, errors.New("this MCP session has ended")
+	}
+	if l.ses != nil {
+		return c.Open(l.ses.Namespace, l.ses.Name), nil
+	}
+	ses, err := c.Create(ctx, s.cfg.Namespace, "mcp-", s.cfg.Pool, &sessions.Options{IdleTimeout: s.cfg.IdleTimeout})
+	if err != nil {
+		if ses != nil { // created, but it did not become Ready: do not leave it behind
+			s.closeSession(ses)
+		}
+		return nil, fmt.Errorf("lease a sandbox of pool %s/%s: %w", s.cfg.Namespace, s.cfg.Pool, err)
+	}
+	s.cfg.Log.Info("leased a Session for an MCP session", "session", ses.Name, "mcpSession", req.Session.ID())
+	l.ses = ses
+	return ses, nil
+}
+
+// closeWhenDone closes the Session of an MCP session once that ends (the
+// client closed it, the stream or stdin ended, or the HTTP session timed out).
+func (s *Server) closeWhenDone(ss *mcp.ServerSession, l *lease) {
+	_ = ss.Wait()
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	s.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.ses != nil {
+		s.closeSession(l.ses)
+	}
+}
+
+func (s *Server) closeSession(ses *sessions.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ses.Close(ctx); err != nil {
+		s.cfg.Log.Error(err, "could not close the Session of an ended MCP session (its idle timeout will)", "session", ses.Name)
+		return
+	}
+	s.cfg.Log.Info("closed the Session of an ended MCP session", "session", ses.Name)
+}
+
+// CloseAll closes the Sessions of every MCP session still open: a server
+// that stops leaves no sandbox behind.
+func (s *Server) CloseAll() {
+	s.mu.Lock()
+	leases := make([]*lease, 0, len(s.sessions))
+	for ss, l := range s.sessions {
+		leases = append(leases, l)
+		delete(s.sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, l := range leases {
+		l.mu.Lock()
+		l.closed = true
+		if l.ses != nil {
+			s.closeSession(l.ses)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// answerBridge returns the bridge handler of a run: llm_query (and
+// rlm_query, as a prompt of its task and context) goes to the client's model
+// through sampling; without sampling the code gets an exception saying so.
+func answerBridge(req *mcp.CallToolRequest) func(context.Context, sessions.BridgeCall) (json.RawMessage, error) {
+	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.Sampling == nil {
+		return nil
+	}
+	return func(ctx context.Context, call sessions.BridgeCall) (json.RawMessage, error) {
+		var params struct {
+			Prompt  string          `json:"prompt"`
+			Task    string          `json:"task"`
+			Context json.RawMessage `json:"context"`
+		}
+		if err := json.Unmarshal(call.Params, &params); err != nil {
+			return nil, fmt.Errorf("%s: unreadable parameters: %w", call.Method, err)
+		}
+		prompt := params.Prompt
+		if call.Method == "rlm_query" {
+			prompt = params.Task
+			if len(params.Context) > 0 && string(params.Context) != "null" {
+				prompt += "\n\nContext:\n" + string(params.Context)
+			}
+		}
+		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{
+			MaxTokens: 4096,
+			Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("the client's model did not answer: %w", err)
+		}
+		text, ok := res.Content.(*mcp.TextContent)
+		if !ok {
+			return nil, fmt.Errorf("the client's model answered with %T, not text", res.Content)
+		}
+		return json.Marshal(text.Text)
+	}
+}
+
+// toolError turns a refusal of the data plane into the message a model can act on.
+func toolError(err error) error {
+	var e *sessions.Error
+	if errors.As(err, &e) {
+		msg := strings.TrimSpace(e.Message)
+		switch e.Code {
+		case 403:
+			return fmt.Errorf("not allowed: %s", msg)
+		case 409:
+			return fmt.Errorf("the sandbox cannot do this now: %s", msg)
+		}
+	}
+	return err
+}

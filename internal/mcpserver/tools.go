@@ -1,0 +1,195 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// RunCodeInput is the input of run_code.
+type RunCodeInput struct {
+	Code           string          `json:"code" jsonschema:"Python source to run; the value of a last expression is returned as result"`
+	TimeoutSeconds float64         `json:"timeout_seconds,omitempty" jsonschema:"interrupt the code (KeyboardInterrupt) after this many seconds; default the server's"`
+	Context        json.RawMessage `json:"context,omitempty" jsonschema:"any JSON value; becomes the global variable context from this run on"`
+}
+
+// RunCodeOutput is what run_code returns.
+type RunCodeOutput struct {
+	Status          string     `json:"status" jsonschema:"succeeded, failed, interrupted or timed_out"`
+	Result          *string    `json:"result,omitempty" jsonschema:"repr of the last expression's value, or the answer given to FINAL"`
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	Error           *CodeError `json:"error,omitempty"`
+	StdoutTruncated bool       `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool       `json:"stderr_truncated,omitempty"`
+	DurationSeconds float64    `json:"duration_seconds"`
+}
+
+// CodeError is the exception the code raised.
+type CodeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// NameInput names a variable.
+type NameInput struct {
+	Name string `json:"name" jsonschema:"name of a global variable of the interpreter"`
+}
+
+// VariableOutput is a variable's value.
+type VariableOutput struct {
+	Name string          `json:"name"`
+	Type string          `json:"type"`
+	JSON json.RawMessage `json:"json,omitempty" jsonschema:"the value as JSON, when it serialises"`
+	Repr string          `json:"repr,omitempty" jsonschema:"the value's repr, when it does not serialise to JSON"`
+}
+
+// PathInput names a file or directory of the sandbox's workspace.
+type PathInput struct {
+	Path string `json:"path" jsonschema:"path relative to the sandbox's working directory"`
+}
+
+// WriteFileInput is the input of write_file.
+type WriteFileInput struct {
+	Path    string `json:"path" jsonschema:"path relative to the sandbox's working directory; parent directories are created"`
+	Content string `json:"content" jsonschema:"the file's text"`
+}
+
+// FileOutput is a file's text.
+type FileOutput struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// ListOutput lists a directory.
+type ListOutput struct {
+	Entries []sessions.FileInfo `json:"entries"`
+}
+
+// Done says a tool did what it was asked.
+type Done struct {
+	OK bool `json:"ok"`
+}
+
+func (s *Server) addTools() {
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run_code", Title: "Run Python",
+		Description: "Run Python code in this session's sandbox. State (variables, imports, files) persists between calls. " +
+			"Returns the last expression's value as result, stdout, stderr, and the exception if the code raised one. " +
+			"Cancelling the call interrupts the code."}, s.runCode)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "get_variable", Title: "Read a variable",
+		Description: "Read a global variable of the sandbox's interpreter: as JSON when it serialises, else its repr.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.getVariable)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "read_file", Title: "Read a file",
+		Description: "Read a text file of the sandbox's workspace.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.readFile)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "write_file", Title: "Write a file",
+		Description: "Write a text file into the sandbox's workspace, where the code can open it."}, s.writeFile)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "list_files", Title: "List files",
+		Description: "List a directory of the sandbox's workspace (path \".\" for its root).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listFiles)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "reset", Title: "Reset the interpreter",
+		Description: "Start a fresh interpreter in the sandbox: every variable and import is gone; files stay.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptrTrue()}}, s.reset)
+}
+
+func ptrTrue() *bool { b := true; return &b }
+
+func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCodeInput) (*mcp.CallToolResult, RunCodeOutput, error) {
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, RunCodeOutput{}, err
+	}
+	exec := sessions.ExecRequest{Code: in.Code, Context: in.Context, TimeoutMillis: s.cfg.RunTimeout.Milliseconds()}
+	if in.TimeoutSeconds > 0 {
+		exec.TimeoutMillis = max(int64(in.TimeoutSeconds*1000), 1)
+	}
+	start := time.Now()
+	res, err := ses.RunStream(ctx, exec, sessions.Handlers{OnBridge: answerBridge(req)})
+	if err != nil {
+		return nil, RunCodeOutput{}, toolError(err)
+	}
+	out := RunCodeOutput{Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated, DurationSeconds: res.DurationMillis / 1000}
+	if out.DurationSeconds == 0 {
+		out.DurationSeconds = time.Since(start).Seconds()
+	}
+	if res.Error != nil {
+		out.Error = &CodeError{Name: res.Error.Type, Value: res.Error.Message, Traceback: res.Error.Traceback}
+	}
+	if res.StateLost {
+		return nil, out, fmt.Errorf("the sandbox's interpreter died (%s: %s) and its state is gone: start a new MCP session",
+			out.Error.Name, out.Error.Value)
+	}
+	// A run whose code failed is a tool error the model sees, with the output it made.
+	return &mcp.CallToolResult{IsError: res.Status != sessions.StatusSucceeded}, out, nil
+}
+
+func (s *Server) getVariable(ctx context.Context, req *mcp.CallToolRequest, in NameInput) (*mcp.CallToolResult, VariableOutput, error) {
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, VariableOutput{}, err
+	}
+	v, err := ses.Variable(ctx, in.Name)
+	if err != nil {
+		if sessions.IsStatus(err, 404) {
+			return nil, VariableOutput{}, fmt.Errorf("no variable named %q in the sandbox", in.Name)
+		}
+		return nil, VariableOutput{}, toolError(err)
+	}
+	return nil, VariableOutput{Name: v.Name, Type: v.Type, JSON: v.JSON, Repr: v.Repr}, nil
+}
+
+func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in PathInput) (*mcp.CallToolResult, FileOutput, error) {
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, FileOutput{}, err
+	}
+	data, err := ses.ReadFile(ctx, in.Path)
+	if err != nil {
+		return nil, FileOutput{}, toolError(err)
+	}
+	return nil, FileOutput{Path: in.Path, Content: string(data)}, nil
+}
+
+func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteFileInput) (*mcp.CallToolResult, Done, error) {
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, Done{}, err
+	}
+	if err := ses.WriteFile(ctx, in.Path, []byte(in.Content)); err != nil {
+		return nil, Done{}, toolError(err)
+	}
+	return nil, Done{OK: true}, nil
+}
+
+func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in PathInput) (*mcp.CallToolResult, ListOutput, error) {
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, ListOutput{}, err
+	}
+	entries, err := ses.ListFiles(ctx, in.Path)
+	if err != nil {
+		return nil, ListOutput{}, toolError(err)
+	}
+	if entries == nil {
+		entries = []sessions.FileInfo{}
+	}
+	return nil, ListOutput{Entries: entries}, nil
+}
+
+func (s *Server) reset(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, Done, error) {
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, Done{}, err
+	}
+	if err := ses.Reset(ctx); err != nil {
+		return nil, Done{}, toolError(err)
+	}
+	return nil, Done{OK: true}, nil
+}

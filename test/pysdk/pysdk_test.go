@@ -1,0 +1,105 @@
+// Package pysdk runs the Python client's pytest suite (clients/python/tests)
+// against warmpool on envtest with real agents: the client reaches Sessions
+// through kube-apiserver's aggregation layer with a user's kubeconfig, as it
+// does on a cluster.
+package pysdk
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/warmpool/warmpool/internal/testing/stack"
+	"github.com/warmpool/warmpool/internal/testing/testenv"
+)
+
+// python returns an interpreter with the client's dependencies (the
+// kubernetes client and pytest): $WARMPOOL_PYTHON, which `make test` sets
+// after installing them (hack/python-deps.sh), else Debian's python3.
+func python(t *testing.T) string {
+	py := os.Getenv("WARMPOOL_PYTHON")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	out, err := exec.Command(py, "-c", "import kubernetes, pytest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Python client's tests need %s with the kubernetes client and pytest "+
+			"(apt-get install python3-kubernetes python3-pytest, as `make test` does through hack/python-deps.sh): %v\n%s", py, err, out)
+	}
+	return py
+}
+
+func TestPythonClient(t *testing.T) {
+	py := python(t)
+	ctx := context.Background()
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "manager.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := stack.Start(stack.Options{Log: zap.New(zap.WriteTo(logFile), zap.UseDevMode(true))})
+	if err != nil {
+		t.Fatalf("start warmpool on envtest: %v", err)
+	}
+	defer s.Stop()
+	defer func() {
+		if t.Failed() {
+			tail(t, logFile.Name(), 150)
+		}
+	}()
+
+	ns, err := s.Namespace(ctx, "pysdk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
+		t.Fatal(err)
+	}
+	editor, err := s.UserKubeconfig(ctx, ns, "sdk-user", "session-editor-role", "execution-editor-role")
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer, err := s.UserKubeconfig(ctx, ns, "sdk-viewer", "session-viewer-role")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	args := []string{"-m", "pytest", "-v", "-p", "no:cacheprovider", "clients/python/tests"}
+	if f := os.Getenv("WARMPOOL_PYTEST_ARGS"); f != "" {
+		args = append(args, strings.Fields(f)...)
+	}
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(),
+		"PYTHONPATH="+filepath.Join(testenv.RepoRoot(), "clients", "python"),
+		"PYTHONDONTWRITEBYTECODE=1",
+		"WARMPOOL_TEST_KUBECONFIG="+editor,
+		"WARMPOOL_TEST_KUBECONFIG_VIEWER="+viewer,
+		"WARMPOOL_TEST_NAMESPACE="+ns,
+		"WARMPOOL_TEST_POOL=python",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Logf("pytest:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("the Python client's suite failed: %v", err)
+	}
+}
+
+func tail(t *testing.T, path string, n int) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	t.Logf("last %d lines of the manager's log:\n%s", len(lines), strings.Join(lines, "\n"))
+}
