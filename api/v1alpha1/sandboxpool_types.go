@@ -129,6 +129,22 @@ type SandboxPoolSpec struct {
 	// manager; no egress at all (DNS included) unless listed here.
 	// +optional
 	Network *NetworkSpec `json:"network,omitempty"`
+
+	// llm names the ModelEndpoint that answers llm_query and rlm_query in
+	// this pool's Executions; the manager makes the calls. Unset: those calls
+	// raise RuntimeError in Executions. (In Sessions the caller answers them.)
+	// +optional
+	LLM *PoolLLM `json:"llm,omitempty"`
+}
+
+// PoolLLM picks the model that Executions' code may ask.
+type PoolLLM struct {
+	// endpoint is the name of a cluster-scoped ModelEndpoint whose
+	// namespaceSelector admits the pool's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Endpoint string `json:"endpoint"`
 }
 
 // SandboxLimits bound what the code in one sandbox may use.

@@ -49,6 +49,8 @@ type ExecutionReconciler struct {
 	Keys *agentauth.Keyring
 	// Dispatcher decides which waiting Execution gets which free pod.
 	Dispatcher *dispatch.Dispatcher
+	// Models answers the code's llm_query calls with the pool's ModelEndpoint.
+	Models *ModelEndpoints
 	// Clock is injected so the time policies are tested without sleeping.
 	Clock clock.PassiveClock
 

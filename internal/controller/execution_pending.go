@@ -195,6 +195,7 @@ func (r *ExecutionReconciler) start(ctx context.Context, ex *sandboxv1alpha1.Exe
 		// Only on the interpreter that holds the session's state.
 		job.Request.Interpreter = r.sessionInterpreter(ctx, ex, pod)
 	}
+	job.Bridge, job.MaxBridgeCalls = r.Models.Bridge(ctx, pool)
 	job.CodeDigest = digest(code)
 	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)
 	next.send = &job

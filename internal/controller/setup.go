@@ -11,6 +11,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/llm"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/servingcert"
 )
@@ -36,6 +37,8 @@ type Config struct {
 	// DataPlane, when set, serves the Sessions data plane (data.warmpool.dev)
 	// from this manager, in every replica.
 	DataPlane *dataplane.Options
+	// LLM calls the ModelEndpoints of pools' spec.llm (a client of its own when nil).
+	LLM *llm.Client
 }
 
 // KeysSecret is the agent keys Secret's name and namespace.
@@ -66,7 +69,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	er := &ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys, Dispatcher: d}
+	if cfg.LLM == nil {
+		cfg.LLM = llm.NewClient()
+	}
+	models := &ModelEndpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
+	if err := (&ModelEndpointReconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	er := &ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys, Dispatcher: d, Models: models}
 	if err := er.SetupWithManager(mgr); err != nil {
 		return err
 	}

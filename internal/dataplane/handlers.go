@@ -195,6 +195,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	if flusher != nil { // the caller learns the run's ID before the code prints anything
+		flusher.Flush()
+	}
 	// Relayed as read, without a bound on a line: the agent bounds what a run
 	// prints, and a line cut here would end the caller's stream mid-event.
 	br := bufio.NewReaderSize(resp.Body, 64<<10)

@@ -58,6 +58,24 @@ type lease struct {
 	caller string
 	ses    *sessions.Session
 	closed bool
+
+	serial sync.Mutex // held by a run_code of a client before protocol 2026-07-28
+
+	runMu sync.Mutex
+	rt    *roundTrip // a run carried over tools/call rounds (roundtrip.go)
+}
+
+// end marks the lease closed and stops a run waiting between rounds; the
+// caller holds l.mu.
+func (l *lease) end() {
+	l.runMu.Lock()
+	l.closed = true
+	rt := l.rt
+	l.rt = nil
+	l.runMu.Unlock()
+	if rt != nil {
+		rt.stop()
+	}
 }
 
 // New returns a Server with its tools registered.
@@ -123,6 +141,13 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessio
 	return ses, nil
 }
 
+// leaseOf returns the lease of an MCP session that called session before.
+func (s *Server) leaseOf(ss *mcp.ServerSession) *lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[ss]
+}
+
 // closeWhenDone closes the Session of an MCP session once that ends (the
 // client closed it, the stream or stdin ended, or the HTTP session timed out).
 func (s *Server) closeWhenDone(ss *mcp.ServerSession, l *lease) {
@@ -132,7 +157,7 @@ func (s *Server) closeWhenDone(ss *mcp.ServerSession, l *lease) {
 	s.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.closed = true
+	l.end()
 	if l.ses != nil {
 		s.closeSession(l.ses)
 	}
@@ -160,7 +185,7 @@ func (s *Server) CloseAll() {
 	s.mu.Unlock()
 	for _, l := range leases {
 		l.mu.Lock()
-		l.closed = true
+		l.end()
 		if l.ses != nil {
 			s.closeSession(l.ses)
 		}
@@ -168,42 +193,87 @@ func (s *Server) CloseAll() {
 	}
 }
 
-// answerBridge returns the bridge handler of a run: llm_query (and
-// rlm_query, as a prompt of its task and context) goes to the client's model
-// through sampling; without sampling the code gets an exception saying so.
+// answerBridge returns the bridge handler of a run of a client on a
+// protocol version before 2026-07-28: llm_query (and rlm_query, as a prompt
+// of its task and context) goes to the client's model as a sampling request
+// of the server's own; without sampling the code gets an exception saying so.
 func answerBridge(req *mcp.CallToolRequest) func(context.Context, sessions.BridgeCall) (json.RawMessage, error) {
-	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.Sampling == nil {
-		return nil
-	}
+	canSample := sampling(req)
 	return func(ctx context.Context, call sessions.BridgeCall) (json.RawMessage, error) {
-		var params struct {
-			Prompt  string          `json:"prompt"`
-			Task    string          `json:"task"`
-			Context json.RawMessage `json:"context"`
+		if !canSample {
+			return nil, noSampling(call)
 		}
-		if err := json.Unmarshal(call.Params, &params); err != nil {
-			return nil, fmt.Errorf("%s: unreadable parameters: %w", call.Method, err)
+		prompt, err := bridgePrompt(call)
+		if err != nil {
+			return nil, err
 		}
-		prompt := params.Prompt
-		if call.Method == "rlm_query" {
-			prompt = params.Task
-			if len(params.Context) > 0 && string(params.Context) != "null" {
-				prompt += "\n\nContext:\n" + string(params.Context)
-			}
-		}
-		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{
-			MaxTokens: 4096,
-			Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
-		})
+		res, err := req.Session.CreateMessage(ctx, samplingParams(prompt))
 		if err != nil {
 			return nil, fmt.Errorf("the client's model did not answer: %w", err)
 		}
-		text, ok := res.Content.(*mcp.TextContent)
-		if !ok {
-			return nil, fmt.Errorf("the client's model answered with %T, not text", res.Content)
+		text, err := responseText(res)
+		if err != nil {
+			return nil, err
 		}
-		return json.Marshal(text.Text)
+		return json.Marshal(text)
 	}
+}
+
+// sampling says whether the client of req offers its model.
+func sampling(req *mcp.CallToolRequest) bool {
+	p := req.Session.InitializeParams()
+	return p != nil && p.Capabilities != nil && p.Capabilities.Sampling != nil
+}
+
+func noSampling(call sessions.BridgeCall) error {
+	return fmt.Errorf("%s has no model to ask: this MCP client does not support sampling", call.Method)
+}
+
+// bridgePrompt is the prompt a bridge call asks the client's model:
+// llm_query's prompt, or rlm_query's task followed by its context.
+func bridgePrompt(call sessions.BridgeCall) (string, error) {
+	var params struct {
+		Prompt  string          `json:"prompt"`
+		Task    string          `json:"task"`
+		Context json.RawMessage `json:"context"`
+	}
+	if err := json.Unmarshal(call.Params, &params); err != nil {
+		return "", fmt.Errorf("%s: unreadable parameters: %w", call.Method, err)
+	}
+	if call.Method != "rlm_query" {
+		return params.Prompt, nil
+	}
+	prompt := params.Task
+	if len(params.Context) > 0 && string(params.Context) != "null" {
+		prompt += "\n\nContext:\n" + string(params.Context)
+	}
+	return prompt, nil
+}
+
+func samplingParams(prompt string) *mcp.CreateMessageParams {
+	return &mcp.CreateMessageParams{
+		MaxTokens: 4096,
+		Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
+	}
+}
+
+// responseText is the text of the model's answer to a sampling request.
+func responseText(resp any) (string, error) {
+	var content []mcp.Content
+	switch r := resp.(type) {
+	case *mcp.CreateMessageResult:
+		content = []mcp.Content{r.Content}
+	case *mcp.CreateMessageWithToolsResult:
+		content = r.Content
+	default:
+		return "", fmt.Errorf("the client answered llm_query with %T, not a sampling result", resp)
+	}
+	for _, c := range content {
+		if text, ok := c.(*mcp.TextContent); ok {
+			return text.Text, nil
+		}
+	}
+	return "", errors.New("the client's model answered without text")
 }
 
 // toolError turns a refusal of the data plane into the message a model can act on.

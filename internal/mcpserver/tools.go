@@ -1,8 +1,10 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,9 +15,9 @@ import (
 
 // RunCodeInput is the input of run_code.
 type RunCodeInput struct {
-	Code           string          `json:"code" jsonschema:"Python source to run; the value of a last expression is returned as result"`
-	TimeoutSeconds float64         `json:"timeout_seconds,omitempty" jsonschema:"interrupt the code (KeyboardInterrupt) after this many seconds; default the server's"`
-	Context        json.RawMessage `json:"context,omitempty" jsonschema:"any JSON value; becomes the global variable context from this run on"`
+	Code           string  `json:"code" jsonschema:"Python source to run; the value of a last expression is returned as result"`
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"interrupt the code (KeyboardInterrupt) after this many seconds; default the server's"`
+	Context        any     `json:"context,omitempty" jsonschema:"any JSON value; becomes the global variable context from this run on"`
 }
 
 // RunCodeOutput is what run_code returns.
@@ -44,10 +46,10 @@ type NameInput struct {
 
 // VariableOutput is a variable's value.
 type VariableOutput struct {
-	Name string          `json:"name"`
-	Type string          `json:"type"`
-	JSON json.RawMessage `json:"json,omitempty" jsonschema:"the value as JSON, when it serialises"`
-	Repr string          `json:"repr,omitempty" jsonschema:"the value's repr, when it does not serialise to JSON"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	JSON any    `json:"json,omitempty" jsonschema:"the value as JSON, when it serialises"`
+	Repr string `json:"repr,omitempty" jsonschema:"the value's repr, when it does not serialise to JSON"`
 }
 
 // PathInput names a file or directory of the sandbox's workspace.
@@ -105,12 +107,34 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 	if err != nil {
 		return nil, RunCodeOutput{}, err
 	}
-	exec := sessions.ExecRequest{Code: in.Code, Context: in.Context, TimeoutMillis: s.cfg.RunTimeout.Milliseconds()}
+	exec := sessions.ExecRequest{Code: in.Code, TimeoutMillis: s.cfg.RunTimeout.Milliseconds()}
+	if in.Context != nil {
+		if exec.Context, err = json.Marshal(in.Context); err != nil {
+			return nil, RunCodeOutput{}, fmt.Errorf("context: %w", err)
+		}
+	}
 	if in.TimeoutSeconds > 0 {
 		exec.TimeoutMillis = max(int64(in.TimeoutSeconds*1000), 1)
 	}
 	start := time.Now()
-	res, err := ses.RunStream(ctx, exec, sessions.Handlers{OnBridge: answerBridge(req)})
+	l := s.leaseOf(req.Session)
+	if l == nil {
+		return nil, RunCodeOutput{}, errors.New("this MCP session has ended")
+	}
+	var res *sessions.Result
+	if multiRoundTrip(req) {
+		var round *mcp.CallToolResult
+		round, res, err = s.runCodeRoundTrips(ctx, req, l, ses, exec)
+		if round != nil { // the code asks the client's model: this round ends with the question
+			return round, RunCodeOutput{}, nil
+		}
+	} else {
+		// One run at a time: a call that comes while a cancelled one still
+		// stops its run waits for it instead of finding the sandbox busy.
+		l.serial.Lock()
+		res, err = ses.RunStream(ctx, exec, sessions.Handlers{OnBridge: answerBridge(req)})
+		l.serial.Unlock()
+	}
 	if err != nil {
 		return nil, RunCodeOutput{}, toolError(err)
 	}
@@ -142,7 +166,16 @@ func (s *Server) getVariable(ctx context.Context, req *mcp.CallToolRequest, in N
 		}
 		return nil, VariableOutput{}, toolError(err)
 	}
-	return nil, VariableOutput{Name: v.Name, Type: v.Type, JSON: v.JSON, Repr: v.Repr}, nil
+	out := VariableOutput{Name: v.Name, Type: v.Type, Repr: v.Repr}
+	if len(v.JSON) > 0 {
+		// Numbers stay as the interpreter wrote them (no float64 rounding of big ints).
+		d := json.NewDecoder(bytes.NewReader(v.JSON))
+		d.UseNumber()
+		if err := d.Decode(&out.JSON); err != nil {
+			return nil, VariableOutput{}, fmt.Errorf("variable %s: unreadable JSON from the sandbox: %w", in.Name, err)
+		}
+	}
+	return nil, out, nil
 }
 
 func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in PathInput) (*mcp.CallToolResult, FileOutput, error) {

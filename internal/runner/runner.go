@@ -79,6 +79,11 @@ type Job struct {
 	Request    protocol.ExecuteRequest
 	Deadline   time.Time
 	Grace      time.Duration
+	// Bridge, when set, answers the code's llm_query/rlm_query calls (the
+	// pool's ModelEndpoint); unset, those calls raise in the code.
+	// MaxBridgeCalls is the agent's bound on them.
+	Bridge         func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer
+	MaxBridgeCalls int
 }
 
 // Outcome of a run: a Result from the agent, or Err when there is none.
@@ -173,7 +178,25 @@ func (r *Runner) Start(job Job) {
 			limit = 64 << 10 // the agent's default too
 		}
 		out := r.partial(job.UID, limit)
-		res, err := c.ExecuteStream(ctx, req, out.add)
+		onEvent := out.add
+		if job.Bridge != nil {
+			req.Bridge, req.MaxBridgeCalls = true, job.MaxBridgeCalls
+			onEvent = func(ev protocol.Event) {
+				if ev.Type != protocol.EventBridge || ev.Call == nil {
+					out.add(ev)
+					return
+				}
+				// Answered aside: the stream goes on being read (and the
+				// deadline enforced) while the model thinks.
+				call := *ev.Call
+				go func() {
+					// An answer the agent cannot take (the run ended meanwhile)
+					// has nobody waiting for it.
+					_ = c.AnswerBridge(ctx, req.ID, call.ID, job.Bridge(ctx, call))
+				}()
+			}
+		}
+		res, err := c.ExecuteStream(ctx, req, onEvent)
 		o := Outcome{Result: res}
 		if err != nil {
 			if ctx.Err() != nil {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -231,17 +232,66 @@ func (s *Session) Run(ctx context.Context, req ExecRequest) (*Result, error) {
 
 // RunStream runs code, hands its output to h as it comes, answers its bridge
 // calls with h.OnBridge, and returns its result. Cancelling ctx before the
-// result interrupts the run.
+// result interrupts the run; RunStream then returns once the run has ended
+// (or after stopTimeout), so that the Session is free for the next run.
 func (s *Session) RunStream(ctx context.Context, req ExecRequest, h Handlers) (*Result, error) {
 	req.Stream = true
 	req.Bridge = req.Bridge || h.OnBridge != nil
+	if req.ID == "" {
+		// Named here, so that a cancel before the response can still stop it.
+		req.ID = uuid.NewString()
+	}
 	resp, err := s.do(ctx, http.MethodPost, "exec", nil, jsonBody(req), "application/json", "application/x-ndjson")
 	if err != nil {
+		if ctx.Err() != nil {
+			s.stop(req.ID, true)
+		}
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	runID := resp.Header.Get("X-Warmpool-Run-Id")
-	sc := bufio.NewScanner(resp.Body)
+	res, err := s.readStream(ctx, resp.Body, req.ID, h)
+	if err != nil && ctx.Err() != nil {
+		s.stop(req.ID, false)
+	}
+	return res, err
+}
+
+// stopTimeout bounds how long a cancelled RunStream waits for its run to end.
+const stopTimeout = 15 * time.Second
+
+// stop interrupts a run whose caller cancelled and waits until it ended. The
+// data plane interrupts a run whose stream went away too; waiting here is
+// what makes the next run of the caller not find this one still going. A
+// run cancelled before its response may not have reached the agent yet
+// (unknown there for a moment), or never will.
+func (s *Session) stop(runID string, unsent bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	unknownUntil := time.Now()
+	if unsent {
+		unknownUntil = unknownUntil.Add(time.Second)
+	}
+	interrupted := false
+	for {
+		info, err := s.RunInfo(ctx, runID)
+		switch {
+		case IsStatus(err, http.StatusNotFound) && time.Now().Before(unknownUntil):
+		case err != nil || !info.Running:
+			return
+		case !interrupted: // once: a second SIGINT would hit the code's own cleanup
+			_ = s.Interrupt(ctx, runID)
+			interrupted = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Session) readStream(ctx context.Context, body io.Reader, runID string, h Handlers) (*Result, error) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64*1024), 32<<20)
 	for sc.Scan() {
 		var ev Event

@@ -27,16 +27,40 @@ func python(t *testing.T) string {
 	if py == "" {
 		py = "/usr/bin/python3"
 	}
-	out, err := exec.Command(py, "-c", "import kubernetes, pytest").CombinedOutput()
+	out, err := exec.Command(py, "-c", "import kubernetes, pytest, setuptools, wheel").CombinedOutput()
+	if err == nil {
+		out, err = exec.Command(py, "-m", "pip", "--version").CombinedOutput()
+	}
 	if err != nil {
-		t.Fatalf("the Python client's tests need %s with the kubernetes client and pytest "+
-			"(apt-get install python3-kubernetes python3-pytest, as `make test` does through hack/python-deps.sh): %v\n%s", py, err, out)
+		t.Fatalf("the Python client's tests need %s with the kubernetes client, pytest, pip, setuptools and wheel "+
+			"(apt-get install python3-kubernetes python3-pytest python3-pip python3-setuptools python3-wheel, "+
+			"as `make test` does through hack/python-deps.sh): %v\n%s", py, err, out)
 	}
 	return py
 }
 
+// install installs the client as a user does (pip, from its pyproject.toml)
+// into a directory of its own and returns that directory: the suite then
+// tests the package pip built, so a module missing from the package or a
+// broken pyproject.toml fails here. The source is copied first because pip
+// builds in the source tree. No index: the dependencies are Debian's.
+func install(t *testing.T, py string) string {
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.CopyFS(src, os.DirFS(filepath.Join(testenv.RepoRoot(), "clients", "python"))); err != nil {
+		t.Fatalf("copy the client's source: %v", err)
+	}
+	target := filepath.Join(t.TempDir(), "site")
+	cmd := exec.Command(py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+		"--disable-pip-version-check", "--root-user-action=ignore", "--target", target, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pip install clients/python: %v\n%s", err, out)
+	}
+	return target
+}
+
 func TestPythonClient(t *testing.T) {
 	py := python(t)
+	site := install(t, py)
 	ctx := context.Background()
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "manager.log"))
 	if err != nil {
@@ -76,7 +100,8 @@ func TestPythonClient(t *testing.T) {
 	cmd := exec.CommandContext(ctx, py, args...)
 	cmd.Dir = testenv.RepoRoot()
 	cmd.Env = append(os.Environ(),
-		"PYTHONPATH="+filepath.Join(testenv.RepoRoot(), "clients", "python"),
+		"PYTHONPATH="+site,
+		"WARMPOOL_TEST_INSTALLED_AT="+site,
 		"PYTHONDONTWRITEBYTECODE=1",
 		"WARMPOOL_TEST_KUBECONFIG="+editor,
 		"WARMPOOL_TEST_KUBECONFIG_VIEWER="+viewer,

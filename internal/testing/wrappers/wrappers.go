@@ -93,6 +93,12 @@ func (w *PoolWrapper) Processes(n int32) *PoolWrapper {
 	return w
 }
 
+// LLM makes the pool's Executions ask the named ModelEndpoint in llm_query.
+func (w *PoolWrapper) LLM(endpoint string) *PoolWrapper {
+	w.Spec.LLM = &sandboxv1alpha1.PoolLLM{Endpoint: endpoint}
+	return w
+}
+
 // Reuse sets spec.reusePolicy.
 func (w *PoolWrapper) Reuse(p sandboxv1alpha1.ReusePolicy) *PoolWrapper {
 	w.Spec.ReusePolicy = p

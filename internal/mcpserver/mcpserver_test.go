@@ -1,0 +1,479 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/mcpserver"
+	"github.com/warmpool/warmpool/internal/testing/stack"
+	"github.com/warmpool/warmpool/internal/testing/testenv"
+)
+
+// The MCP server against warmpool on envtest with real agents, driven by the
+// MCP Go SDK's own client: over stdio (the built command, as an agent host
+// starts it) and over streamable HTTP (each caller's bearer token).
+func TestMCPServer(t *testing.T) {
+	ctx := context.Background()
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "manager.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := stack.Start(stack.Options{Log: zap.New(zap.WriteTo(logFile), zap.UseDevMode(true))})
+	if err != nil {
+		t.Fatalf("start warmpool on envtest: %v", err)
+	}
+	defer s.Stop()
+	ns, err := s.Namespace(ctx, "mcp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "warmpool-mcp")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/warmpool-mcp")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	kubeconfig, err := s.UserKubeconfig(ctx, ns, "mcp-user", "session-editor-role")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdio := stdioServer{bin: bin, kubeconfig: kubeconfig, ns: ns}
+	t.Run("stdio", func(t *testing.T) { testStdio(t, s, stdio) })
+	t.Run("stdio, protocol 2025-11-25", func(t *testing.T) { testOlderProtocol(t, stdio) })
+	t.Run("rounds of llm_query", func(t *testing.T) { testRounds(t, stdio) })
+	t.Run("streamable HTTP", func(t *testing.T) { testHTTP(t, s, ns) })
+}
+
+// stdioServer starts the built warmpool-mcp as an agent host does.
+type stdioServer struct{ bin, kubeconfig, ns string }
+
+func (sv stdioServer) connect(t *testing.T, ctx context.Context, opts *mcp.ClientOptions, sopts *mcp.ClientSessionOptions) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(sv.bin, "--kubeconfig", sv.kubeconfig, "--namespace", sv.ns, "--pool", "python")
+	cmd.Stderr = os.Stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd}, sopts)
+	if err != nil {
+		t.Fatalf("connect over stdio: %v", err)
+	}
+	return cs
+}
+
+// capitals is the agent's model: it answers the code's llm_query through
+// sampling and records the prompts.
+type capitals struct {
+	mu      sync.Mutex
+	prompts []string
+}
+
+func (m *capitals) answer(prompt string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.prompts = append(m.prompts, prompt)
+	switch {
+	case strings.Contains(prompt, "France"):
+		return "Paris"
+	case strings.Contains(prompt, "Italy"):
+		return "Rome"
+	}
+	return "I do not know"
+}
+
+func (m *capitals) asked() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.prompts...)
+}
+
+func (m *capitals) options() *mcp.ClientOptions {
+	return &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			text := m.answer(req.Params.Messages[0].Content.(*mcp.TextContent).Text)
+			return &mcp.CreateMessageResult{Model: "fake", Role: "assistant", Content: &mcp.TextContent{Text: text}}, nil
+		},
+	}
+}
+
+func testStdio(t *testing.T, s *stack.Stack, sv stdioServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	model := &capitals{}
+	cs := sv.connect(t, ctx, model.options(), nil)
+	defer func() { _ = cs.Close() }()
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+	}
+	if got := strings.Join(names, ","); got != "get_variable,list_files,read_file,reset,run_code,write_file" {
+		t.Fatalf("tools: %s", got)
+	}
+
+	out := call(t, cs, "run_code", map[string]any{"code": "import math\nx = 6 * 7\nprint('hi')"}, false)
+	if out["status"] != "succeeded" || out["stdout"] != "hi\n" {
+		t.Fatalf("run_code: %v", out)
+	}
+	if out := call(t, cs, "run_code", map[string]any{"code": "x"}, false); out["result"] != "42" {
+		t.Fatalf("state between calls: %v", out)
+	}
+	// The SDK's client speaks protocol 2026-07-28: each llm_query is a
+	// round of the tools/call (an input request, then the call again with
+	// the answer), while the run waits in the sandbox.
+	out = call(t, cs, "run_code", map[string]any{"code": "[llm_query('capital of France?'), llm_query('capital of Italy?')]"}, false)
+	if p := model.asked(); out["result"] != "['Paris', 'Rome']" || len(p) != 2 || p[0] != "capital of France?" {
+		t.Fatalf("llm_query through sampling: %v, prompts %q", out, p)
+	}
+	out = call(t, cs, "run_code", map[string]any{"code": "len(context['items'])", "context": map[string]any{"items": []int{1, 2, 3}}}, false)
+	if out["result"] != "3" {
+		t.Fatalf("context: %v", out)
+	}
+	out = call(t, cs, "run_code", map[string]any{"code": "print('before')\n1 / 0"}, true)
+	errOut, _ := out["error"].(map[string]any)
+	if out["status"] != "failed" || out["stdout"] != "before\n" || errOut["name"] != "ZeroDivisionError" {
+		t.Fatalf("a failing run is a tool error with its output: %v", out)
+	}
+	out = call(t, cs, "run_code", map[string]any{"code": "import time\ntime.sleep(30)", "timeout_seconds": 1}, true)
+	if out["status"] != "timed_out" {
+		t.Fatalf("timeout: %v", out)
+	}
+	// Cancelling a call (notifications/cancelled) interrupts the code: the
+	// sandbox is free for the next call at once, and the code did not go on.
+	cctx, ccancel := context.WithCancel(ctx)
+	time.AfterFunc(time.Second, ccancel)
+	begin := time.Now()
+	if _, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "import time\ntime.sleep(30)\nafter = 1"}}); err == nil {
+		t.Fatal("a cancelled call returned a result")
+	}
+	if out := call(t, cs, "run_code", map[string]any{"code": "'after' in globals()"}, false); out["result"] != "False" || time.Since(begin) > 10*time.Second {
+		t.Fatalf("after a cancel: %v (%s)", out, time.Since(begin))
+	}
+	if v := call(t, cs, "get_variable", map[string]any{"name": "x"}, false); v["json"] != float64(42) || v["type"] != "int" {
+		t.Fatalf("get_variable: %v", v)
+	}
+	if v := call(t, cs, "get_variable", map[string]any{"name": "math"}, false); v["repr"] == nil || v["json"] != nil {
+		t.Fatalf("a variable that is not JSON comes as its repr: %v", v)
+	}
+	if msg := callError(t, cs, "get_variable", map[string]any{"name": "nope"}); !strings.Contains(msg, `no variable named "nope"`) {
+		t.Fatalf("missing variable: %s", msg)
+	}
+	call(t, cs, "write_file", map[string]any{"path": "in/data.txt", "content": "hello"}, false)
+	if out := call(t, cs, "run_code", map[string]any{"code": "open('in/data.txt').read().upper()"}, false); out["result"] != "'HELLO'" {
+		t.Fatalf("a written file is the code's: %v", out)
+	}
+	if f := call(t, cs, "read_file", map[string]any{"path": "in/data.txt"}, false); f["content"] != "hello" {
+		t.Fatalf("read_file: %v", f)
+	}
+	list := call(t, cs, "list_files", map[string]any{"path": "in"}, false)
+	if entries, _ := list["entries"].([]any); len(entries) != 1 || entries[0].(map[string]any)["name"] != "data.txt" {
+		t.Fatalf("list_files: %v", list)
+	}
+	call(t, cs, "reset", map[string]any{}, false)
+	out = call(t, cs, "run_code", map[string]any{"code": "x"}, true)
+	if errOut, _ := out["error"].(map[string]any); errOut["name"] != "NameError" {
+		t.Fatalf("after reset the variables are gone: %v", out)
+	}
+
+	sessionsIn := func() []sandboxv1alpha1.Session {
+		list := &sandboxv1alpha1.SessionList{}
+		if err := s.Env.Client.List(ctx, list, client.InNamespace(sv.ns)); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	if n := len(sessionsIn()); n != 1 {
+		t.Fatalf("one MCP session, one Session: %d", n)
+	}
+	// Ending the MCP session (the host closes stdin) closes its Session.
+	if err := cs.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	waitFor(t, "the Session of the ended MCP session to be deleted", func() bool { return len(sessionsIn()) == 0 })
+}
+
+// A client on the protocol before 2026-07-28 gets the code's llm_query as a
+// sampling request of the server's own, sent while the call is served.
+func testOlderProtocol(t *testing.T, sv stdioServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	model := &capitals{}
+	cs := sv.connect(t, ctx, model.options(), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	defer func() { _ = cs.Close() }()
+	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Fatalf("negotiated %s", v)
+	}
+	out := call(t, cs, "run_code", map[string]any{"code": "[llm_query('capital of France?'), llm_query('capital of Italy?')]"}, false)
+	if p := model.asked(); out["result"] != "['Paris', 'Rome']" || len(p) != 2 {
+		t.Fatalf("llm_query through sampling requests: %v, prompts %q", out, p)
+	}
+}
+
+// The rounds of a run whose code asks the client's model, driven by hand
+// (the client's automatic retries off): an answer goes only to the round
+// that asked, a round's state works once, and a run the client abandons
+// between rounds is interrupted by its next call.
+func testRounds(t *testing.T, sv stdioServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := sv.connect(t, ctx, &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return nil, errors.New("the test answers by hand")
+		},
+	}, nil)
+	defer func() { _ = cs.Close() }()
+
+	code := map[string]any{"code": "print('asking')\nanswer = llm_query('capital of France?')\nanswer.upper()"}
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.NeedsInput() || len(first.InputRequests) != 1 || first.RequestState == "" {
+		t.Fatalf("a run that asks the model ends the round with an input request: %+v", first)
+	}
+	var id string
+	for k, ir := range first.InputRequests {
+		p, ok := ir.(*mcp.CreateMessageWithToolsParams)
+		if !ok || len(p.Messages) != 1 || len(p.Messages[0].Content) != 1 || p.Messages[0].Content[0].(*mcp.TextContent).Text != "capital of France?" {
+			t.Fatalf("input request %T %+v", ir, ir)
+		}
+		id = k
+	}
+	answer := func(state string, text string) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: code, RequestState: state,
+			InputResponses: mcp.InputResponseMap{id: &mcp.CreateMessageResult{Model: "fake", Role: "assistant", Content: &mcp.TextContent{Text: text}}}})
+	}
+	// Attack: a made-up state reaches no run.
+	if res, err := answer("0123456789abcdef0123456789abcdef", "Lyon"); err != nil || !res.IsError || !strings.Contains(text(res), "unknown or over") {
+		t.Fatalf("a made-up state: %v %+v", err, res)
+	}
+	res, err := answer(first.RequestState, "Paris")
+	if err != nil || res.IsError || res.NeedsInput() {
+		t.Fatalf("the answered round: %v %+v", err, res)
+	}
+	var out map[string]any
+	data, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(data, &out)
+	if out["result"] != "'PARIS'" || out["stdout"] != "asking\n" {
+		t.Fatalf("the run after its answer: %v", out)
+	}
+	// Attack: replaying the state of a round already answered changes nothing.
+	if res, err := answer(first.RequestState, "Lyon"); err != nil || !res.IsError || !strings.Contains(text(res), "unknown or over") {
+		t.Fatalf("a replayed state: %v %+v", err, res)
+	}
+	if v := call(t, cs, "get_variable", map[string]any{"name": "answer"}, false); v["json"] != "Paris" {
+		t.Fatalf("the answer the code got: %v", v)
+	}
+
+	// A client that never answers: its next call interrupts the waiting run.
+	abandoned, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "late = llm_query('capital of Italy?')"}})
+	if err != nil || !abandoned.NeedsInput() {
+		t.Fatalf("second question: %v %+v", err, abandoned)
+	}
+	begin := time.Now()
+	if out := call(t, cs, "run_code", map[string]any{"code": "'late' in globals()"}, false); out["result"] != "False" || time.Since(begin) > 20*time.Second {
+		t.Fatalf("after an abandoned round: %v (%s)", out, time.Since(begin))
+	}
+}
+
+func testHTTP(t *testing.T, s *stack.Stack, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	alice := serviceAccountToken(t, s, ns, "alice", true)
+	bob := serviceAccountToken(t, s, ns, "bob", true)
+	mallory := serviceAccountToken(t, s, ns, "mallory", false)
+
+	srv := mcpserver.New(mcpserver.Config{Namespace: ns, Pool: "python", Credentials: mcpserver.BearerCredentials(s.Env.Config)})
+	defer srv.CloseAll()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil)
+	hs := httptest.NewServer(mcpserver.RequireBearer(h))
+	defer hs.Close()
+
+	// Without a token: refused before any MCP handling.
+	resp, err := http.Post(hs.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("no token: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+
+	connect := func(token *atomic.Value) *mcp.ClientSession {
+		hc := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer "+token.Load().(string))
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatalf("connect over HTTP: %v", err)
+		}
+		return cs
+	}
+	tokenOf := func(tok string) *atomic.Value { v := &atomic.Value{}; v.Store(tok); return v }
+
+	aliceToken := tokenOf(alice)
+	a1 := connect(aliceToken)
+	a2 := connect(tokenOf(alice))
+	call(t, a1, "run_code", map[string]any{"code": "secret = 'a1'"}, false)
+	out := call(t, a2, "run_code", map[string]any{"code": "secret"}, true)
+	if errOut, _ := out["error"].(map[string]any); errOut["name"] != "NameError" {
+		t.Fatalf("each MCP session has a sandbox of its own: %v", out)
+	}
+	if out := call(t, a1, "run_code", map[string]any{"code": "secret"}, false); out["result"] != "'a1'" {
+		t.Fatalf("state of a1: %v", out)
+	}
+	// Without sampling, llm_query raises in the code, saying why.
+	out = call(t, a1, "run_code", map[string]any{"code": "llm_query('x')"}, true)
+	if errOut, _ := out["error"].(map[string]any); !strings.Contains(errOut["value"].(string), "does not support sampling") {
+		t.Fatalf("llm_query without sampling: %v", out)
+	}
+
+	// Attack: a caller whose token RBAC gives no Session rights gets nothing.
+	m := connect(tokenOf(mallory))
+	if msg := callError(t, m, "run_code", map[string]any{"code": "1"}); !strings.Contains(msg, "forbidden") {
+		t.Fatalf("mallory: %s", msg)
+	}
+	// Attack: another caller with rights of its own, on a1's MCP session
+	// (its session ID), does not reach a1's sandbox.
+	aliceToken.Store(bob)
+	if msg := callError(t, a1, "run_code", map[string]any{"code": "secret"}); !strings.Contains(msg, "belongs to another credential") {
+		t.Fatalf("bob on alice's MCP session: %s", msg)
+	}
+	aliceToken.Store(alice)
+
+	count := func() int {
+		list := &sandboxv1alpha1.SessionList{}
+		if err := s.Env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ses := range list.Items {
+			if ses.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("two MCP sessions with sandboxes, two Sessions: %d", n)
+	}
+	_ = a1.Close() // DELETE of the MCP session
+	waitFor(t, "a1's Session to be closed", func() bool { return count() == 1 })
+	_ = a2.Close()
+	_ = m.Close()
+	waitFor(t, "a2's Session to be closed", func() bool { return count() == 0 })
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// serviceAccountToken returns a token of a new ServiceAccount of ns, bound
+// to the session editor role when editor.
+func serviceAccountToken(t *testing.T, s *stack.Stack, ns, name string, editor bool) string {
+	ctx := context.Background()
+	c := s.Env.Client
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	if editor {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-sessions"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "session-editor-role"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}
+		if err := c.Create(ctx, rb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(s.Env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token of %s: %v", name, err)
+	}
+	return tr.Status.Token
+}
+
+// call calls a tool and returns its structured output; isError says
+// whether the call is expected to be a tool error (a failed run).
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, isError bool) map[string]any {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if res.IsError != isError {
+		t.Fatalf("%s: isError %v, want %v: %s", name, res.IsError, isError, text(res))
+	}
+	var out map[string]any
+	data, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(data, &out); err != nil || out == nil {
+		t.Fatalf("%s: no structured output (%v): %s", name, err, text(res))
+	}
+	return out
+}
+
+// callError calls a tool that must fail and returns its message.
+func callError(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return err.Error()
+	}
+	if !res.IsError {
+		t.Fatalf("%s: succeeded, want an error: %s", name, text(res))
+	}
+	return text(res)
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
