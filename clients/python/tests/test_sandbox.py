@@ -13,6 +13,21 @@ def test_state_survives_between_runs(sandbox):
     assert ex.duration > 0
 
 
+def test_runs_reuse_one_connection(sandbox, monkeypatch):
+    # A streamed run whose connection is not read to its end is dropped, and
+    # every run after it would pay a new TLS handshake.
+    import urllib3.connection
+    connects = []
+    connect = urllib3.connection.HTTPSConnection.connect
+    monkeypatch.setattr(urllib3.connection.HTTPSConnection, "connect",
+                        lambda self, *a, **kw: (connects.append(1), connect(self, *a, **kw))[1])
+    sandbox.run_code("1")  # a connection of the pool may have gone idle meanwhile
+    connects.clear()
+    for _ in range(5):
+        assert sandbox.run_code("print(1)").stdout == "1\n"
+    assert connects == []
+
+
 def test_output_streams_in_order_and_errors_are_typed(sandbox):
     seen = []
     ex = sandbox.run_code("import sys\nfor i in range(5):\n    print(i, flush=True)\nprint('warn', file=sys.stderr)",

@@ -203,6 +203,12 @@ class Sandbox:
                     elif kind == "bridge":
                         self._answer(req["id"], ev.get("call") or {}, on_llm_query, on_rlm_query)
                     elif kind == "result":
+                        # The stream ends right after its result: reading that
+                        # end lets the connection serve the next request. Here,
+                        # inside the loop: leaving the loop closes urllib3's
+                        # line iterator, which drops a connection not read to
+                        # its end (the next run then pays a TLS handshake, 5 ms).
+                        resp.drain_conn()
                         ex = Execution.from_result(ev.get("result") or {})
                         if ex.state_lost:
                             ex_lost = errors.SessionLostError(self.name, "Lost", "InterpreterRestarted",
