@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/mcpserver"
@@ -35,15 +34,7 @@ import (
 // starts it) and over streamable HTTP (each caller's bearer token).
 func TestMCPServer(t *testing.T) {
 	ctx := context.Background()
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "manager.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(stack.Options{Log: zap.New(zap.WriteTo(logFile), zap.UseDevMode(true))})
-	if err != nil {
-		t.Fatalf("start warmpool on envtest: %v", err)
-	}
-	defer s.Stop()
+	s := stack.ForTest(t)
 	ns, err := s.Namespace(ctx, "mcp-")
 	if err != nil {
 		t.Fatal(err)

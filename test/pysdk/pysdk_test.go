@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/warmpool/warmpool/internal/testing/stack"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
@@ -62,20 +61,7 @@ func TestPythonClient(t *testing.T) {
 	py := python(t)
 	site := install(t, py)
 	ctx := context.Background()
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "manager.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(stack.Options{Log: zap.New(zap.WriteTo(logFile), zap.UseDevMode(true))})
-	if err != nil {
-		t.Fatalf("start warmpool on envtest: %v", err)
-	}
-	defer s.Stop()
-	defer func() {
-		if t.Failed() {
-			tail(t, logFile.Name(), 150)
-		}
-	}()
+	s := stack.ForTest(t)
 
 	ns, err := s.Namespace(ctx, "pysdk-")
 	if err != nil {
@@ -115,16 +101,4 @@ func TestPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Python client's suite failed: %v", err)
 	}
-}
-
-func tail(t *testing.T, path string, n int) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	t.Logf("last %d lines of the manager's log:\n%s", len(lines), strings.Join(lines, "\n"))
 }

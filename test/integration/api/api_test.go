@@ -76,6 +76,9 @@ var _ = Describe("Samples", func() {
 		ns := newNamespace()
 		files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "*.yaml"))
 		Expect(err).NotTo(HaveOccurred())
+		more, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "*", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		files = append(files, more...)
 		created := 0
 		for _, f := range files {
 			data, err := os.ReadFile(f)
@@ -91,6 +94,9 @@ var _ = Describe("Samples", func() {
 					continue
 				}
 				obj := fromYAML(ns, string(doc))
+				if obj.GetKind() == "ModelEndpoint" { // cluster-scoped
+					obj.SetNamespace("")
+				}
 				Expect(k8s.Create(ctx, obj)).To(Succeed(), "sample %s (%s)", f, obj.GetName())
 				created++
 			}
@@ -274,6 +280,45 @@ var _ = Describe("Validation", func() {
     metadata:
       labels: {team: data, warmpool.dev/tier: gold}
 `))).To(Succeed())
+	})
+
+	It("rejects a ModelEndpoint whose URL is not http(s) or whose limits are out of range", func() {
+		endpoint := func(spec string) *unstructured.Unstructured {
+			return fromYAML("", `
+apiVersion: sandbox.warmpool.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  generateName: bad-
+spec:
+`+spec)
+		}
+		expectInvalid(k8s.Create(ctx, endpoint(`
+  url: ftp://models.example.com/v1/chat/completions
+  model: m`)), "spec.url", "url must be an http or https URL")
+		expectInvalid(k8s.Create(ctx, endpoint(`
+  url: not a url
+  model: m`)), "spec.url", "url must be an http or https URL")
+		expectInvalid(k8s.Create(ctx, endpoint(`
+  url: https://models.example.com/v1/chat/completions
+  model: m
+  limits:
+    callTimeout: 500ms`)), "spec.limits.callTimeout", "callTimeout must be between 1s and 10m")
+		expectInvalid(k8s.Create(ctx, endpoint(`
+  url: https://models.example.com/v1/chat/completions
+  model: m
+  limits:
+    maxCallsPerRun: 0`)), "spec.limits.maxCallsPerRun", "should be greater than or equal to 1")
+		expectInvalid(k8s.Create(ctx, endpoint(`
+  url: https://models.example.com/v1/chat/completions
+  model: ""`)), "spec.model", "at least 1 chars long")
+		// The defaults a platform team gets when it sets no limits.
+		ok := endpoint(`
+  url: https://models.example.com/v1/chat/completions
+  model: m`)
+		Expect(k8s.Create(ctx, ok)).To(Succeed())
+		limits, _, _ := unstructured.NestedMap(ok.Object, "spec", "limits")
+		Expect(limits).To(Equal(map[string]any{"maxCallsPerRun": int64(20), "maxPromptBytes": int64(65536),
+			"maxTokens": int64(1024), "callTimeout": "60s"}))
 	})
 
 	It("rejects code larger than the limit that keeps an Execution well below etcd's object size", func() {

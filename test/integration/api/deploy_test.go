@@ -58,7 +58,7 @@ var _ = Describe("Deploy manifests", func() {
 				kinds[obj.GetKind()]++
 			}
 		}
-		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 3))
+		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 4))
 		Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 		Expect(kinds).To(HaveKeyWithValue("RuntimeClass", 1))
 		Expect(kinds).To(HaveKeyWithValue("APIService", 1))
