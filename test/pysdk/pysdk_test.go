@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/warmpool/warmpool/internal/testing/stack"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
 )
