@@ -44,6 +44,8 @@ func run() error {
 		idleTimeout    = flag.Duration("idle-timeout", 15*time.Minute, "a sandbox unused this long is closed (covers clients that vanish)")
 		runTimeout     = flag.Duration("run-timeout", 0, "default timeout of run_code (0: the pool's)")
 		sessionTimeout = flag.Duration("http-session-timeout", 30*time.Minute, "over HTTP, an MCP session without requests this long ends, and its sandbox closes")
+		tlsCert        = flag.String("tls-cert-file", "", "over HTTP, serve TLS with this certificate (PEM); required on non-loopback addresses, where callers send Kubernetes tokens")
+		tlsKey         = flag.String("tls-private-key-file", "", "the private key of --tls-cert-file (PEM)")
 	)
 	flag.Parse()
 	if *pool == "" {
@@ -81,11 +83,10 @@ func run() error {
 		return err
 	}
 
-	var handler http.Handler
+	if err := checkListen(*httpAddr, *ownCredentials, *tlsCert, *tlsKey); err != nil {
+		return err
+	}
 	if *ownCredentials {
-		if !loopback(*httpAddr) {
-			return fmt.Errorf("--http-own-credentials serves anyone who reaches %s with this server's rights: use a loopback address", *httpAddr)
-		}
 		if mc.Credentials, err = mcpserver.OwnCredentials(cfg); err != nil {
 			return err
 		}
@@ -93,22 +94,51 @@ func run() error {
 		mc.Credentials = mcpserver.BearerCredentials(cfg)
 	}
 	s := mcpserver.New(mc)
-	defer s.CloseAll()
-	handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP() },
+	var handler http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP() },
 		&mcp.StreamableHTTPOptions{SessionTimeout: *sessionTimeout})
 	if !*ownCredentials {
-		handler = mcpserver.RequireBearer(handler)
+		handler = mcpserver.RequireKubernetesToken(cfg, handler)
 	}
 	srv := &http.Server{Addr: *httpAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		_ = srv.Shutdown(sctx) // no new requests, and the running ones end (or are cut off)
 	}()
-	log.Info("serving MCP over streamable HTTP", "address", *httpAddr, "namespace", *namespace, "pool", *pool)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	log.Info("serving MCP over streamable HTTP", "address", *httpAddr, "tls", *tlsCert != "", "namespace", *namespace, "pool", *pool)
+	if *tlsCert != "" {
+		err = srv.ListenAndServeTLS(*tlsCert, *tlsKey)
+	} else {
+		err = srv.ListenAndServe()
+	}
+	if !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	// ListenAndServe returns as Shutdown begins: close the sandboxes once no
+	// handler can lease another.
+	<-stopped
+	s.CloseAll()
+	return nil
+}
+
+// checkListen refuses an HTTP setup that would hand out credentials: this
+// server's own rights to anyone who reaches a non-loopback address, or
+// callers' Kubernetes tokens sent in clear text over the network.
+func checkListen(addr string, ownCredentials bool, tlsCert, tlsKey string) error {
+	if (tlsCert == "") != (tlsKey == "") {
+		return errors.New("--tls-cert-file and --tls-private-key-file go together")
+	}
+	if loopback(addr) {
+		return nil
+	}
+	if ownCredentials {
+		return fmt.Errorf("--http-own-credentials serves anyone who reaches %s with this server's rights: use a loopback address", addr)
+	}
+	if tlsCert == "" {
+		return fmt.Errorf("callers send Kubernetes tokens to %s: serve TLS (--tls-cert-file, --tls-private-key-file) or use a loopback address", addr)
 	}
 	return nil
 }

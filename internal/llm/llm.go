@@ -183,7 +183,7 @@ func (c *Client) Answerer(ep Endpoint) func(context.Context, protocol.BridgeCall
 			callsTotal.WithLabelValues(ep.Name, "refused").Inc()
 			return protocol.BridgeAnswer{Error: fmt.Sprintf("limit of %d model calls per run (ModelEndpoint %s) reached", ep.MaxCallsPerRun, ep.Name)}
 		}
-		prompt, err := Prompt(call)
+		prompt, err := Prompt(call.Method, call.Params)
 		if err != nil {
 			return protocol.BridgeAnswer{Error: err.Error()}
 		}
@@ -196,19 +196,19 @@ func (c *Client) Answerer(ep Endpoint) func(context.Context, protocol.BridgeCall
 	}
 }
 
-// Prompt is the prompt of a bridge call: llm_query's own, or for rlm_query
-// (a recursive sub-task, which an Execution has no caller to run) its task
-// followed by its context as JSON.
-func Prompt(call protocol.BridgeCall) (string, error) {
+// Prompt is the prompt of a bridge call for a model that answers it in one
+// completion: llm_query's own, or for rlm_query (a recursive sub-task, which
+// nobody runs here) its task followed by its context as JSON.
+func Prompt(method string, params json.RawMessage) (string, error) {
 	var p struct {
 		Prompt  string          `json:"prompt"`
 		Task    string          `json:"task"`
 		Context json.RawMessage `json:"context"`
 	}
-	if err := json.Unmarshal(call.Params, &p); err != nil {
-		return "", fmt.Errorf("%s: unreadable parameters: %w", call.Method, err)
+	if err := json.Unmarshal(params, &p); err != nil {
+		return "", fmt.Errorf("%s: unreadable parameters: %w", method, err)
 	}
-	switch call.Method {
+	switch method {
 	case "llm_query":
 		return p.Prompt, nil
 	case "rlm_query":
@@ -217,5 +217,5 @@ func Prompt(call protocol.BridgeCall) (string, error) {
 		}
 		return p.Task + "\n\nContext:\n" + string(p.Context), nil
 	}
-	return "", fmt.Errorf("%s is not a model call", call.Method)
+	return "", fmt.Errorf("%s is not a model call", method)
 }

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -8,8 +9,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/warmpool/warmpool/pkg/sessions"
@@ -26,28 +33,28 @@ func OwnCredentials(cfg *rest.Config) (func(*mcp.CallToolRequest) (*sessions.Cli
 	return func(*mcp.CallToolRequest) (*sessions.Client, string, error) { return c, "server", nil }, nil
 }
 
-// maxCallers bounds the clients kept for callers' tokens.
+// maxCallers bounds the clients and verified tokens kept for callers.
 const maxCallers = 256
 
 // BearerCredentials acts with the bearer token of each HTTP request, sent
 // on to kube-apiserver, so that RBAC decides for the caller: the server
-// needs no rights of its own, and one caller cannot use another's sandbox.
-// base gives the API server's address and CA; its own credentials are
-// dropped.
+// needs no rights of its own. The caller is the user kube-apiserver named
+// for the token (RequireKubernetesToken verified it), so one user's sandbox
+// is not another's, and a user whose token rotates keeps its own. base gives
+// the API server's address and CA; its own credentials are dropped.
 func BearerCredentials(base *rest.Config) func(*mcp.CallToolRequest) (*sessions.Client, string, error) {
 	var mu sync.Mutex
 	clients := map[string]*sessions.Client{}
 	return func(req *mcp.CallToolRequest) (*sessions.Client, string, error) {
 		token := bearerToken(req.Extra)
-		if token == "" {
-			return nil, "", errors.New("no bearer token: send a Kubernetes token in the Authorization header")
+		if token == "" || req.Extra.TokenInfo == nil || req.Extra.TokenInfo.UserID == "" {
+			return nil, "", errors.New("no verified bearer token: send a Kubernetes token in the Authorization header")
 		}
-		sum := sha256.Sum256([]byte(token))
-		key := hex.EncodeToString(sum[:])
+		key := tokenKey(token)
 		mu.Lock()
 		defer mu.Unlock()
 		if c := clients[key]; c != nil {
-			return c, key, nil
+			return c, req.Extra.TokenInfo.UserID, nil
 		}
 		cfg := rest.AnonymousClientConfig(base)
 		cfg.BearerToken = token
@@ -55,37 +62,99 @@ func BearerCredentials(base *rest.Config) func(*mcp.CallToolRequest) (*sessions.
 		if err != nil {
 			return nil, "", fmt.Errorf("client for the caller: %w", err)
 		}
-		if len(clients) >= maxCallers {
-			for k := range clients { // forget one; it is rebuilt if its caller comes back
-				delete(clients, k)
-				break
-			}
-		}
+		forgetOne(clients)
 		clients[key] = c
-		return c, key, nil
+		return c, req.Extra.TokenInfo.UserID, nil
 	}
+}
+
+// forgetOne drops an entry of a full cache; it is rebuilt if its caller comes back.
+func forgetOne[V any](m map[string]V) {
+	if len(m) < maxCallers {
+		return
+	}
+	for k := range m {
+		delete(m, k)
+		return
+	}
+}
+
+func tokenKey(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
 }
 
 func bearerToken(extra *mcp.RequestExtra) string {
 	if extra == nil || extra.Header == nil {
 		return ""
 	}
-	v := extra.Header.Get("Authorization")
+	return bearerOf(extra.Header)
+}
+
+func bearerOf(h http.Header) string {
+	v := h.Get("Authorization")
 	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 		return strings.TrimSpace(v[7:])
 	}
 	return ""
 }
 
-// RequireBearer refuses HTTP requests without a bearer token before they
-// reach the MCP handler (401, as the MCP authorization spec has it).
-func RequireBearer(next http.Handler) http.Handler {
+// verifiedFor is how long a token kube-apiserver accepted is taken as
+// verified without asking again.
+const verifiedFor = time.Minute
+
+// TokenVerifier verifies a bearer token by asking kube-apiserver whom it
+// belongs to (a SelfSubjectReview, which every authenticated user may make)
+// and names that user as the token's UserID: the streamable HTTP handler
+// then serves an MCP session only to requests of the user who started it,
+// so a caller who learns another's session ID can neither call its tools,
+// nor answer its sampling requests, nor end it.
+func TokenVerifier(base *rest.Config) auth.TokenVerifier {
+	var mu sync.Mutex
+	verified := map[string]auth.TokenInfo{}
+	return func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		key := tokenKey(token)
+		mu.Lock()
+		info, ok := verified[key]
+		mu.Unlock()
+		if ok && time.Now().Before(info.Expiration) {
+			return &info, nil
+		}
+		cfg := rest.AnonymousClientConfig(base)
+		cfg.BearerToken = token
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("client for the caller: %w", err)
+		}
+		review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		switch {
+		case apierrors.IsUnauthorized(err):
+			return nil, fmt.Errorf("%w: kube-apiserver does not accept this bearer token", auth.ErrInvalidToken)
+		case err != nil:
+			return nil, fmt.Errorf("verify the bearer token with kube-apiserver: %w", err)
+		case review.Status.UserInfo.Username == "":
+			return nil, fmt.Errorf("%w: kube-apiserver names no user for this bearer token", auth.ErrInvalidToken)
+		}
+		info = auth.TokenInfo{UserID: review.Status.UserInfo.Username, Expiration: time.Now().Add(verifiedFor)}
+		mu.Lock()
+		forgetOne(verified)
+		verified[key] = info
+		mu.Unlock()
+		return &info, nil
+	}
+}
+
+// RequireKubernetesToken serves next only to requests with a bearer token
+// kube-apiserver accepts (401 otherwise, as the MCP authorization spec has
+// it), each MCP session bound to the token's user (TokenVerifier).
+func RequireKubernetesToken(base *rest.Config, next http.Handler) http.Handler {
+	verified := auth.RequireBearerToken(TokenVerifier(base), nil)(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if bearerToken(&mcp.RequestExtra{Header: r.Header}) == "" {
+		if bearerOf(r.Header) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warmpool", error="invalid_request", error_description="send a Kubernetes bearer token"`)
 			http.Error(w, "a Kubernetes bearer token is required (Authorization: Bearer TOKEN): calls act as its user", http.StatusUnauthorized)
 			return
 		}
-		next.ServeHTTP(w, r)
+		verified.ServeHTTP(w, r)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,7 +57,7 @@ func TestMCPServer(t *testing.T) {
 	t.Run("stdio", func(t *testing.T) { testStdio(t, s, stdio) })
 	t.Run("stdio, protocol 2025-11-25", func(t *testing.T) { testOlderProtocol(t, stdio) })
 	t.Run("rounds of llm_query", func(t *testing.T) { testRounds(t, stdio) })
-	t.Run("streamable HTTP", func(t *testing.T) { testHTTP(t, s, ns) })
+	t.Run("streamable HTTP", func(t *testing.T) { testHTTP(t, s) })
 }
 
 // stdioServer starts the built warmpool-mcp as an agent host does.
@@ -294,9 +295,18 @@ func testRounds(t *testing.T, sv stdioServer) {
 	}
 }
 
-func testHTTP(t *testing.T, s *stack.Stack, ns string) {
+func testHTTP(t *testing.T, s *stack.Stack) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// A namespace of its own: the Sessions counted below are this test's,
+	// whatever the stdio tests' closing clients still leave behind.
+	ns, err := s.Namespace(ctx, "mcp-http-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
+		t.Fatal(err)
+	}
 	alice := serviceAccountToken(t, s, ns, "alice", true)
 	bob := serviceAccountToken(t, s, ns, "bob", true)
 	mallory := serviceAccountToken(t, s, ns, "mallory", false)
@@ -304,8 +314,11 @@ func testHTTP(t *testing.T, s *stack.Stack, ns string) {
 	srv := mcpserver.New(mcpserver.Config{Namespace: ns, Pool: "python", Credentials: mcpserver.BearerCredentials(s.Env.Config)})
 	defer srv.CloseAll()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil)
-	hs := httptest.NewServer(mcpserver.RequireBearer(h))
-	defer hs.Close()
+	hs := httptest.NewServer(mcpserver.RequireKubernetesToken(s.Env.Config, h))
+	defer func() {
+		hs.CloseClientConnections() // the clients' event streams; Close waits for them otherwise
+		hs.Close()
+	}()
 
 	// Without a token: refused before any MCP handling.
 	resp, err := http.Post(hs.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
@@ -315,6 +328,17 @@ func testHTTP(t *testing.T, s *stack.Stack, ns string) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 		t.Fatalf("no token: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	// Attack: a token kube-apiserver does not accept is refused the same way.
+	forged, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	forged.Header.Set("Authorization", "Bearer "+strings.Repeat("x", 40))
+	forged.Header.Set("Content-Type", "application/json")
+	if resp, err = http.DefaultClient.Do(forged); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a made-up token: %d", resp.StatusCode)
 	}
 
 	connect := func(token *atomic.Value) *mcp.ClientSession {
@@ -355,10 +379,30 @@ func testHTTP(t *testing.T, s *stack.Stack, ns string) {
 		t.Fatalf("mallory: %s", msg)
 	}
 	// Attack: another caller with rights of its own, on a1's MCP session
-	// (its session ID), does not reach a1's sandbox.
-	aliceToken.Store(bob)
-	if msg := callError(t, a1, "run_code", map[string]any{"code": "secret"}); !strings.Contains(msg, "belongs to another credential") {
-		t.Fatalf("bob on alice's MCP session: %s", msg)
+	// (its session ID), reaches neither a1's tools nor its sandbox, nor can
+	// it end the session: the HTTP handler answers 403 (session user
+	// mismatch) before any MCP handling.
+	for _, method := range []string{http.MethodPost, http.MethodDelete} {
+		r, _ := http.NewRequest(method, hs.URL, strings.NewReader(
+			`{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"secret"}}}`))
+		r.Header.Set("Authorization", "Bearer "+bob)
+		r.Header.Set("Mcp-Session-Id", a1.ID())
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Accept", "application/json, text/event-stream")
+		r.Header.Set("Mcp-Protocol-Version", a1.InitializeResult().ProtocolVersion)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("bob's %s on alice's MCP session: %d", method, resp.StatusCode)
+		}
+	}
+	// A second token of the same user (tokens rotate) is the same caller.
+	aliceToken.Store(serviceAccountToken(t, s, ns, "alice", false))
+	if out := call(t, a1, "run_code", map[string]any{"code": "secret"}, false); out["result"] != "'a1'" {
+		t.Fatalf("alice with a new token: %v", out)
 	}
 	aliceToken.Store(alice)
 
@@ -389,12 +433,12 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// serviceAccountToken returns a token of a new ServiceAccount of ns, bound
-// to the session editor role when editor.
+// serviceAccountToken returns a new token of a ServiceAccount of ns (made
+// when missing), bound to the session editor role when editor.
 func serviceAccountToken(t *testing.T, s *stack.Stack, ns, name string, editor bool) string {
 	ctx := context.Background()
 	c := s.Env.Client
-	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if editor {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/warmpool/warmpool/internal/llm"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -32,6 +33,8 @@ const answerTimeout = 5 * time.Minute
 
 // roundTrip is a run_code that is carried over several tools/call rounds.
 type roundTrip struct {
+	// state and asked are read and written by rounds only, which the
+	// lease's serial mutex keeps to one at a time.
 	state  string             // the request state of the round the client must answer; "" while a round is served
 	cancel context.CancelFunc // interrupts the code and ends the run
 	asks   chan *question     // the code's llm_query calls, one at a time (the stream answers them in order)
@@ -68,13 +71,15 @@ func startRoundTrip(ses *sessions.Session, exec sessions.ExecRequest, sampling b
 		if !sampling {
 			return nil, noSampling(call)
 		}
-		prompt, err := bridgePrompt(call)
+		prompt, err := llm.Prompt(call.Method, call.Params)
 		if err != nil {
 			return nil, err
 		}
 		q := &question{id: call.ID, params: samplingParams(prompt), answer: make(chan answer, 1)}
 		select {
 		case rt.asks <- q:
+		case <-time.After(answerTimeout): // no round took it: the client stopped calling
+			return nil, fmt.Errorf("%s: the MCP client did not call again within %s", call.Method, answerTimeout)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -154,23 +159,20 @@ func newState() (string, error) {
 
 // runCodeRoundTrips serves run_code for clients on protocol 2026-07-28 and
 // later: a call without request state starts a run (interrupting one the
-// client abandoned between rounds); a call with one answers that round.
+// client abandoned between rounds); a call with one answers that round. The
+// caller holds l.serial, so one round of an MCP session is served at a time.
 func (s *Server) runCodeRoundTrips(ctx context.Context, req *mcp.CallToolRequest, l *lease, ses *sessions.Session,
 	exec sessions.ExecRequest) (*mcp.CallToolResult, *sessions.Result, error) {
 	l.runMu.Lock()
 	rt := l.rt
-	state := req.Params.RequestState
-	switch {
-	case state != "":
+	l.runMu.Unlock()
+	if state := req.Params.RequestState; state != "" {
 		if rt == nil || rt.state != state {
-			l.runMu.Unlock()
 			return nil, nil, errors.New("this run_code round is unknown or over (the run ended, or was interrupted): call run_code again without requestState")
 		}
 		rt.state = "" // a second call with the same state is refused
 		rt.answer(req.Params.InputResponses)
-	default:
-		l.rt = nil
-		l.runMu.Unlock()
+	} else {
 		if rt != nil {
 			rt.stop() // the client gave up on it between rounds
 		}
@@ -182,8 +184,8 @@ func (s *Server) runCodeRoundTrips(ctx context.Context, req *mcp.CallToolRequest
 			return nil, nil, errors.New("this MCP session has ended")
 		}
 		l.rt = rt
+		l.runMu.Unlock()
 	}
-	l.runMu.Unlock()
 
 	result, res, err := rt.next(ctx)
 	if result == nil { // the run ended (or the caller left): the next call starts afresh

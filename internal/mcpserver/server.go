@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/warmpool/warmpool/internal/llm"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -50,6 +51,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*lease
+	closed   bool // CloseAll ran: no new leases
 }
 
 // lease is the warmpool Session of one MCP session.
@@ -59,7 +61,7 @@ type lease struct {
 	ses    *sessions.Session
 	closed bool
 
-	serial sync.Mutex // held by a run_code of a client before protocol 2026-07-28
+	serial sync.Mutex // held by a run_code call (one round of it on protocol 2026-07-28)
 
 	runMu sync.Mutex
 	rt    *roundTrip // a run carried over tools/call rounds (roundtrip.go)
@@ -108,6 +110,10 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessio
 		return nil, err
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errors.New("the MCP server is shutting down")
+	}
 	l := s.sessions[req.Session]
 	first := l == nil
 	if first {
@@ -136,7 +142,8 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessio
 		}
 		return nil, fmt.Errorf("lease a sandbox of pool %s/%s: %w", s.cfg.Namespace, s.cfg.Pool, err)
 	}
-	s.cfg.Log.Info("leased a Session for an MCP session", "session", ses.Name, "mcpSession", req.Session.ID())
+	// Not the MCP session's ID: a credential of its own on streamable HTTP.
+	s.cfg.Log.Info("leased a Session for an MCP session", "session", ses.Name, "caller", caller)
 	l.ses = ses
 	return ses, nil
 }
@@ -177,20 +184,25 @@ func (s *Server) closeSession(ses *sessions.Session) {
 // that stops leaves no sandbox behind.
 func (s *Server) CloseAll() {
 	s.mu.Lock()
+	s.closed = true
 	leases := make([]*lease, 0, len(s.sessions))
 	for ss, l := range s.sessions {
 		leases = append(leases, l)
 		delete(s.sessions, ss)
 	}
 	s.mu.Unlock()
+	var wg sync.WaitGroup // in parallel: a pod's grace period does not wait for one after another
 	for _, l := range leases {
-		l.mu.Lock()
-		l.end()
-		if l.ses != nil {
-			s.closeSession(l.ses)
-		}
-		l.mu.Unlock()
+		wg.Go(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.end()
+			if l.ses != nil {
+				s.closeSession(l.ses)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // answerBridge returns the bridge handler of a run of a client on a
@@ -203,7 +215,7 @@ func answerBridge(req *mcp.CallToolRequest) func(context.Context, sessions.Bridg
 		if !canSample {
 			return nil, noSampling(call)
 		}
-		prompt, err := bridgePrompt(call)
+		prompt, err := llm.Prompt(call.Method, call.Params)
 		if err != nil {
 			return nil, err
 		}
@@ -227,27 +239,6 @@ func sampling(req *mcp.CallToolRequest) bool {
 
 func noSampling(call sessions.BridgeCall) error {
 	return fmt.Errorf("%s has no model to ask: this MCP client does not support sampling", call.Method)
-}
-
-// bridgePrompt is the prompt a bridge call asks the client's model:
-// llm_query's prompt, or rlm_query's task followed by its context.
-func bridgePrompt(call sessions.BridgeCall) (string, error) {
-	var params struct {
-		Prompt  string          `json:"prompt"`
-		Task    string          `json:"task"`
-		Context json.RawMessage `json:"context"`
-	}
-	if err := json.Unmarshal(call.Params, &params); err != nil {
-		return "", fmt.Errorf("%s: unreadable parameters: %w", call.Method, err)
-	}
-	if call.Method != "rlm_query" {
-		return params.Prompt, nil
-	}
-	prompt := params.Task
-	if len(params.Context) > 0 && string(params.Context) != "null" {
-		prompt += "\n\nContext:\n" + string(params.Context)
-	}
-	return prompt, nil
 }
 
 func samplingParams(prompt string) *mcp.CreateMessageParams {

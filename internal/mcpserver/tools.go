@@ -121,20 +121,21 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 	if l == nil {
 		return nil, RunCodeOutput{}, errors.New("this MCP session has ended")
 	}
+	// One call at a time: a call that comes while a cancelled one still
+	// stops its run waits for it instead of finding the sandbox busy.
+	l.serial.Lock()
 	var res *sessions.Result
 	if multiRoundTrip(req) {
 		var round *mcp.CallToolResult
 		round, res, err = s.runCodeRoundTrips(ctx, req, l, ses, exec)
 		if round != nil { // the code asks the client's model: this round ends with the question
+			l.serial.Unlock()
 			return round, RunCodeOutput{}, nil
 		}
 	} else {
-		// One run at a time: a call that comes while a cancelled one still
-		// stops its run waits for it instead of finding the sandbox busy.
-		l.serial.Lock()
 		res, err = ses.RunStream(ctx, exec, sessions.Handlers{OnBridge: answerBridge(req)})
-		l.serial.Unlock()
 	}
+	l.serial.Unlock()
 	if err != nil {
 		return nil, RunCodeOutput{}, toolError(err)
 	}
@@ -147,8 +148,11 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 		out.Error = &CodeError{Name: res.Error.Type, Value: res.Error.Message, Traceback: res.Error.Traceback}
 	}
 	if res.StateLost {
-		return nil, out, fmt.Errorf("the sandbox's interpreter died (%s: %s) and its state is gone: start a new MCP session",
-			out.Error.Name, out.Error.Value)
+		why := "it died"
+		if out.Error != nil {
+			why = out.Error.Name + ": " + out.Error.Value
+		}
+		return nil, out, fmt.Errorf("the sandbox's interpreter died (%s) and its state is gone: start a new MCP session", why)
 	}
 	// A run whose code failed is a tool error the model sees, with the output it made.
 	return &mcp.CallToolResult{IsError: res.Status != sessions.StatusSucceeded}, out, nil

@@ -86,6 +86,9 @@ type Job struct {
 	MaxBridgeCalls int
 }
 
+// maxBridgeCallsInFlight bounds the model calls of one run answered at once.
+const maxBridgeCallsInFlight = 4
+
 // Outcome of a run: a Result from the agent, or Err when there is none.
 type Outcome struct {
 	Result *protocol.Result
@@ -181,15 +184,26 @@ func (r *Runner) Start(job Job) {
 		onEvent := out.add
 		if job.Bridge != nil {
 			req.Bridge, req.MaxBridgeCalls = true, job.MaxBridgeCalls
+			inFlight := make(chan struct{}, maxBridgeCallsInFlight)
 			onEvent = func(ev protocol.Event) {
 				if ev.Type != protocol.EventBridge || ev.Call == nil {
 					out.add(ev)
 					return
 				}
 				// Answered aside: the stream goes on being read (and the
-				// deadline enforced) while the model thinks.
+				// deadline enforced) while the model thinks. The code
+				// controls the events it sends (the agent's own call limit
+				// runs inside the interpreter), so a run that floods the
+				// stream with calls waits here for a free slot instead of
+				// starting a goroutine and a request per event.
 				call := *ev.Call
+				select {
+				case inFlight <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 				go func() {
+					defer func() { <-inFlight }()
 					// An answer the agent cannot take (the run ended meanwhile)
 					// has nobody waiting for it.
 					_ = c.AnswerBridge(ctx, req.ID, call.ID, job.Bridge(ctx, call))
