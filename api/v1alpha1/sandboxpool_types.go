@@ -135,6 +135,13 @@ type SandboxPoolSpec struct {
 	// raise RuntimeError in Executions. (In Sessions the caller answers them.)
 	// +optional
 	LLM *PoolLLM `json:"llm,omitempty"`
+
+	// autoscaling sizes the pool from its demand: when set, the manager owns
+	// spec.replicas (it writes it; do not also point an HPA or
+	// KEDA at the pool) and status.autoscaling says how it chose. Unset: the
+	// pool keeps spec.replicas idle pods.
+	// +optional
+	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
 }
 
 // PoolLLM picks the model that Executions' code may ask.
@@ -344,6 +351,62 @@ type ExecutionDefaults struct {
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
+// PoolAutoscaling keeps enough idle pods for the claims (Executions and
+// Sessions that need a pod of their own) expected during one pod start-up.
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas"
+type PoolAutoscaling struct {
+	// minReplicas is the fewest idle pods kept; 0 scales an idle pool to
+	// zero, and its first claim then waits for a pod to start.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MinReplicas int32 `json:"minReplicas"`
+
+	// maxReplicas is the most idle pods kept, whatever the demand.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +required
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// targetWarmRatio is the probability, between 0 and 1 exclusive, that
+	// the claims arriving while one pod starts all find a warm pod (e.g.
+	// "0.99"): higher keeps more idle pods.
+	// +kubebuilder:default="0.99"
+	// +kubebuilder:validation:MaxLength=6
+	// +kubebuilder:validation:XValidation:rule="self.matches('^0?[.][0-9]{1,4}$') && double(self) > 0.0",message="targetWarmRatio must be a decimal between 0 and 1, e.g. \"0.99\""
+	// +optional
+	TargetWarmRatio string `json:"targetWarmRatio,omitempty"`
+
+	// scaleDownDelay is how long demand must stay lower before idle pods are
+	// removed (then at most half of them at a time). Bursts scale up at once.
+	// +kubebuilder:default="2m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="scaleDownDelay must be between 0s and 24h"
+	// +optional
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+}
+
+// PoolAutoscalingStatus shows the autoscaler's arithmetic, for a person to check.
+type PoolAutoscalingStatus struct {
+	// desiredReplicas is the idle pods the autoscaler asks for (written to spec.replicas).
+	DesiredReplicas int32 `json:"desiredReplicas"`
+	// claimRate is claims per second over the last minute, e.g. "0.52".
+	ClaimRate string `json:"claimRate"`
+	// burstClaimRate is claims per second over the last 6 seconds.
+	BurstClaimRate string `json:"burstClaimRate"`
+	// startupSeconds is the start-up time planned for: the moving mean of the
+	// pool's pods' creation-to-Ready times plus their mean deviation.
+	StartupSeconds string `json:"startupSeconds"`
+	// reason of the last decision: Demand, Burst, ScaleDownDelay,
+	// ScaleDownStep, MinReplicas, MaxReplicas or Idle.
+	Reason string `json:"reason"`
+	// message is the decision in words.
+	Message string `json:"message"`
+	// lastScaleTime is when desiredReplicas last changed.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+}
+
 // SandboxPoolStatus is the observed state of a SandboxPool.
 type SandboxPoolStatus struct {
 	// replicas is the number of the pool's pods not claimed by an Execution
@@ -374,6 +437,10 @@ type SandboxPoolStatus struct {
 	// observedGeneration is the generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// autoscaling is the last decision of spec.autoscaling.
+	// +optional
+	Autoscaling *PoolAutoscalingStatus `json:"autoscaling,omitempty"`
 
 	// conditions: Ready (the pool has its idle replicas), Degraded (pods
 	// cannot start, with a reason such as ImagePullBackOff) and

@@ -44,7 +44,8 @@ const (
 	ReasonScaleDownDelay = "ScaleDownDelay" // held at a recent, higher recommendation
 	ReasonScaleDownStep  = "ScaleDownStep"  // shrinking, by at most half (rounded up) at a time
 	ReasonMinReplicas    = "MinReplicas"
-	ReasonMaxReplicas    = "MaxReplicas" // demand asks for more than the pool may have
+	ReasonMaxReplicas    = "MaxReplicas" // demand asks for more than autoscaling.maxReplicas
+	ReasonMaxPods        = "MaxPods"     // demand asks for more than spec.maxPods (set by the caller)
 	ReasonIdle           = "Idle"        // no claims in the long window: scaled to the minimum
 )
 
@@ -92,6 +93,14 @@ type Policy struct {
 	history []recommendation
 	last    int32
 	decided bool
+}
+
+// Seed starts a policy that has no past (a restarted manager) from the
+// replicas the pool has: they count as a recommendation made at now, so the
+// pool is not shrunk before the scale-down delay on an empty record.
+func (p *Policy) Seed(now time.Time, replicas int32) {
+	p.history = append(p.history[:0], recommendation{at: now, n: replicas})
+	p.last, p.decided = replicas, true
 }
 
 // Decide returns the replicas for demand d.

@@ -153,3 +153,16 @@ func TestMinReplicasHolds(t *testing.T) {
 		t.Fatalf("little demand, minReplicas 3: %+v", dec)
 	}
 }
+
+// A restarted manager has no record: the pool's replicas hold for the
+// scale-down delay before the (empty) demand shrinks them.
+func TestSeededPolicyHoldsTheReplicasItFound(t *testing.T) {
+	s := newSim(t, spec(), 2*time.Second)
+	s.policy.Seed(s.now, 12)
+	if d := s.run(spec().ScaleDownDelay-10*time.Second, 5*time.Second, 0); d.Replicas != 12 || d.Reason != ReasonScaleDownDelay {
+		t.Fatalf("within the delay after a restart: %+v", d)
+	}
+	if d := s.run(20*time.Second, 5*time.Second, 0); d.Replicas >= 12 {
+		t.Fatalf("after the delay: %+v", d)
+	}
+}

@@ -22,6 +22,24 @@ func (a *Arrivals) Add(now time.Time, n int) {
 	a.buckets[a.index(now.Unix())] += int64(n)
 }
 
+// AddAt records one claim made at (its creation time) and seen at now:
+// claims a restarted manager sees again count if they are recent, once, as
+// the caller sees each once. A claim older than the window is ignored; one
+// dated after now (clock skew) counts at now.
+func (a *Arrivals) AddAt(now, at time.Time) {
+	a.advance(now)
+	if at.After(now) {
+		at = now
+	}
+	if at.Unix() < a.oldest {
+		return
+	}
+	if at.Before(a.first) { // the record covers the time since its oldest claim
+		a.first = at
+	}
+	a.buckets[a.index(at.Unix())]++
+}
+
 // Rate is the claims per second over the window up to now (at most the
 // record's). A record younger than the window divides by its age, so that
 // the first burst after a start is seen at once, not diluted.

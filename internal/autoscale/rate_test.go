@@ -68,3 +68,19 @@ func TestArrivalsYoungRecordIsNotDiluted(t *testing.T) {
 		t.Fatalf("rate after two minutes %v", r)
 	}
 }
+
+// A restarted manager sees the waiting claims again, at their creation
+// times: recent ones count over the time since the oldest of them, old ones
+// not at all.
+func TestArrivalsAddAtCreationTimes(t *testing.T) {
+	now := time.Unix(3_000_000, 0)
+	a := NewArrivals(60 * time.Second)
+	a.AddAt(now, now.Add(-2*time.Minute)) // older than the window
+	for s := 1; s <= 10; s++ {
+		a.AddAt(now, now.Add(-time.Duration(s)*time.Second))
+	}
+	a.AddAt(now, now.Add(time.Hour)) // skewed clock: now
+	if r := a.Rate(now, 60*time.Second); math.Abs(r-11.0/11) > 1e-9 {
+		t.Fatalf("rate %v, want 11 claims over the 11 s since the oldest", r)
+	}
+}

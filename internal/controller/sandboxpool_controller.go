@@ -60,7 +60,10 @@ type SandboxPoolReconciler struct {
 	// KeyEvents wakes pools when the agent signing key changes (AgentKeysReconciler).
 	KeyEvents chan event.GenericEvent
 	// Dispatcher knows each pool's waiting Executions: its demand for pods.
-	Dispatcher   *dispatch.Dispatcher
+	Dispatcher *dispatch.Dispatcher
+	// AutoscaleWindow is the long window of autoscaled pools' claim rate (0: 60 s).
+	AutoscaleWindow time.Duration
+
 	demandWakes  *wakeups
 	expectations *expectations
 
@@ -70,6 +73,8 @@ type SandboxPoolReconciler struct {
 	readySeen map[types.NamespacedName]map[types.UID]bool
 	// startFailures backs off pools whose pods fail before they run code.
 	startFailures startFailures
+	// autoscalers keep the demand record of each pool for spec.autoscaling.
+	autoscalers *autoscalers
 }
 
 // poolPods is a pool's pods sorted by what the reconciler does with them.
@@ -92,6 +97,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			delete(r.readySeen, req.NamespacedName)
 			r.startFailures.forget(req.NamespacedName)
 			r.mu.Unlock()
+			r.autoscalers.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -126,6 +132,14 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var errs []error
+	var autoscaled *sandboxv1alpha1.PoolAutoscalingStatus
+	if pool.Spec.Autoscaling != nil {
+		// Sets spec.replicas (stored before any pod is created or deleted for it).
+		if autoscaled, err = r.autoscale(ctx, pool); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	demand, pending := r.Dispatcher.Demand(req.NamespacedName), int32(r.Dispatcher.Waiting(req.NamespacedName))
 	if pool.Spec.MaxPods == nil {
 		demand = min(demand, maxSurge)
@@ -149,7 +163,6 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			create = min(create, room)
 		}
 	}
-	var errs []error
 	if create > 0 && backoff > 0 {
 		create = 0 // the last pods failed to start: wait before the next attempt
 		if pods.nextExpiry == 0 || backoff < pods.nextExpiry {
@@ -195,6 +208,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	status := r.status(pool, pods, pending)
+	status.Autoscaling = autoscaled
 	others, err := r.reopeningPolicies(ctx, pool)
 	if err != nil {
 		errs = append(errs, err)
@@ -222,6 +236,9 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	if len(errs) > 0 {
 		return ctrl.Result{}, errs[0]
+	}
+	if pool.Spec.Autoscaling != nil && (pods.nextExpiry == 0 || pods.nextExpiry > autoscaleInterval) {
+		pods.nextExpiry = autoscaleInterval // the rate windows slide
 	}
 	if pods.nextExpiry > 0 {
 		return ctrl.Result{RequeueAfter: pods.nextExpiry}, nil
@@ -355,7 +372,9 @@ func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady {
-				metrics.PodStart.Observe(c.LastTransitionTime.Sub(p.CreationTimestamp.Time).Seconds())
+				d := c.LastTransitionTime.Sub(p.CreationTimestamp.Time)
+				metrics.PodStart.Observe(d.Seconds())
+				r.autoscalers.started(pool, d)
 			}
 		}
 	}
@@ -496,6 +515,8 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.demandWakes = &wakeups{delay: demandDebounce}
 	r.Dispatcher.WakePool = r.demandWakes.Wake
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
+	r.autoscalers = newAutoscalers(time.Now, r.AutoscaleWindow)
+	r.Dispatcher.OnClaim = r.autoscalers.claim
 	if r.KeyEvents == nil {
 		r.KeyEvents = make(chan event.GenericEvent, 1024)
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -39,6 +40,9 @@ type Config struct {
 	DataPlane *dataplane.Options
 	// LLM calls the ModelEndpoints of pools' spec.llm (a client of its own when nil).
 	LLM *llm.Client
+	// AutoscaleWindow is the long window of autoscaled pools' claim rate
+	// (the short one is a tenth of it); 0: 60 s. Tests shorten it.
+	AutoscaleWindow time.Duration
 }
 
 // KeysSecret is the agent keys Secret's name and namespace.
@@ -66,6 +70,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	d := dispatch.New(nil, nil)
 	if err := (&SandboxPoolReconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: d,
+		AutoscaleWindow: cfg.AutoscaleWindow,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -207,7 +207,9 @@ const managerNamespace = "warmpool-system"
 var dataPlane dataplane.Options
 
 func managerConfig() controller.Config {
-	return controller.Config{ManagerNamespace: managerNamespace, Resolver: kubelet, DataPlane: &dataPlane}
+	// A 10 s claim-rate window: an autoscaled pool comes down within the spec's patience.
+	return controller.Config{ManagerNamespace: managerNamespace, Resolver: kubelet, DataPlane: &dataPlane,
+		AutoscaleWindow: 10 * time.Second}
 }
 
 func restartManager() {

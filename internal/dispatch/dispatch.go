@@ -59,6 +59,10 @@ type Dispatcher struct {
 	// Usable reports whether the manager can call a pod's agent (its key is
 	// still known); unusable pods are never chosen. Nil: all are usable.
 	Usable func(*corev1.Pod) bool
+	// OnClaim hears of each new claim of a pool's pod (an Execution outside
+	// a session, a Session), at its creation time, once: the demand the
+	// pool's autoscaler plans for. Called without the dispatcher's lock.
+	OnClaim func(pool types.NamespacedName, created time.Time)
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*pool
@@ -137,6 +141,7 @@ type wakes struct {
 	execs    []types.NamespacedName
 	sessions []types.NamespacedName
 	pools    []types.NamespacedName
+	claims   []*entry // new entries that claim a pod of their pool
 }
 
 func (w *wakes) wake(e *entry) {
@@ -161,6 +166,11 @@ func (d *Dispatcher) deliver(w wakes) {
 	for _, p := range w.pools {
 		if d.WakePool != nil {
 			d.WakePool(p)
+		}
+	}
+	if d.OnClaim != nil {
+		for _, e := range w.claims {
+			d.OnClaim(e.pool.key, e.created)
 		}
 	}
 }
@@ -236,7 +246,11 @@ func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
 		}
 		d.markRunning(e, ex.Status.PodName, &w)
 	case e == nil:
-		d.enqueue(d.newEntry(ex), &w)
+		e = d.newEntry(ex)
+		if e.session == "" {
+			w.claims = append(w.claims, e)
+		}
+		d.enqueue(e, &w)
 	case e.state == running:
 		// Waiting again: its claim, written with its Running status, did not
 		// commit, and Running was taken back. The pod's own events say whether
@@ -280,6 +294,7 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 			pool: p, session: ses.Name, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
 		d.execs[ses.UID] = e
 		p.session(ses.Name).uid = ses.UID
+		w.claims = append(w.claims, e)
 		d.enqueue(e, &w)
 	}
 	return w

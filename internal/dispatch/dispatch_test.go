@@ -427,3 +427,27 @@ func BenchmarkDispatch(b *testing.B) {
 		})
 	}
 }
+
+// The autoscaler hears of each claim of a fresh pod once, at its creation
+// time: Executions outside sessions and Sessions, not a session's
+// Executions, not a second look at the same one, not one already running.
+func TestOnClaimCountsEachClaimOfAPodOnce(t *testing.T) {
+	d, _ := newDispatcher()
+	var claims []time.Time
+	d.OnClaim = func(pool types.NamespacedName, created time.Time) {
+		if pool != poolKey {
+			t.Errorf("claim of pool %v", pool)
+		}
+		claims = append(claims, created)
+	}
+	d.UpdateExecution(ex("a", 1).Obj())
+	d.UpdateExecution(ex("a", 1).Obj()) // seen again
+	d.UpdateExecution(ex("s-1", 2).Session("s").Obj())
+	d.UpdateSession(ses("s", 3).Obj())
+	d.UpdateSession(ses("s", 3).Obj())
+	d.UpdateExecution(ex("r", 4).RunningOn("p9").Obj()) // already on a pod (a restart)
+	want := []time.Time{t0.Add(time.Second), t0.Add(3 * time.Second)}
+	if !slices.Equal(claims, want) {
+		t.Fatalf("claims at %v, want %v", claims, want)
+	}
+}

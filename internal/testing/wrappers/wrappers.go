@@ -99,6 +99,13 @@ func (w *PoolWrapper) LLM(endpoint string) *PoolWrapper {
 	return w
 }
 
+// Autoscaling sets spec.autoscaling (target 0.99).
+func (w *PoolWrapper) Autoscaling(minReplicas, maxReplicas int32, scaleDownDelay time.Duration) *PoolWrapper {
+	w.Spec.Autoscaling = &sandboxv1alpha1.PoolAutoscaling{MinReplicas: minReplicas, MaxReplicas: maxReplicas,
+		TargetWarmRatio: "0.99", ScaleDownDelay: &metav1.Duration{Duration: scaleDownDelay}}
+	return w
+}
+
 // Reuse sets spec.reusePolicy.
 func (w *PoolWrapper) Reuse(p sandboxv1alpha1.ReusePolicy) *PoolWrapper {
 	w.Spec.ReusePolicy = p

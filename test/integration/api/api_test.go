@@ -403,6 +403,22 @@ var _ = Describe("Defaults", func() {
 		Expect(s.SessionIdleTimeout).To(HaveValue(Equal(metav1.Duration{Duration: 10 * time.Minute})))
 		Expect(s.Resources.Limits).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("1")))
 		Expect(s.Resources.Limits).To(HaveKeyWithValue(corev1.ResourceMemory, resource.MustParse("512Mi")))
+		Expect(s.Autoscaling).To(BeNil(), "autoscaling is off unless asked for")
+	})
+
+	It("fills autoscaling with its defaults and rejects a target outside (0, 1)", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fromYAML(ns, poolHeader+"  image: repl\n  autoscaling:\n    maxReplicas: 10\n"))).To(Succeed())
+		pool := &sandboxv1alpha1.SandboxPool{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bad"}, pool)).To(Succeed())
+		Expect(pool.Spec.Autoscaling).To(HaveValue(Equal(sandboxv1alpha1.PoolAutoscaling{MinReplicas: 1, MaxReplicas: 10,
+			TargetWarmRatio: "0.99", ScaleDownDelay: &metav1.Duration{Duration: 2 * time.Minute}})))
+		for _, bad := range []string{"1", "1.0", "0", "0.0", "99%", "-0.5", ".99999"} {
+			expectInvalid(k8s.Create(ctx, fromYAML(ns, poolHeader+"  image: repl\n  autoscaling:\n    maxReplicas: 10\n    targetWarmRatio: \""+bad+"\"\n")),
+				"spec.autoscaling.targetWarmRatio", "targetWarmRatio must be a decimal between 0 and 1")
+		}
+		expectInvalid(k8s.Create(ctx, fromYAML(ns, poolHeader+"  image: repl\n  autoscaling:\n    minReplicas: 3\n    maxReplicas: 2\n")),
+			"spec.autoscaling", "autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
 	})
 
 	It("keeps an explicit empty runtimeClassName, the opt-out of gVisor", func() {

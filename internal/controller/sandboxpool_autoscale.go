@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/autoscale"
+)
+
+// The long window of the claim rate by default (Knative's stable window;
+// the short one, its panic window, is a tenth of it), and how often an
+// autoscaled pool is looked at again as they slide.
+const (
+	defaultStableWindow = 60 * time.Second
+	autoscaleInterval   = 5 * time.Second
+	// startupFallback is the start-up time planned for before any pod of
+	// the pool became Ready (a gVisor pod here: about 2 s alone).
+	startupFallback = 5 * time.Second
+)
+
+// autoscalers keeps, per pool, the record the autoscaler decides from: the
+// claims (fed by the dispatcher for every pool, so that turning autoscaling
+// on starts with history), the pods' start-up times and the policy's past
+// recommendations. In memory: a restarted manager starts a new record, and
+// holds the pool's current replicas for the scale-down delay.
+type autoscalers struct {
+	mu                  sync.Mutex
+	pools               map[types.NamespacedName]*poolRecord
+	now                 func() time.Time
+	stable, burstWindow time.Duration
+}
+
+type poolRecord struct {
+	arrivals *autoscale.Arrivals
+	startup  autoscale.Startup
+	policy   autoscale.Policy
+	seeded   bool
+}
+
+func newAutoscalers(now func() time.Time, window time.Duration) *autoscalers {
+	if window <= 0 {
+		window = defaultStableWindow
+	}
+	return &autoscalers{pools: map[types.NamespacedName]*poolRecord{}, now: now, stable: window, burstWindow: window / 10}
+}
+
+func (a *autoscalers) record(pool types.NamespacedName) *poolRecord {
+	r := a.pools[pool]
+	if r == nil {
+		r = &poolRecord{arrivals: autoscale.NewArrivals(a.stable)}
+		a.pools[pool] = r
+	}
+	return r
+}
+
+// claim records a claim of a pool's pod made at created.
+func (a *autoscalers) claim(pool types.NamespacedName, created time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.record(pool).arrivals.AddAt(a.now(), created)
+}
+
+// started records the creation-to-Ready time of one of the pool's pods.
+func (a *autoscalers) started(pool types.NamespacedName, d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.record(pool).startup.Observe(d)
+}
+
+func (a *autoscalers) forget(pool types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.pools, pool)
+}
+
+// decide returns the idle pods an autoscaled pool should keep, and the
+// status that explains it.
+func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decision, *sandboxv1alpha1.PoolAutoscalingStatus) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
+	r := a.record(key)
+	as := pool.Spec.Autoscaling
+	spec := autoscale.Spec{MinReplicas: as.MinReplicas, MaxReplicas: as.MaxReplicas, Target: 0.99,
+		StableWindow: a.stable, PanicWindow: a.burstWindow}
+	if t, err := strconv.ParseFloat(as.TargetWarmRatio, 64); err == nil && t > 0 && t < 1 {
+		spec.Target = t
+	}
+	if as.ScaleDownDelay != nil {
+		spec.ScaleDownDelay = as.ScaleDownDelay.Duration
+	}
+	if !r.seeded {
+		// What the pool has now holds for the scale-down delay: a restart
+		// (an empty record) must not look like a quiet pool.
+		r.policy.Seed(now, pool.Spec.Replicas)
+		r.seeded = true
+	}
+	demand := autoscale.Demand{Now: now, StableRate: r.arrivals.Rate(now, a.stable),
+		PanicRate: r.arrivals.Rate(now, a.burstWindow), Startup: r.startup.Estimate(startupFallback)}
+	d := r.policy.Decide(spec, demand)
+	if pool.Spec.MaxPods != nil && d.Replicas > *pool.Spec.MaxPods {
+		// spec.replicas may not exceed maxPods (the CRD says so).
+		d.Replicas, d.Reason = *pool.Spec.MaxPods, autoscale.ReasonMaxPods
+		d.Message += fmt.Sprintf("; capped at maxPods %d", *pool.Spec.MaxPods)
+	}
+	st := &sandboxv1alpha1.PoolAutoscalingStatus{
+		DesiredReplicas: d.Replicas,
+		ClaimRate:       strconv.FormatFloat(demand.StableRate, 'f', 3, 64),
+		BurstClaimRate:  strconv.FormatFloat(demand.PanicRate, 'f', 3, 64),
+		StartupSeconds:  strconv.FormatFloat(demand.Startup.Seconds(), 'f', 1, 64),
+		Reason:          d.Reason,
+		Message:         d.Message,
+	}
+	if d.Replicas == 0 {
+		st.Message += "; no idle pod: the next claim waits for a pod to start"
+	}
+	if r.startup.Observed() == 0 {
+		st.Message += fmt.Sprintf(" (no pod of the pool became Ready yet: start-up assumed %s)", startupFallback)
+	}
+	return d, st
+}
+
+// autoscale applies spec.autoscaling to pool: it stores the decision in
+// spec.replicas first (the commit point: pods are created or deleted for the
+// stored value only) and returns the status block and an event to tell.
+func (r *SandboxPoolReconciler) autoscale(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) (*sandboxv1alpha1.PoolAutoscalingStatus, error) {
+	d, st := r.autoscalers.decide(pool)
+	prev := pool.Status.Autoscaling
+	st.LastScaleTime = nil
+	if prev != nil {
+		st.LastScaleTime = prev.LastScaleTime
+	}
+	if pool.Spec.Replicas != d.Replicas {
+		patch := client.MergeFrom(pool.DeepCopy())
+		pool.Spec.Replicas = d.Replicas
+		if err := r.Patch(ctx, pool, patch); err != nil {
+			return prev, fmt.Errorf("scale pool %s to %d replicas: %w", pool.Name, d.Replicas, err)
+		}
+		now := metav1.NewTime(r.autoscalers.now())
+		st.LastScaleTime = &now
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "Autoscaled", "Scale", "%d idle pods: %s", d.Replicas, d.Message)
+	}
+	if d.Capped() && (prev == nil || prev.Reason != d.Reason) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "AutoscalingCapped", "Scale",
+			"demand asks for %d idle pods, the pool allows %d (%s): claims may wait for pods to start", d.Wanted, d.Replicas, d.Reason)
+	}
+	return st, nil
+}

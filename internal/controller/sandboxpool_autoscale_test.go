@@ -1,0 +1,86 @@
+package controller_test
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/autoscale"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// The suite's managers use a 10 s claim-rate window (a 1 s burst window).
+var _ = Describe("SandboxPool autoscaling", func() {
+	It("scales up within one reconcile of a burst, says why, and comes back down only after the delay", func() {
+		ns := newNamespace()
+		// Longer than the suite's 10 s rate window: without the delay the
+		// pool would shrink as soon as the burst left the window.
+		const delay = 15 * time.Second
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Autoscaling(1, 6, delay).Obj())
+		replicas := func() int32 { return getPool(ns, "python").Spec.Replicas }
+
+		// Quiet: the autoscaler explains the minimum it keeps.
+		Eventually(func() *sandboxv1alpha1.PoolAutoscalingStatus { return getPool(ns, "python").Status.Autoscaling }).
+			Should(And(Not(BeNil()), HaveField("DesiredReplicas", BeEquivalentTo(1))))
+		Expect(replicas()).To(BeEquivalentTo(1))
+
+		// A burst of 12 Executions: the reconcile the burst wakes scales the
+		// pool (the dispatcher's debounce, then one reconcile), capped by
+		// maxReplicas, and the status shows the arithmetic.
+		var burst []*sandboxv1alpha1.Execution
+		for i := range 12 {
+			ex := wrappers.Execution(ns, fmt.Sprintf("burst-%d", i)).Code("print(1)").Obj()
+			Expect(k8s.Create(ctx, ex)).To(Succeed())
+			burst = append(burst, ex)
+		}
+		burstAt := time.Now()
+		Eventually(replicas, 3*time.Second, 50*time.Millisecond).Should(BeEquivalentTo(6))
+		Eventually(func() string { return getPool(ns, "python").Status.Autoscaling.Reason }).Should(Equal(autoscale.ReasonMaxReplicas))
+		st := getPool(ns, "python").Status.Autoscaling
+		Expect(st.Message).To(And(ContainSubstring("capped at maxReplicas 6"), ContainSubstring("quantile")))
+		Expect(st.LastScaleTime).NotTo(BeNil())
+		Expect(st.ClaimRate).NotTo(Equal("0.000"))
+		Eventually(func() []string {
+			var evs eventsv1.EventList
+			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			var reasons []string
+			for _, e := range evs.Items {
+				if e.Regarding.Name == "python" {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}).Should(ContainElements("Autoscaled", "AutoscalingCapped"))
+		for _, ex := range burst {
+			Expect(finished(ex).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		}
+		Eventually(func() int { return idleReady(ns, "python") }).Should(BeNumerically(">=", 6))
+
+		// Demand is gone: the pool holds its size while the burst is in the
+		// rate window and for the delay after, then steps down to the minimum.
+		var downAt time.Time
+		Eventually(func() int32 {
+			n := replicas()
+			if n < 6 && downAt.IsZero() {
+				downAt = time.Now()
+			}
+			return n
+		}, time.Minute, 100*time.Millisecond).Should(BeEquivalentTo(1))
+		Expect(downAt.Sub(burstAt)).To(BeNumerically(">=", delay), "scaled down before the scale-down delay")
+		Eventually(func() int { return len(poolPods(ns, "python")) }, 30*time.Second).Should(Equal(1))
+	})
+
+	It("rejects limits that contradict each other", func() {
+		ns := newNamespace()
+		err := k8s.Create(ctx, wrappers.Pool(ns, "python").Autoscaling(5, 2, time.Minute).Obj())
+		Expect(err).To(MatchError(ContainSubstring("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")))
+		bad := wrappers.Pool(ns, "python").Autoscaling(1, 2, time.Minute).Obj()
+		bad.Spec.Autoscaling.TargetWarmRatio = "1.5"
+		Expect(k8s.Create(ctx, bad)).To(MatchError(ContainSubstring("targetWarmRatio must be a decimal between 0 and 1")))
+	})
+})
