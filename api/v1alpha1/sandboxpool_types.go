@@ -394,6 +394,11 @@ type PoolAutoscalingStatus struct {
 	ClaimRate string `json:"claimRate"`
 	// burstClaimRate is claims per second over the last 6 seconds.
 	BurstClaimRate string `json:"burstClaimRate"`
+	// warmHitRatio is the share of the claims served in the long window
+	// whose pod was Ready before the claim was made, e.g. "0.985"; empty
+	// when none was served.
+	// +optional
+	WarmHitRatio string `json:"warmHitRatio,omitempty"`
 	// startupSeconds is the start-up time planned for: the moving mean of the
 	// pool's pods' creation-to-Ready times plus their mean deviation.
 	StartupSeconds string `json:"startupSeconds"`

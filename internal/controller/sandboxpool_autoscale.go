@@ -14,6 +14,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/autoscale"
+	"github.com/warmpool/warmpool/internal/metrics"
 )
 
 // The long window of the claim rate by default (Knative's stable window;
@@ -41,9 +42,12 @@ type autoscalers struct {
 
 type poolRecord struct {
 	arrivals *autoscale.Arrivals
-	startup  autoscale.Startup
-	policy   autoscale.Policy
-	seeded   bool
+	// served and warm count the claims served, and those served warm, over
+	// the same window: the warm-hit ratio the status shows.
+	served, warm *autoscale.Arrivals
+	startup      autoscale.Startup
+	policy       autoscale.Policy
+	seeded       bool
 }
 
 func newAutoscalers(now func() time.Time, window time.Duration) *autoscalers {
@@ -56,7 +60,8 @@ func newAutoscalers(now func() time.Time, window time.Duration) *autoscalers {
 func (a *autoscalers) record(pool types.NamespacedName) *poolRecord {
 	r := a.pools[pool]
 	if r == nil {
-		r = &poolRecord{arrivals: autoscale.NewArrivals(a.stable)}
+		r = &poolRecord{arrivals: autoscale.NewArrivals(a.stable), served: autoscale.NewArrivals(a.stable),
+			warm: autoscale.NewArrivals(a.stable)}
 		a.pools[pool] = r
 	}
 	return r
@@ -67,6 +72,26 @@ func (a *autoscalers) claim(pool types.NamespacedName, created time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.record(pool).arrivals.AddAt(a.now(), created)
+}
+
+// claimed records how a claim of a pool's pod was served.
+func (a *autoscalers) claimed(pool types.NamespacedName, warm bool) {
+	outcome := "cold"
+	if warm {
+		outcome = "warm"
+	}
+	metrics.PoolClaims.WithLabelValues(pool.Namespace, pool.Name, outcome).Inc()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.record(pool)
+	now := a.now()
+	r.served.Add(now, 1)
+	n := 0
+	if warm {
+		n = 1
+	}
+	r.warm.Add(now, n) // also when cold: both records start together, so their rates divide alike
+
 }
 
 // started records the creation-to-Ready time of one of the pool's pods.
@@ -121,6 +146,10 @@ func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decis
 		Reason:          d.Reason,
 		Message:         d.Message,
 	}
+	if served := r.served.Rate(now, a.stable); served > 0 {
+		st.WarmHitRatio = strconv.FormatFloat(r.warm.Rate(now, a.stable)/served, 'f', 3, 64)
+	}
+	metrics.PoolDesiredReplicas.WithLabelValues(pool.Namespace, pool.Name).Set(float64(d.Replicas))
 	if d.Replicas == 0 {
 		st.Message += "; no idle pod: the next claim waits for a pod to start"
 	}

@@ -59,6 +59,9 @@ var _ = Describe("SandboxPool autoscaling", func() {
 		for _, ex := range burst {
 			Expect(finished(ex).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
 		}
+		// One pod was warm for twelve claims: most of them waited for a start.
+		Eventually(func() string { return getPool(ns, "python").Status.Autoscaling.WarmHitRatio }).
+			Should(And(Not(BeEmpty()), Not(Equal("1.000"))))
 		Eventually(func() int { return idleReady(ns, "python") }).Should(BeNumerically(">=", 6))
 
 		// Demand is gone: the pool holds its size while the burst is in the

@@ -517,6 +517,7 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
 	r.autoscalers = newAutoscalers(time.Now, r.AutoscaleWindow)
 	r.Dispatcher.OnClaim = r.autoscalers.claim
+	r.Dispatcher.OnClaimed = r.autoscalers.claimed
 	if r.KeyEvents == nil {
 		r.KeyEvents = make(chan event.GenericEvent, 1024)
 	}

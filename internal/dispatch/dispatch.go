@@ -63,6 +63,11 @@ type Dispatcher struct {
 	// a session, a Session), at its creation time, once: the demand the
 	// pool's autoscaler plans for. Called without the dispatcher's lock.
 	OnClaim func(pool types.NamespacedName, created time.Time)
+	// OnClaimed hears how such a claim was served, once: warm when the pod
+	// it got was Ready before the claim was made (it waited for no start).
+	// Claims this manager did not see arrive (running before a restart) are
+	// not told. Called without the dispatcher's lock.
+	OnClaimed func(pool types.NamespacedName, warm bool)
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*pool
@@ -93,6 +98,8 @@ type entry struct {
 	created time.Time
 	state   state
 	pod     string // assigned or running on
+	// claim: a new claim of a pool's pod whose outcome is still to be told.
+	claim bool
 	// index in the pool's queue and in the session's queue, -1 when out.
 	poolIdx, sessionIdx int
 }
@@ -107,6 +114,7 @@ type podInfo struct {
 	sessionFree bool      // a session pod free for the session's next Execution
 	claimedBy   types.UID
 	assignedTo  *entry
+	readySince  time.Time // when the pod last became Ready; zero while it is not
 }
 
 type session struct {
@@ -142,6 +150,21 @@ type wakes struct {
 	sessions []types.NamespacedName
 	pools    []types.NamespacedName
 	claims   []*entry // new entries that claim a pod of their pool
+	served   []served // how such claims were served
+}
+
+type served struct {
+	pool types.NamespacedName
+	warm bool
+}
+
+// served records how a claim got pod, once.
+func (w *wakes) serve(e *entry, pi *podInfo) {
+	if !e.claim || pi == nil {
+		return
+	}
+	e.claim = false
+	w.served = append(w.served, served{e.pool.key, !pi.readySince.IsZero() && !pi.readySince.After(e.created)})
 }
 
 func (w *wakes) wake(e *entry) {
@@ -171,6 +194,11 @@ func (d *Dispatcher) deliver(w wakes) {
 	if d.OnClaim != nil {
 		for _, e := range w.claims {
 			d.OnClaim(e.pool.key, e.created)
+		}
+	}
+	if d.OnClaimed != nil {
+		for _, s := range w.served {
+			d.OnClaimed(s.pool, s.warm)
 		}
 	}
 }
@@ -248,6 +276,7 @@ func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
 	case e == nil:
 		e = d.newEntry(ex)
 		if e.session == "" {
+			e.claim = true
 			w.claims = append(w.claims, e)
 		}
 		d.enqueue(e, &w)
@@ -287,6 +316,9 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 	switch {
 	case ses.Status.PodName != "" || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil || ses.Spec.Close:
 		if e != nil {
+			if ses.Status.PodName != "" {
+				w.serve(e, p.pods[ses.Status.PodName])
+			}
 			d.remove(e, &w)
 		}
 	case e == nil:
@@ -294,6 +326,7 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 			pool: p, session: ses.Name, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
 		d.execs[ses.UID] = e
 		p.session(ses.Name).uid = ses.UID
+		e.claim = true
 		w.claims = append(w.claims, e)
 		d.enqueue(e, &w)
 	}
@@ -415,6 +448,7 @@ func (d *Dispatcher) markRunning(e *entry, pod string, w *wakes) {
 	if e.state == assigned && e.pod != pod {
 		d.unassignPod(p, e)
 	}
+	w.serve(e, p.pods[pod])
 	if pi := p.pods[pod]; pi != nil {
 		if pi.assignedTo == e {
 			pi.assignedTo = nil
@@ -481,6 +515,12 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	usable := d.Usable == nil || d.Usable(pod)
 	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
+	pi.readySince = time.Time{}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			pi.readySince = c.LastTransitionTime.Time
+		}
+	}
 	if pi.idle && pi.assignedTo == nil {
 		p.idle[pi.name] = pi
 	} else {

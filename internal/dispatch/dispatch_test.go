@@ -451,3 +451,25 @@ func TestOnClaimCountsEachClaimOfAPodOnce(t *testing.T) {
 		t.Fatalf("claims at %v, want %v", claims, want)
 	}
 }
+
+// A claim is served warm when its pod was Ready before the claim was made,
+// cold when it waited for a pod to start; each is told once.
+func TestOnClaimedTellsWarmFromCold(t *testing.T) {
+	d, _ := newDispatcher()
+	var outcomes []bool
+	d.OnClaimed = func(_ types.NamespacedName, warm bool) { outcomes = append(outcomes, warm) }
+	d.UpdatePod(pod("p1").ReadySince(t0).Obj())
+	a := ex("a", 1).Obj()
+	d.UpdateExecution(a) // p1 was Ready at t0: warm
+	d.UpdateExecution(ex("a", 1).RunningOn("p1").Obj())
+	d.UpdateExecution(ex("a", 1).RunningOn("p1").Obj())
+	d.UpdateExecution(ex("b", 2).Obj()) // no idle pod: p2 starts for it
+	d.UpdatePod(pod("p2").ReadySince(t0.Add(5 * time.Second)).Obj())
+	d.UpdateExecution(ex("b", 2).RunningOn("p2").Obj())
+	d.UpdateSession(ses("s", 3).Obj()) // p3 became Ready before the Session: warm
+	d.UpdatePod(pod("p3").ReadySince(t0.Add(2 * time.Second)).Obj())
+	d.UpdateSession(ses("s", 3).ReadyOn("p3").Obj())
+	if want := []bool{true, false, true}; !slices.Equal(outcomes, want) {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+}

@@ -52,6 +52,10 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*lease
 	closed   bool // CloseAll ran: no new leases
+	// closing counts the leases closeWhenDone is closing: a server that
+	// exits (stdin ended, and with it the MCP session) must not cut off
+	// their Sessions' deletes.
+	closing sync.WaitGroup
 }
 
 // lease is the warmpool Session of one MCP session.
@@ -160,8 +164,16 @@ func (s *Server) leaseOf(ss *mcp.ServerSession) *lease {
 func (s *Server) closeWhenDone(ss *mcp.ServerSession, l *lease) {
 	_ = ss.Wait()
 	s.mu.Lock()
+	_, mine := s.sessions[ss]
 	delete(s.sessions, ss)
+	if mine {
+		s.closing.Add(1) // under s.mu: a CloseAll that did not find this lease waits for it
+	}
 	s.mu.Unlock()
+	if !mine {
+		return // CloseAll took it
+	}
+	defer s.closing.Done()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.end()
@@ -203,6 +215,7 @@ func (s *Server) CloseAll() {
 		})
 	}
 	wg.Wait()
+	s.closing.Wait()
 }
 
 // answerBridge returns the bridge handler of a run of a client on a

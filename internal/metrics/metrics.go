@@ -57,11 +57,22 @@ var (
 	PoolPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_pending_executions", Help: "Executions waiting for a pod of a SandboxPool.",
 	}, []string{"namespace", "pool"})
+	// PoolClaims counts the claims of a pool's pods (Executions outside
+	// sessions, Sessions) by how they were served: the warm-hit ratio is
+	// rate(outcome="warm") / rate(all), what HPA or KEDA rules can target.
+	PoolClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_pool_claims_total",
+		Help: "Claims of a SandboxPool's pods by outcome: warm (the pod was Ready before the claim) or cold (it waited for a pod to start).",
+	}, []string{"namespace", "pool", "outcome"})
+	// PoolDesiredReplicas is the idle pods an autoscaled pool's autoscaler asks for.
+	PoolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_autoscaler_desired_replicas", Help: "Idle pods the autoscaler of a SandboxPool asks for.",
+	}, []string{"namespace", "pool"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending,
-		DataPlaneRequests, DataPlaneDuration)
+		DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolDesiredReplicas)
 }
 
 // ForgetPool removes a deleted pool's series.
@@ -70,4 +81,8 @@ func ForgetPool(namespace, pool string) {
 		PoolPods.DeleteLabelValues(namespace, pool, s)
 	}
 	PoolPending.DeleteLabelValues(namespace, pool)
+	for _, o := range []string{"warm", "cold"} {
+		PoolClaims.DeleteLabelValues(namespace, pool, o)
+	}
+	PoolDesiredReplicas.DeleteLabelValues(namespace, pool)
 }

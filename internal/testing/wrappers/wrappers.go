@@ -236,6 +236,16 @@ func (w *PodWrapper) Obj() *corev1.Pod { return &w.Pod }
 // RV sets metadata.resourceVersion.
 func (w *PodWrapper) RV(rv string) *PodWrapper { w.ResourceVersion = rv; return w }
 
+// ReadySince sets when the pod became Ready.
+func (w *PodWrapper) ReadySince(t time.Time) *PodWrapper {
+	for i := range w.Status.Conditions {
+		if w.Status.Conditions[i].Type == corev1.PodReady {
+			w.Status.Conditions[i].LastTransitionTime = metav1.NewTime(t)
+		}
+	}
+	return w
+}
+
 // NotReady clears the Ready condition.
 func (w *PodWrapper) NotReady() *PodWrapper {
 	w.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
