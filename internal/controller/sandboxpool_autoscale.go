@@ -91,7 +91,6 @@ func (a *autoscalers) claimed(pool types.NamespacedName, warm bool) {
 		n = 1
 	}
 	r.warm.Add(now, n) // also when cold: both records start together, so their rates divide alike
-
 }
 
 // started records the creation-to-Ready time of one of the pool's pods.
@@ -169,10 +168,11 @@ func (r *SandboxPoolReconciler) autoscale(ctx context.Context, pool *sandboxv1al
 	if prev != nil {
 		st.LastScaleTime = prev.LastScaleTime
 	}
-	if pool.Spec.Replicas != d.Replicas {
+	if stored := pool.Spec.Replicas; stored != d.Replicas {
 		patch := client.MergeFrom(pool.DeepCopy())
 		pool.Spec.Replicas = d.Replicas
 		if err := r.Patch(ctx, pool, patch); err != nil {
+			pool.Spec.Replicas = stored // pods follow what is stored, nothing else
 			return prev, fmt.Errorf("scale pool %s to %d replicas: %w", pool.Name, d.Replicas, err)
 		}
 		now := metav1.NewTime(r.autoscalers.now())
