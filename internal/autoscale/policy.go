@@ -22,6 +22,10 @@ type Spec struct {
 	// ScaleDownDelay is how long demand must stay lower before the pool
 	// shrinks: the largest recommendation of that span holds.
 	ScaleDownDelay time.Duration
+	// StepInterval is the least time between two scale-down steps: every
+	// write of the replicas wakes another decision at once, and without it
+	// the halving steps would follow each other within a second.
+	StepInterval time.Duration
 	// StableWindow and PanicWindow are the long and short windows of the
 	// arrival rate (60 s and 6 s, as Knative's).
 	StableWindow, PanicWindow time.Duration
@@ -35,6 +39,10 @@ type Demand struct {
 	StableRate, PanicRate float64
 	// Startup is the start-up time to plan for.
 	Startup time.Duration
+	// Current is the replicas the pool has stored: a scale-down step
+	// halves it at most, whatever the policy decided before (a decision
+	// whose write failed was never stored).
+	Current int32
 }
 
 // Reasons of a Decision, for the pool's status.
@@ -90,9 +98,8 @@ type recommendation struct {
 // Policy is the autoscaler of one pool: its past recommendations and last
 // decision. Not safe for concurrent use.
 type Policy struct {
-	history []recommendation
-	last    int32
-	decided bool
+	history  []recommendation
+	lastStep time.Time // the last scale-down
 }
 
 // Seed starts a policy that has no past (a restarted manager) from the
@@ -100,7 +107,6 @@ type Policy struct {
 // pool is not shrunk before the scale-down delay on an empty record.
 func (p *Policy) Seed(now time.Time, replicas int32) {
 	p.history = append(p.history[:0], recommendation{at: now, n: replicas})
-	p.last, p.decided = replicas, true
 }
 
 // Decide returns the replicas for demand d.
@@ -134,12 +140,19 @@ func (p *Policy) Decide(spec Spec, d Demand) Decision {
 		n, reason = held, ReasonScaleDownDelay
 		msg += fmt.Sprintf("; held at %d, the most asked for in the last %s", held, spec.ScaleDownDelay)
 	}
-	// Shrink by at most half (rounded up) at a time: a lull that ends is
-	// not met by an empty pool.
-	if p.decided && n < p.last {
-		if floor := p.last / 2; n < floor {
-			n, reason = floor, ReasonScaleDownStep
-			msg += fmt.Sprintf("; down from %d by at most half", p.last)
+	// Shrink by at most half (rounded up) of what is stored, one step per
+	// StepInterval: a lull that ends is not met by an empty pool.
+	if n < d.Current {
+		switch {
+		case d.Now.Sub(p.lastStep) < spec.StepInterval:
+			n, reason = d.Current, ReasonScaleDownStep
+			msg += fmt.Sprintf("; held at %d until %s after the last step down", d.Current, spec.StepInterval)
+		case n < d.Current/2:
+			n, reason = d.Current/2, ReasonScaleDownStep
+			msg += fmt.Sprintf("; down from %d by at most half", d.Current)
+		}
+		if n < d.Current {
+			p.lastStep = d.Now
 		}
 	}
 	switch {
@@ -153,6 +166,5 @@ func (p *Policy) Decide(spec Spec, d Demand) Decision {
 		}
 		msg += fmt.Sprintf("; raised to minReplicas %d", spec.MinReplicas)
 	}
-	p.last, p.decided = n, true
 	return Decision{Replicas: n, Wanted: wanted, Rate: rate, Reason: reason, Message: msg}
 }

@@ -9,7 +9,7 @@ import (
 
 func spec() Spec {
 	return Spec{MinReplicas: 1, MaxReplicas: 50, Target: 0.99, ScaleDownDelay: 2 * time.Minute,
-		StableWindow: 60 * time.Second, PanicWindow: 6 * time.Second}
+		StableWindow: 60 * time.Second, PanicWindow: 6 * time.Second, StepInterval: 5 * time.Second}
 }
 
 // sim replays claims against Arrivals and a Policy on an injected clock,
@@ -22,6 +22,7 @@ type sim struct {
 	spec     Spec
 	startup  time.Duration
 	rng      *rand.Rand
+	current  int32 // the stored replicas: every decision is written
 }
 
 func newSim(t *testing.T, s Spec, startup time.Duration) *sim {
@@ -45,8 +46,10 @@ func (s *sim) run(d, tick time.Duration, rate float64) Decision {
 }
 
 func (s *sim) decide() Decision {
-	return s.policy.Decide(s.spec, Demand{Now: s.now, StableRate: s.arrivals.Rate(s.now, s.spec.StableWindow),
-		PanicRate: s.arrivals.Rate(s.now, s.spec.PanicWindow), Startup: s.startup})
+	d := s.policy.Decide(s.spec, Demand{Now: s.now, StableRate: s.arrivals.Rate(s.now, s.spec.StableWindow),
+		PanicRate: s.arrivals.Rate(s.now, s.spec.PanicWindow), Startup: s.startup, Current: s.current})
+	s.current = d.Replicas
+	return d
 }
 
 func TestSteadyDemandKeepsThePoissonQuantile(t *testing.T) {
@@ -159,10 +162,39 @@ func TestMinReplicasHolds(t *testing.T) {
 func TestSeededPolicyHoldsTheReplicasItFound(t *testing.T) {
 	s := newSim(t, spec(), 2*time.Second)
 	s.policy.Seed(s.now, 12)
+	s.current = 12
 	if d := s.run(spec().ScaleDownDelay-10*time.Second, 5*time.Second, 0); d.Replicas != 12 || d.Reason != ReasonScaleDownDelay {
 		t.Fatalf("within the delay after a restart: %+v", d)
 	}
 	if d := s.run(20*time.Second, 5*time.Second, 0); d.Replicas >= 12 {
 		t.Fatalf("after the delay: %+v", d)
+	}
+}
+
+// Every write of the replicas wakes another decision at once: the steps
+// down still come one per StepInterval, each halving at most what is stored.
+func TestScaleDownStepsOnePerInterval(t *testing.T) {
+	s := newSim(t, spec(), 2*time.Second)
+	s.policy.Seed(s.now, 40)
+	s.current = 40
+	s.now = s.now.Add(spec().ScaleDownDelay + time.Second) // the delay is over and there is no demand
+	var seen []int32
+	for range 10 { // ten decisions within one second
+		seen = append(seen, s.decide().Replicas)
+		s.now = s.now.Add(100 * time.Millisecond)
+	}
+	if seen[0] != 20 || seen[9] != 20 {
+		t.Fatalf("decisions within one interval: %v, want one step to 20", seen)
+	}
+	s.now = s.now.Add(spec().StepInterval)
+	if d := s.decide(); d.Replicas != 10 || d.Reason != ReasonScaleDownStep {
+		t.Fatalf("next interval: %+v", d)
+	}
+	// The write of 10 failed: the store still says 20, and the next step
+	// halves that, not the 10 never stored.
+	s.now = s.now.Add(spec().StepInterval)
+	s.current = 20
+	if d := s.decide(); d.Replicas != 10 {
+		t.Fatalf("step from the stored value: %+v", d)
 	}
 }

@@ -44,6 +44,16 @@ func (a *Arrivals) AddAt(now, at time.Time) {
 // record's). A record younger than the window divides by its age, so that
 // the first burst after a start is seen at once, not diluted.
 func (a *Arrivals) Rate(now time.Time, window time.Duration) float64 {
+	sum := a.Count(now, window)
+	span := time.Duration(min(max(int(window/time.Second), 1), len(a.buckets))) * time.Second
+	if age := now.Sub(a.first).Truncate(time.Second) + time.Second; age < span {
+		span = age
+	}
+	return float64(sum) / span.Seconds()
+}
+
+// Count is the claims in the window up to now (at most the record's).
+func (a *Arrivals) Count(now time.Time, window time.Duration) int64 {
 	a.advance(now)
 	n := int64(min(max(int(window/time.Second), 1), len(a.buckets)))
 	end := now.Unix()
@@ -53,11 +63,7 @@ func (a *Arrivals) Rate(now time.Time, window time.Duration) float64 {
 			sum += a.buckets[a.index(s)]
 		}
 	}
-	span := time.Duration(n) * time.Second
-	if age := now.Sub(a.first).Truncate(time.Second) + time.Second; age < span {
-		span = age
-	}
-	return float64(sum) / span.Seconds()
+	return sum
 }
 
 func (a *Arrivals) index(s int64) int {

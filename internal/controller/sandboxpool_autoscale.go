@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,11 +87,9 @@ func (a *autoscalers) claimed(pool types.NamespacedName, warm bool) {
 	r := a.record(pool)
 	now := a.now()
 	r.served.Add(now, 1)
-	n := 0
 	if warm {
-		n = 1
+		r.warm.Add(now, 1)
 	}
-	r.warm.Add(now, n) // also when cold: both records start together, so their rates divide alike
 }
 
 // started records the creation-to-Ready time of one of the pool's pods.
@@ -106,6 +105,18 @@ func (a *autoscalers) forget(pool types.NamespacedName) {
 	delete(a.pools, pool)
 }
 
+// off forgets the decisions of a pool whose autoscaling is off (the claims
+// and start-ups stay): turned on again, it starts from the replicas it then
+// has, held for the delay.
+func (a *autoscalers) off(pool types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r := a.pools[pool]; r != nil && r.seeded {
+		r.policy, r.seeded = autoscale.Policy{}, false
+		metrics.PoolDesiredReplicas.DeleteLabelValues(pool.Namespace, pool.Name)
+	}
+}
+
 // decide returns the idle pods an autoscaled pool should keep, and the
 // status that explains it.
 func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decision, *sandboxv1alpha1.PoolAutoscalingStatus) {
@@ -116,7 +127,12 @@ func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decis
 	r := a.record(key)
 	as := pool.Spec.Autoscaling
 	spec := autoscale.Spec{MinReplicas: as.MinReplicas, MaxReplicas: as.MaxReplicas, Target: 0.99,
-		StableWindow: a.stable, PanicWindow: a.burstWindow}
+		StableWindow: a.stable, PanicWindow: a.burstWindow, StepInterval: autoscaleInterval}
+	maxPodsBinds := pool.Spec.MaxPods != nil && *pool.Spec.MaxPods < as.MaxReplicas
+	if maxPodsBinds { // spec.replicas may not exceed maxPods (the CRD says so)
+		spec.MaxReplicas = *pool.Spec.MaxPods
+	}
+	spec.MinReplicas = min(spec.MinReplicas, spec.MaxReplicas)
 	if t, err := strconv.ParseFloat(as.TargetWarmRatio, 64); err == nil && t > 0 && t < 1 {
 		spec.Target = t
 	}
@@ -130,12 +146,12 @@ func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decis
 		r.seeded = true
 	}
 	demand := autoscale.Demand{Now: now, StableRate: r.arrivals.Rate(now, a.stable),
-		PanicRate: r.arrivals.Rate(now, a.burstWindow), Startup: r.startup.Estimate(startupFallback)}
+		PanicRate: r.arrivals.Rate(now, a.burstWindow), Startup: r.startup.Estimate(startupFallback),
+		Current: pool.Spec.Replicas}
 	d := r.policy.Decide(spec, demand)
-	if pool.Spec.MaxPods != nil && d.Replicas > *pool.Spec.MaxPods {
-		// spec.replicas may not exceed maxPods (the CRD says so).
-		d.Replicas, d.Reason = *pool.Spec.MaxPods, autoscale.ReasonMaxPods
-		d.Message += fmt.Sprintf("; capped at maxPods %d", *pool.Spec.MaxPods)
+	if maxPodsBinds && d.Reason == autoscale.ReasonMaxReplicas {
+		d.Reason = autoscale.ReasonMaxPods
+		d.Message = strings.Replace(d.Message, "capped at maxReplicas", "capped at maxPods", 1)
 	}
 	st := &sandboxv1alpha1.PoolAutoscalingStatus{
 		DesiredReplicas: d.Replicas,
@@ -145,8 +161,8 @@ func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decis
 		Reason:          d.Reason,
 		Message:         d.Message,
 	}
-	if served := r.served.Rate(now, a.stable); served > 0 {
-		st.WarmHitRatio = strconv.FormatFloat(r.warm.Rate(now, a.stable)/served, 'f', 3, 64)
+	if served := r.served.Count(now, a.stable); served > 0 {
+		st.WarmHitRatio = strconv.FormatFloat(float64(r.warm.Count(now, a.stable))/float64(served), 'f', 3, 64)
 	}
 	metrics.PoolDesiredReplicas.WithLabelValues(pool.Namespace, pool.Name).Set(float64(d.Replicas))
 	if d.Replicas == 0 {
@@ -169,7 +185,9 @@ func (r *SandboxPoolReconciler) autoscale(ctx context.Context, pool *sandboxv1al
 		st.LastScaleTime = prev.LastScaleTime
 	}
 	if stored := pool.Spec.Replicas; stored != d.Replicas {
-		patch := client.MergeFrom(pool.DeepCopy())
+		// Optimistic: a person who just turned autoscaling off and set
+		// replicas is not overwritten from a stale cache.
+		patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		pool.Spec.Replicas = d.Replicas
 		if err := r.Patch(ctx, pool, patch); err != nil {
 			pool.Spec.Replicas = stored // pods follow what is stored, nothing else

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -60,21 +61,32 @@ var _ = Describe("SandboxPool autoscaling", func() {
 			Expect(finished(ex).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
 		}
 		// One pod was warm for twelve claims: most of them waited for a start.
-		Eventually(func() string { return getPool(ns, "python").Status.Autoscaling.WarmHitRatio }).
-			Should(And(Not(BeEmpty()), Not(Equal("1.000"))))
+		Eventually(func() float64 {
+			ratio, err := strconv.ParseFloat(getPool(ns, "python").Status.Autoscaling.WarmHitRatio, 64)
+			if err != nil {
+				return -1
+			}
+			return ratio
+		}).Should(And(BeNumerically(">", 0), BeNumerically("<", 1)))
 		Eventually(func() int { return idleReady(ns, "python") }).Should(BeNumerically(">=", 6))
 
 		// Demand is gone: the pool holds its size while the burst is in the
 		// rate window and for the delay after, then steps down to the minimum.
 		var downAt time.Time
+		var steps []int32
 		Eventually(func() int32 {
 			n := replicas()
 			if n < 6 && downAt.IsZero() {
 				downAt = time.Now()
 			}
+			if len(steps) == 0 || steps[len(steps)-1] != n {
+				steps = append(steps, n)
+			}
 			return n
 		}, time.Minute, 100*time.Millisecond).Should(BeEquivalentTo(1))
 		Expect(downAt.Sub(burstAt)).To(BeNumerically(">=", delay), "scaled down before the scale-down delay")
+		Expect(steps).To(ContainElement(And(BeNumerically(">", 1), BeNumerically("<", 6))),
+			"down in steps of at most half, not at once: %v", steps)
 		Eventually(func() int { return len(poolPods(ns, "python")) }, 30*time.Second).Should(Equal(1))
 	})
 

@@ -68,9 +68,11 @@ type SandboxPoolReconciler struct {
 	expectations *expectations
 
 	mu sync.Mutex
-	// readySeen: per pool, the Ready pods whose start latency was observed;
-	// rebuilt on every reconcile, so deleted pods drop out.
+	// readySeen: per pool, the pods seen Ready (their start latency observed
+	// once); rebuilt on every reconcile, so deleted pods drop out.
 	readySeen map[types.NamespacedName]map[types.UID]bool
+	// started is when this reconciler started: older pods' starts are not its to measure.
+	started time.Time
 	// startFailures backs off pools whose pods fail before they run code.
 	startFailures startFailures
 	// autoscalers keep the demand record of each pool for spec.autoscaling.
@@ -139,6 +141,8 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if autoscaled, err = r.autoscale(ctx, pool); err != nil {
 			errs = append(errs, err)
 		}
+	} else {
+		r.autoscalers.off(req.NamespacedName)
 	}
 	demand, pending := r.Dispatcher.Demand(req.NamespacedName), int32(r.Dispatcher.Waiting(req.NamespacedName))
 	if pool.Spec.MaxPods == nil {
@@ -355,7 +359,10 @@ func podTrouble(p *corev1.Pod) (reason, message string) {
 	return "", ""
 }
 
-// observeStarts records the creation-to-Ready time of pods that became Ready.
+// observeStarts records the creation-to-Ready time of pods that became
+// Ready for the first time. A pod that was Ready before (its readiness
+// blipped) or was made before this manager started (its Ready time may be a
+// later one) is not a start-up: its age would pass for one.
 func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []corev1.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -363,11 +370,15 @@ func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []
 	seen := map[types.UID]bool{}
 	for i := range pods {
 		p := &pods[i]
+		if old[p.UID] {
+			seen[p.UID] = true
+			continue
+		}
 		if !sandboxpod.IsReady(p) {
 			continue
 		}
 		seen[p.UID] = true
-		if old[p.UID] {
+		if p.CreationTimestamp.Time.Before(r.started) {
 			continue
 		}
 		for _, c := range p.Status.Conditions {
@@ -515,6 +526,8 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.demandWakes = &wakeups{delay: demandDebounce}
 	r.Dispatcher.WakePool = r.demandWakes.Wake
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
+	// Creation times are whole seconds: a pod made in the second the manager started counts.
+	r.started = time.Now().Truncate(time.Second)
 	r.autoscalers = newAutoscalers(time.Now, r.AutoscaleWindow)
 	r.Dispatcher.OnClaim = r.autoscalers.claim
 	r.Dispatcher.OnClaimed = r.autoscalers.claimed
