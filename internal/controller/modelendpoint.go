@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,8 +26,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // ModelEndpoints resolves a pool's spec.llm to the endpoint its Executions'
-// model calls go to. The key is read when a run starts (not cached), so a
-// rotated key is used from the next run on.
+// model calls go to. The namespace check and the key are read at a run's
+// first model call (not cached, not at every run's start): a rotated key is
+// used from the next run on, and runs that ask no model cost no reads.
 type ModelEndpoints struct {
 	// Client reads ModelEndpoints (cached); APIReader reads the key's Secret
 	// and namespaces, which the manager does not watch.
@@ -45,24 +47,41 @@ func (m *ModelEndpoints) Bridge(ctx context.Context, pool *sandboxv1alpha1.Sandb
 	if pool.Spec.LLM == nil || m == nil {
 		return nil, 0
 	}
-	ep, err := m.resolve(ctx, pool.Namespace, pool.Spec.LLM.Endpoint)
-	if err != nil {
-		msg := fmt.Sprintf("pool %s: %v", pool.Name, err)
-		return func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer {
-			return protocol.BridgeAnswer{Error: msg}
-		}, 0
-	}
-	return m.LLM.Answerer(ep), ep.MaxCallsPerRun
-}
-
-func (m *ModelEndpoints) resolve(ctx context.Context, namespace, name string) (llm.Endpoint, error) {
+	name := pool.Spec.LLM.Endpoint
 	me := &sandboxv1alpha1.ModelEndpoint{}
 	if err := m.Client.Get(ctx, types.NamespacedName{Name: name}, me); err != nil {
 		if apierrors.IsNotFound(err) {
-			return llm.Endpoint{}, fmt.Errorf("ModelEndpoint %q does not exist (ask your platform team, or fix spec.llm.endpoint)", name)
+			err = fmt.Errorf("ModelEndpoint %q does not exist (ask your platform team, or fix spec.llm.endpoint)", name)
+		} else {
+			err = fmt.Errorf("ModelEndpoint %q: %w", name, err)
 		}
-		return llm.Endpoint{}, fmt.Errorf("ModelEndpoint %q: %w", name, err)
+		return refuse(pool, err), 0
 	}
+	var once sync.Once
+	var answer func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer
+	return func(ctx context.Context, call protocol.BridgeCall) protocol.BridgeAnswer {
+		once.Do(func() {
+			if ep, err := m.endpoint(ctx, pool.Namespace, me); err != nil {
+				answer = refuse(pool, err)
+			} else {
+				answer = m.LLM.Answerer(ep)
+			}
+		})
+		return answer(ctx, call)
+	}, int(me.Spec.Limits.MaxCallsPerRun)
+}
+
+// refuse answers every call with why the pool's endpoint cannot be used.
+func refuse(pool *sandboxv1alpha1.SandboxPool, err error) func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer {
+	msg := fmt.Sprintf("pool %s: %v", pool.Name, err)
+	return func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer {
+		return protocol.BridgeAnswer{Error: msg}
+	}
+}
+
+// endpoint checks that me admits namespace and reads its key.
+func (m *ModelEndpoints) endpoint(ctx context.Context, namespace string, me *sandboxv1alpha1.ModelEndpoint) (llm.Endpoint, error) {
+	name := me.Name
 	if sel := me.Spec.NamespaceSelector; sel != nil && (len(sel.MatchLabels) > 0 || len(sel.MatchExpressions) > 0) {
 		s, err := metav1.LabelSelectorAsSelector(sel)
 		if err != nil {
@@ -76,7 +95,7 @@ func (m *ModelEndpoints) resolve(ctx context.Context, namespace, name string) (l
 			return llm.Endpoint{}, fmt.Errorf("ModelEndpoint %q does not admit namespace %s (its namespaceSelector)", name, namespace)
 		}
 	}
-	ep := llm.Endpoint{Name: me.Name, URL: me.Spec.URL, Model: me.Spec.Model,
+	ep := llm.Endpoint{Name: name, URL: me.Spec.URL, Model: me.Spec.Model,
 		MaxCallsPerRun: int(me.Spec.Limits.MaxCallsPerRun), MaxPromptBytes: int(me.Spec.Limits.MaxPromptBytes),
 		MaxTokens: int(me.Spec.Limits.MaxTokens), Timeout: 60 * time.Second}
 	if t := me.Spec.Limits.CallTimeout; t != nil {

@@ -18,10 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-
 	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/metrics"
 )
 
 // Endpoint is a resolved ModelEndpoint: where to ask, with what key, within what limits.
@@ -43,23 +41,6 @@ type Endpoint struct {
 
 // maxResponseBytes bounds what is read of an endpoint's answer.
 const maxResponseBytes = 4 << 20
-
-var (
-	callsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "warmpool_llm_calls_total",
-		Help: "llm_query/rlm_query calls of Executions answered by a ModelEndpoint, by endpoint and outcome (ok, error, refused).",
-	}, []string{"endpoint", "outcome"})
-	tokensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "warmpool_llm_tokens_total",
-		Help: "Tokens ModelEndpoints reported for Executions' calls, by endpoint and kind (prompt, completion).",
-	}, []string{"endpoint", "kind"})
-	callDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "warmpool_llm_call_duration_seconds", Help: "Duration of calls to ModelEndpoints.",
-		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
-	}, []string{"endpoint"})
-)
-
-func init() { metrics.Registry.MustRegister(callsTotal, tokensTotal, callDuration) }
 
 // Client calls endpoints.
 type Client struct {
@@ -102,7 +83,7 @@ type chatResponse struct {
 // Complete asks ep for the completion of prompt as one user message.
 func (c *Client) Complete(ctx context.Context, ep Endpoint, prompt string) (string, error) {
 	if ep.MaxPromptBytes > 0 && len(prompt) > ep.MaxPromptBytes {
-		callsTotal.WithLabelValues(ep.Name, "refused").Inc()
+		metrics.LLMCalls.WithLabelValues(ep.Name, "refused").Inc()
 		return "", fmt.Errorf("the prompt is %d bytes, over the %d bytes ModelEndpoint %s allows: send less text per call",
 			len(prompt), ep.MaxPromptBytes, ep.Name)
 	}
@@ -123,18 +104,18 @@ func (c *Client) Complete(ctx context.Context, ep Endpoint, prompt string) (stri
 	}
 	start := time.Now()
 	text, usage, err := c.do(req)
-	callDuration.WithLabelValues(ep.Name).Observe(time.Since(start).Seconds())
+	metrics.LLMCallDuration.WithLabelValues(ep.Name).Observe(time.Since(start).Seconds())
 	if err != nil {
-		callsTotal.WithLabelValues(ep.Name, "error").Inc()
+		metrics.LLMCalls.WithLabelValues(ep.Name, "error").Inc()
 		if errors.Is(err, context.DeadlineExceeded) && ep.Timeout > 0 {
 			return "", fmt.Errorf("ModelEndpoint %s did not answer within %s", ep.Name, ep.Timeout)
 		}
 		return "", fmt.Errorf("ModelEndpoint %s: %w", ep.Name, err)
 	}
-	callsTotal.WithLabelValues(ep.Name, "ok").Inc()
+	metrics.LLMCalls.WithLabelValues(ep.Name, "ok").Inc()
 	if usage != nil {
-		tokensTotal.WithLabelValues(ep.Name, "prompt").Add(float64(usage.PromptTokens))
-		tokensTotal.WithLabelValues(ep.Name, "completion").Add(float64(usage.CompletionTokens))
+		metrics.LLMTokens.WithLabelValues(ep.Name, "prompt").Add(float64(usage.PromptTokens))
+		metrics.LLMTokens.WithLabelValues(ep.Name, "completion").Add(float64(usage.CompletionTokens))
 	}
 	return text, nil
 }
@@ -180,7 +161,7 @@ func (c *Client) Answerer(ep Endpoint) func(context.Context, protocol.BridgeCall
 	var calls atomic.Int64
 	return func(ctx context.Context, call protocol.BridgeCall) protocol.BridgeAnswer {
 		if ep.MaxCallsPerRun > 0 && calls.Add(1) > int64(ep.MaxCallsPerRun) {
-			callsTotal.WithLabelValues(ep.Name, "refused").Inc()
+			metrics.LLMCalls.WithLabelValues(ep.Name, "refused").Inc()
 			return protocol.BridgeAnswer{Error: fmt.Sprintf("limit of %d model calls per run (ModelEndpoint %s) reached", ep.MaxCallsPerRun, ep.Name)}
 		}
 		prompt, err := Prompt(call.Method, call.Params)

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"net/http"
 	"strings"
 	"testing"
@@ -43,11 +44,11 @@ func TestAnswererAsksTheEndpointWithTheKey(t *testing.T) {
 	if string(got.Result) != `"m says: sum\n\nContext:\n[1,2]"` {
 		t.Fatalf("rlm_query: %+v", got)
 	}
-	if v := testutil.ToFloat64(callsTotal.WithLabelValues("t1", "ok")); v != 2 {
+	if v := testutil.ToFloat64(metrics.LLMCalls.WithLabelValues("t1", "ok")); v != 2 {
 		t.Fatalf("calls counted: %v", v)
 	}
 	// usage: completion tokens are len("m says: hi") and len("m says: sum...") in the fake.
-	if v := testutil.ToFloat64(tokensTotal.WithLabelValues("t1", "prompt")); v != float64(len("hi")+len("sum\n\nContext:\n[1,2]")) {
+	if v := testutil.ToFloat64(metrics.LLMTokens.WithLabelValues("t1", "prompt")); v != float64(len("hi")+len("sum\n\nContext:\n[1,2]")) {
 		t.Fatalf("prompt tokens counted: %v", v)
 	}
 }
@@ -67,7 +68,7 @@ func TestAnswererHoldsTheRunToItsLimits(t *testing.T) {
 	if n := len(srv.Requests()); n != 1 {
 		t.Fatalf("refused calls must not reach the endpoint: %d requests", n)
 	}
-	if v := testutil.ToFloat64(callsTotal.WithLabelValues("t2", "refused")); v != 2 {
+	if v := testutil.ToFloat64(metrics.LLMCalls.WithLabelValues("t2", "refused")); v != 2 {
 		t.Fatalf("refusals counted: %v", v)
 	}
 }
@@ -85,7 +86,7 @@ func TestEndpointErrorsReachTheCodeClearly(t *testing.T) {
 	if strings.Contains(got.Error, "sk-secret") {
 		t.Fatal("the key must not reach the code")
 	}
-	if v := testutil.ToFloat64(callsTotal.WithLabelValues("t3", "error")); v != 1 {
+	if v := testutil.ToFloat64(metrics.LLMCalls.WithLabelValues("t3", "error")); v != 1 {
 		t.Fatalf("errors counted: %v", v)
 	}
 

@@ -64,6 +64,22 @@ var (
 		Name: "warmpool_pool_claims_total",
 		Help: "Claims of a SandboxPool's pods by outcome: warm (the pod was Ready before the claim) or cold (it waited for a pod to start).",
 	}, []string{"namespace", "pool", "outcome"})
+	// LLMCalls counts Executions' model calls answered through a
+	// ModelEndpoint; endpoint is bounded by the ModelEndpoints a platform team makes.
+	LLMCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_llm_calls_total",
+		Help: "llm_query/rlm_query calls of Executions answered by a ModelEndpoint, by endpoint and outcome (ok, error, refused).",
+	}, []string{"endpoint", "outcome"})
+	// LLMTokens counts the tokens endpoints reported.
+	LLMTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_llm_tokens_total",
+		Help: "Tokens ModelEndpoints reported for Executions' calls, by endpoint and kind (prompt, completion).",
+	}, []string{"endpoint", "kind"})
+	// LLMCallDuration is how long model calls took.
+	LLMCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "warmpool_llm_call_duration_seconds", Help: "Duration of calls to ModelEndpoints.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"endpoint"})
 	// PoolDesiredReplicas is the idle pods an autoscaled pool's autoscaler asks for.
 	PoolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_autoscaler_desired_replicas", Help: "Idle pods the autoscaler of a SandboxPool asks for.",
@@ -72,7 +88,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending,
-		DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolDesiredReplicas)
+		DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolDesiredReplicas, LLMCalls, LLMTokens, LLMCallDuration)
 }
 
 // ForgetPool removes a deleted pool's series.
