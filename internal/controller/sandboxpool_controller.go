@@ -191,7 +191,8 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// Surplus unclaimed pods (scale down): unready ones first, then the newest.
 	var toDelete []*corev1.Pod
 	if surplus := have - want; surplus > 0 && pendingCreates == 0 {
-		candidates := append(append([]*corev1.Pod{}, pods.warming...), newestFirst(pods.idle)...)
+		// The newest starting pods first: the older ones are closer to Ready.
+		candidates := append(newestFirst(pods.warming), newestFirst(pods.idle)...)
 		toDelete = append(toDelete, candidates[:min(surplus, len(candidates))]...)
 	}
 	// Stale pods go once enough current pods are ready to take their place.
@@ -258,6 +259,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 	var out poolPods
 	hash := sandboxpod.TemplateHash(pool)
 	currentKey, _ := r.Keys.Current()
+	promised := r.Dispatcher.Promised(client.ObjectKeyFromObject(pool))
 	for i := range items {
 		p := &items[i]
 		if p.DeletionTimestamp != nil || deleting[p.Name] {
@@ -304,7 +306,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 			}
 			continue
 		}
-		if p.Labels[sandboxpod.LabelState] == sandboxpod.StateBusy || claim.ClaimedBy(p) != "" {
+		if p.Labels[sandboxpod.LabelState] == sandboxpod.StateBusy || claim.ClaimedBy(p) != "" || promised[p.Name] {
 			out.busy = append(out.busy, p)
 			continue
 		}

@@ -473,3 +473,30 @@ func TestOnClaimedTellsWarmFromCold(t *testing.T) {
 		t.Fatalf("outcomes %v, want %v", outcomes, want)
 	}
 }
+
+// A pod chosen for an Execution is taken, for the pool's count of idle pods,
+// from the choice until the claim is on it; a claim that fails frees it.
+func TestPromisedFromChoiceUntilClaim(t *testing.T) {
+	d, _ := newDispatcher()
+	a, b := ex("a", 0).Obj(), ex("b", 1).Obj()
+	d.UpdateExecution(a)
+	d.UpdateExecution(b)
+	d.UpdatePod(pod("p1").RV("5").Obj())
+	d.UpdatePod(pod("p2").RV("5").Obj())
+	d.UpdatePod(pod("p3").RV("5").Obj())
+	if got := d.Promised(poolKey); len(got) != 2 || !got["p1"] || !got["p2"] {
+		t.Fatalf("promised %v, want p1 and p2 (chosen for a and b), not the free p3", got)
+	}
+	d.UpdatePod(pod("p1").RV("6").ClaimedBy(a).Obj())
+	d.ClaimFailed("uid-b", "p2", "5")
+	if got := d.Promised(poolKey); len(got) != 1 || !got["p3"] {
+		t.Fatalf("promised %v after a's claim landed and b's failed on p2, want p3 (b's next choice)", got)
+	}
+	d.UpdatePod(pod("p3").RV("6").ClaimedBy(b).Obj())
+	if got := d.Promised(poolKey); len(got) != 0 {
+		t.Fatalf("promised %v after both claims landed, want none", got)
+	}
+	if got := d.Promised(types.NamespacedName{Namespace: ns, Name: "other"}); got != nil {
+		t.Fatalf("promised %v of an unknown pool", got)
+	}
+}

@@ -59,6 +59,12 @@ type Kubelet struct {
 	// free port per agent, reachable through Address only.
 	AgentPort int
 	nextIP    uint32
+
+	// StartDelay stands for image pulls and sandbox boots: a pod's agent
+	// starts this long after the kubelet first saw the pod (so a pod becomes
+	// Ready about StartDelay after its creation). Waiting pods hold no worker.
+	StartDelay time.Duration
+	firstSeen  map[types.UID]time.Time
 }
 
 type proc struct {
@@ -179,6 +185,7 @@ func (k *Kubelet) Started() int {
 // SetupWithManager registers the kubelet as a controller of sandbox pods.
 func (k *Kubelet) SetupWithManager(mgr ctrl.Manager) error {
 	k.procs = map[types.NamespacedName]*proc{}
+	k.firstSeen = map[types.UID]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Pod{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
@@ -192,6 +199,11 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	err := k.Get(ctx, req.NamespacedName, pod)
 	if apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil) {
 		k.stop(req.NamespacedName)
+		if err == nil {
+			k.mu.Lock()
+			delete(k.firstSeen, pod.UID)
+			k.mu.Unlock()
+		}
 		return ctrl.Result{}, nil
 	}
 	if err != nil || pod.Labels[sandboxpod.LabelPool] == "" {
@@ -225,8 +237,30 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 					Message: fmt.Sprintf("Back-off pulling image %q", pod.Spec.Containers[0].Image)}}}}
 		})
 	}
+	if wait := k.delay(pod.UID); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	// A pod deleted while its agent started is no error.
 	return ctrl.Result{}, client.IgnoreNotFound(k.start(ctx, pod))
+}
+
+// delay is how much longer the pod's start is held back by StartDelay.
+func (k *Kubelet) delay(uid types.UID) time.Duration {
+	if k.StartDelay <= 0 {
+		return 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	seen, ok := k.firstSeen[uid]
+	if !ok {
+		seen = time.Now()
+		k.firstSeen[uid] = seen
+	}
+	wait := k.StartDelay - time.Since(seen)
+	if wait <= 0 { // started now: a pod deleted before is forgotten on deletion
+		delete(k.firstSeen, uid)
+	}
+	return wait
 }
 
 func freePort() (int, error) {

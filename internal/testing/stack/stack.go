@@ -58,6 +58,9 @@ type Options struct {
 	Log logr.Logger
 	// Configure, when set, changes the manager's configuration before it starts.
 	Configure func(*controller.Config)
+	// PodStartDelay holds every sandbox pod back this long before its agent
+	// starts, as image pulls and sandbox boots do on a node.
+	PodStartDelay time.Duration
 }
 
 // Start brings the stack up. Stop takes it down, also after an error here.
@@ -126,7 +129,8 @@ func Start(opts Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.Kubelet = &localkubelet.Kubelet{Client: kmgr.GetClient(), AgentBinary: agent, Dir: dir, Log: opts.Log.WithName("kubelet")}
+	s.Kubelet = &localkubelet.Kubelet{Client: kmgr.GetClient(), AgentBinary: agent, Dir: dir, Log: opts.Log.WithName("kubelet"),
+		StartDelay: opts.PodStartDelay}
 	if err := s.Kubelet.SetupWithManager(kmgr); err != nil {
 		return s, err
 	}

@@ -1,0 +1,482 @@
+// Command autoscalebench replays a seeded trace of claims (Poisson arrivals
+// with bursts and a quiet stretch) against four pools at once, one per way of
+// sizing a warm pool, and reports side by side the share of claims that
+// found a warm pod, the wait for a pod (p50, p99) and the idle pod-seconds:
+//
+//   - fixed-peak: replicas fixed at the 99% Poisson quantile of the peak
+//     rate × the start-up time;
+//   - fixed-mean: replicas fixed at the mean rate × the start-up time;
+//   - rate×T: replicas set every 15 s through the /scale subresource to the
+//     last minute's claim rate × the start-up time, held for the scale-down
+//     delay before it goes down (the HPA/KEDA rule peers document, with the
+//     HPA's sync period and scale-down stabilisation);
+//   - autoscaler: spec.autoscaling (target 0.99, the same scale-down delay).
+//
+// The start-up time the fixed sizes and the rate × T rule use is measured
+// first (creation to Ready of a few pods); the autoscaler measures its own.
+// All four pools see the same arrivals at the same moments, so whatever
+// slows the machine slows them alike. Every time is taken on this side from
+// watch events: a claim is warm when its pod was seen Ready before the claim
+// was created; its wait runs from the create call to the claim of its pod.
+//
+// By default it runs on envtest (the test kubelet runs real agents with a
+// real python3 and holds each pod back -envtest-delays before it starts, as
+// an image pull and a sandbox boot would); with -cluster, on the cluster in
+// KUBECONFIG with the operator deployed. It writes an SVG of each run and
+// fails when a claim was not served or did not succeed.
+//
+//	go run ./test/autoscalebench -trace full -envtest-delays 2s,10s -plot-dir docs
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/autoscale"
+	"github.com/warmpool/warmpool/internal/testing/stack"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+const (
+	target = 0.99
+	// hpaPeriod is the HPA controller's sync period (and close to KEDA's 30 s polling).
+	hpaPeriod = 15 * time.Second
+	// rateWindow is the rate() window of the rule's query.
+	rateWindow = time.Minute
+)
+
+type options struct {
+	trace          string
+	seed           int64
+	scaleDownDelay time.Duration
+	plotDir        string
+	image          string
+	runtimeClass   string
+	check          bool
+}
+
+func main() {
+	var o options
+	delays := flag.String("envtest-delays", "2s,10s", "pod start-up delays of the test kubelet, one envtest run each")
+	onCluster := flag.Bool("cluster", false, "run on the cluster in KUBECONFIG (operator deployed) instead of envtest")
+	flag.StringVar(&o.trace, "trace", "full", "trace shape: full, short or cluster")
+	flag.Int64Var(&o.seed, "seed", 1, "seed of the arrivals")
+	flag.DurationVar(&o.scaleDownDelay, "scale-down-delay", 30*time.Second, "the autoscaler's scaleDownDelay and the rule's stabilisation window")
+	flag.StringVar(&o.plotDir, "plot-dir", "", "write autoscaling-<run>.svg here")
+	flag.StringVar(&o.image, "image", "warmpool.dev/repl:dev", "sandbox image (-cluster)")
+	flag.StringVar(&o.runtimeClass, "runtime-class", "gvisor", "RuntimeClass of the pools (-cluster)")
+	flag.BoolVar(&o.check, "check", false, "also fail unless the autoscaler kept fewer idle pod-seconds than fixed-peak")
+	flag.Parse()
+	quietKlog()
+	if _, ok := traces[o.trace]; !ok {
+		fail(fmt.Errorf("no trace %q", o.trace))
+	}
+	if *onCluster {
+		cfg, err := config.GetConfig()
+		if err != nil {
+			fail(err)
+		}
+		scheme := runtime.NewScheme()
+		fail(clientgoscheme.AddToScheme(scheme))
+		fail(sandboxv1alpha1.AddToScheme(scheme))
+		fail(runOn(cfg, scheme, "cluster", o))
+		return
+	}
+	for _, d := range strings.Split(*delays, ",") {
+		delay, err := time.ParseDuration(strings.TrimSpace(d))
+		if err != nil {
+			fail(err)
+		}
+		o.image, o.runtimeClass = "warmpool.dev/repl:test", "gvisor"
+		if err := onEnvtest(delay, o); err != nil {
+			fail(err)
+		}
+	}
+}
+
+// quietKlog keeps the data plane's API server logs (klog) off the report.
+func quietKlog() {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+}
+
+func fail(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "autoscalebench:", err)
+		os.Exit(1)
+	}
+}
+
+func onEnvtest(delay time.Duration, o options) error {
+	s, err := stack.Start(stack.Options{PodStartDelay: delay})
+	if err != nil {
+		return fmt.Errorf("start warmpool on envtest: %w", err)
+	}
+	defer s.Stop()
+	return runOn(s.Env.Config, s.Env.Scheme, "envtest-"+delay.String(), o)
+}
+
+type strategy struct {
+	name  string
+	pool  *sandboxv1alpha1.SandboxPool
+	rateT bool // sized by the rate × T rule from here
+}
+
+// sample is the pools' idle pods and replicas at one moment of the trace.
+type sample struct {
+	at       time.Duration
+	idle     []int
+	replicas []int32
+}
+
+func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) error {
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "autoscalebench-"}}
+	if err := c.Create(ctx, ns); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	defer func() { _ = c.Delete(context.Background(), ns) }()
+
+	rec := newRecorder(time.Now)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if err := watch(wctx, cfg, scheme, ns.Name, rec); err != nil {
+		return err
+	}
+
+	phases := traces[o.trace]
+	arrivals := generate(phases, o.seed)
+	startup, err := measureStartup(ctx, c, rec, ns.Name, o)
+	if err != nil {
+		return err
+	}
+	T := startup.Seconds()
+	peak := int32(autoscale.PoissonQuantile(peakRate(phases)*T, target))
+	mean := int32(max(1, math.Ceil(meanRate(phases)*T)))
+	maxReplicas := 2 * peak
+	fmt.Printf("\n== %s: trace %q (%s; %d claims, seed %d), start-up %.2fs measured: fixed-peak %d, fixed-mean %d, max %d, scale-down delay %s\n",
+		label, o.trace, describe(phases), len(arrivals), o.seed, T, peak, mean, maxReplicas, o.scaleDownDelay)
+
+	base := func(name string) *wrappers.PoolWrapper {
+		return wrappers.Pool(ns.Name, name).Image(o.image).RuntimeClass(o.runtimeClass)
+	}
+	strategies := []strategy{
+		{name: "fixed-peak", pool: base("fixed-peak").Replicas(peak).Obj()},
+		{name: "fixed-mean", pool: base("fixed-mean").Replicas(mean).Obj()},
+		{name: "rate-x-t", pool: base("rate-x-t").Replicas(mean).Obj(), rateT: true},
+		{name: "autoscaler", pool: base("autoscaler").Replicas(1).Autoscaling(1, maxReplicas, o.scaleDownDelay).Obj()},
+	}
+	for _, s := range strategies {
+		if err := c.Create(ctx, s.pool); err != nil {
+			return fmt.Errorf("create pool %s: %w", s.name, err)
+		}
+	}
+	for _, s := range strategies {
+		if err := waitIdle(ctx, rec, s.pool.Name, int(s.pool.Spec.Replicas), 3*time.Minute); err != nil {
+			return err
+		}
+	}
+
+	start := time.Now()
+	end := start.Add(length(phases))
+	rec.begin(start, end)
+	var wg sync.WaitGroup
+	var samples []sample
+	var smu sync.Mutex
+	tctx, tstop := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() { // one sample a second, for the plot
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			now := time.Now()
+			sm := sample{at: now.Sub(start)}
+			for _, s := range strategies {
+				pool := &sandboxv1alpha1.SandboxPool{}
+				_ = c.Get(tctx, client.ObjectKeyFromObject(s.pool), pool)
+				sm.idle = append(sm.idle, rec.idleNow(s.pool.Name))
+				sm.replicas = append(sm.replicas, pool.Spec.Replicas)
+			}
+			smu.Lock()
+			samples = append(samples, sm)
+			smu.Unlock()
+			select {
+			case <-tctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	for _, s := range strategies {
+		if s.rateT {
+			wg.Add(1)
+			go func() { defer wg.Done(); rateTimesT(tctx, c, rec, s.pool, startup, maxReplicas, o.scaleDownDelay) }()
+		}
+	}
+	var creates sync.WaitGroup
+	var createErr error
+	var emu sync.Mutex
+	for i, a := range arrivals {
+		time.Sleep(time.Until(start.Add(a.At)))
+		for _, s := range strategies {
+			name := fmt.Sprintf("%s-%04d", s.name, i)
+			rec.created(name, s.pool.Name, a.Phase)
+			creates.Add(1)
+			go func() {
+				defer creates.Done()
+				ex := wrappers.Execution(ns.Name, name).Pool(s.pool.Name).Obj()
+				if err := c.Create(ctx, ex); err != nil {
+					emu.Lock()
+					createErr = fmt.Errorf("create Execution %s: %w", name, err)
+					emu.Unlock()
+				}
+			}()
+		}
+	}
+	creates.Wait()
+	if createErr != nil {
+		tstop()
+		return createErr
+	}
+	time.Sleep(time.Until(end))
+	rec.finish()
+	tstop()
+	wg.Wait()
+	deadline := time.Now().Add(3 * time.Minute)
+	for rec.pending() > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	results := make([]result, len(strategies))
+	for i, s := range strategies {
+		results[i] = rec.result(s.pool.Name, len(phases))
+	}
+	report(strategies, results, phases)
+	if o.plotDir != "" {
+		path := filepath.Join(o.plotDir, "autoscaling-"+label+".svg")
+		title := fmt.Sprintf("%s: trace %q, seed %d, start-up %.1fs", label, o.trace, o.seed, T)
+		if err := os.WriteFile(path, []byte(plot(title, strategies, samples, arrivals, length(phases))), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("plot:", path)
+	}
+	var problems []string
+	for i, r := range results {
+		if r.Unserved > 0 || r.Failed > 0 {
+			problems = append(problems, fmt.Sprintf("%s: %d claims never served, %d did not succeed", strategies[i].name, r.Unserved, r.Failed))
+		}
+	}
+	if o.check && results[3].IdlePodSeconds >= results[0].IdlePodSeconds {
+		problems = append(problems, fmt.Sprintf("the autoscaler kept %.0f idle pod-seconds, fixed-peak %.0f",
+			results[3].IdlePodSeconds, results[0].IdlePodSeconds))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// watch feeds rec from informers on the namespace's pods and Executions.
+func watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, ns string, rec *recorder) error {
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		return err
+	}
+	pods, err := ca.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	onPod := func(obj any, gone bool) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			rec.onPod(pod, gone)
+		}
+	}
+	if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { onPod(obj, false) },
+		UpdateFunc: func(_, obj any) { onPod(obj, false) },
+		DeleteFunc: func(obj any) { onPod(obj, true) },
+	}); err != nil {
+		return err
+	}
+	executions, err := ca.GetInformer(ctx, &sandboxv1alpha1.Execution{})
+	if err != nil {
+		return err
+	}
+	onEx := func(obj any) {
+		if ex, ok := obj.(*sandboxv1alpha1.Execution); ok {
+			rec.onExecution(ex)
+		}
+	}
+	if _, err := executions.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: onEx, UpdateFunc: func(_, obj any) { onEx(obj) },
+	}); err != nil {
+		return err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return fmt.Errorf("caches did not sync")
+	}
+	return nil
+}
+
+// measureStartup is the median creation to Ready of a fresh pool's pods.
+func measureStartup(ctx context.Context, c client.Client, rec *recorder, ns string, o options) (time.Duration, error) {
+	const n = 3
+	pool := wrappers.Pool(ns, "calibrate").Image(o.image).RuntimeClass(o.runtimeClass).Replicas(n).Obj()
+	if err := c.Create(ctx, pool); err != nil {
+		return 0, fmt.Errorf("create pool calibrate: %w", err)
+	}
+	if err := waitIdle(ctx, rec, pool.Name, n, 3*time.Minute); err != nil {
+		return 0, err
+	}
+	starts := rec.startups(pool.Name)
+	// Scaled to zero before it goes: envtest has no garbage collector to
+	// delete the pods of a deleted pool.
+	if err := c.Patch(ctx, pool, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+		return 0, err
+	}
+	if err := waitIdle(ctx, rec, pool.Name, -n, 2*time.Minute); err != nil {
+		return 0, err
+	}
+	if err := c.Delete(ctx, pool); err != nil {
+		return 0, err
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
+	return quantile(starts, 0.5), nil
+}
+
+// waitIdle waits until the pool has n idle pods (n < 0: until it has none
+// left at all, of -n it had).
+func waitIdle(ctx context.Context, rec *recorder, pool string, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		idle := rec.idleNow(pool)
+		if (n >= 0 && idle >= n) || (n < 0 && rec.podsOf(pool) == 0) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pool %s: %d idle pods after %s, waiting for %d", pool, idle, limit, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// rateTimesT is the rule peers document for an HPA or KEDA: every sync
+// period, replicas = ceil(claims per second over the last minute × T),
+// through the /scale subresource; a lower value waits out the stabilisation
+// window (the largest recommendation of that span holds), as the HPA's
+// scale-down behaviour does.
+func rateTimesT(ctx context.Context, c client.Client, rec *recorder, pool *sandboxv1alpha1.SandboxPool, startup time.Duration, maxReplicas int32, stabilise time.Duration) {
+	type rec_ struct {
+		at time.Time
+		n  int32
+	}
+	var history []rec_
+	tick := time.NewTicker(hpaPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		rate := float64(rec.since(pool.Name, now.Add(-rateWindow))) / rateWindow.Seconds()
+		want := min(max(1, int32(math.Ceil(rate*startup.Seconds()))), maxReplicas)
+		history = append(history, rec_{now, want})
+		for len(history) > 0 && now.Sub(history[0].at) > stabilise {
+			history = history[1:]
+		}
+		for _, h := range history {
+			want = max(want, h.n)
+		}
+		scale := &autoscalingv1.Scale{}
+		if err := c.SubResource("scale").Get(ctx, pool, scale); err != nil {
+			fmt.Fprintln(os.Stderr, "rate × T: get scale:", err)
+			continue
+		}
+		if scale.Spec.Replicas == want {
+			continue
+		}
+		scale.Spec.Replicas = want
+		if err := c.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale)); err != nil {
+			fmt.Fprintln(os.Stderr, "rate × T: update scale:", err)
+		}
+	}
+}
+
+func report(strategies []strategy, results []result, phases []phase) {
+	fmt.Println()
+	fmt.Println("| sizing | claims | warm-hit | wait p50 | wait p99 | wait max | idle pod-seconds | pods started |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	for i, s := range strategies {
+		r := results[i]
+		fmt.Printf("| %s | %d | %.1f%% | %s | %s | %s | %.0f | %d |\n", s.name, r.Claims, 100*r.HitRatio(),
+			ms(r.WaitP50), ms(r.WaitP99), ms(r.WaitMax), r.IdlePodSeconds, r.PodsMade)
+	}
+	fmt.Println()
+	header := "| warm-hit by phase |"
+	line := "|---|"
+	for _, p := range phases {
+		header += fmt.Sprintf(" %s %g/s |", p.Name, p.Rate)
+		line += "---:|"
+	}
+	fmt.Println(header)
+	fmt.Println(line)
+	for i, s := range strategies {
+		row := "| " + s.name + " |"
+		for j := range phases {
+			if n := results[i].PhaseClaims[j]; n > 0 {
+				row += fmt.Sprintf(" %d/%d |", results[i].PhaseWarm[j], n)
+			} else {
+				row += " - |"
+			}
+		}
+		fmt.Println(row)
+	}
+}
+
+func ms(d time.Duration) string {
+	if d < 10*time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}

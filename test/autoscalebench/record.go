@@ -1,0 +1,295 @@
+package main
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// recorder keeps what the benchmark saw, every time taken on this side from
+// watch events: when each pod became Ready and was claimed, when each claim
+// was made and served, and the idle pods of each pool over time.
+type recorder struct {
+	mu     sync.Mutex
+	now    func() time.Time
+	start  time.Time // the measured span; zero before the trace starts
+	end    time.Time
+	pods   map[types.UID]*podState
+	claims map[string]*claim // by Execution name
+	pools  map[string]*poolState
+}
+
+type podState struct {
+	pool    string
+	seen    time.Time // first seen (its creation, give or take a watch event)
+	ready   time.Time // first seen Ready; zero before
+	claimed bool
+	idle    bool
+}
+
+type claim struct {
+	pool    string
+	phase   int
+	created time.Time // just before the create call
+	served  time.Time // its pod's claim seen; zero before
+	warm    bool      // that pod was Ready before the claim was made
+	ended   bool
+	outcome sandboxv1alpha1.ExecutionPhase
+}
+
+type poolState struct {
+	idle        int
+	last        time.Time
+	idleSeconds float64
+	podsMade    int // pods first seen within the measured span
+	startups    []time.Duration
+}
+
+func newRecorder(now func() time.Time) *recorder {
+	return &recorder{now: now, pods: map[types.UID]*podState{}, claims: map[string]*claim{}, pools: map[string]*poolState{}}
+}
+
+func (r *recorder) pool(name string) *poolState {
+	p, ok := r.pools[name]
+	if !ok {
+		p = &poolState{last: r.now()}
+		r.pools[name] = p
+	}
+	return p
+}
+
+// advance adds the pool's idle pods since its last change, within the span.
+func (r *recorder) advance(p *poolState, now time.Time) {
+	if !r.start.IsZero() {
+		from, to := p.last, now
+		if from.Before(r.start) {
+			from = r.start
+		}
+		if !r.end.IsZero() && to.After(r.end) {
+			to = r.end
+		}
+		if to.After(from) {
+			p.idleSeconds += float64(p.idle) * to.Sub(from).Seconds()
+		}
+	}
+	p.last = now
+}
+
+// begin starts the measured span.
+func (r *recorder) begin(start, end time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pools {
+		r.advance(p, start)
+	}
+	r.start, r.end = start, end
+}
+
+// finish closes the idle integrals at the span's end.
+func (r *recorder) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pools {
+		r.advance(p, r.end)
+	}
+}
+
+// created records a claim about to be made.
+func (r *recorder) created(name, pool string, phase int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.claims[name] = &claim{pool: pool, phase: phase, created: r.now()}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// onPod takes a pod's new state (gone: deleted).
+func (r *recorder) onPod(pod *corev1.Pod, gone bool) {
+	pool := pod.Labels[sandboxpod.LabelPool]
+	if pool == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	ps := r.pool(pool)
+	st, ok := r.pods[pod.UID]
+	if !ok {
+		if gone {
+			return
+		}
+		st = &podState{pool: pool, seen: now}
+		r.pods[pod.UID] = st
+		if !r.start.IsZero() && now.Before(r.end) {
+			ps.podsMade++
+		}
+	}
+	ready := !gone && pod.DeletionTimestamp == nil && podReady(pod)
+	if ready && st.ready.IsZero() {
+		st.ready = now
+		ps.startups = append(ps.startups, now.Sub(st.seen))
+	}
+	if by := pod.Annotations[sandboxpod.AnnotationClaimedBy]; by != "" && !st.claimed {
+		st.claimed = true
+		if c := r.claims[by]; c != nil && c.served.IsZero() {
+			c.served = now
+			c.warm = !st.ready.IsZero() && st.ready.Before(c.created)
+		}
+	}
+	if pod.Labels[sandboxpod.LabelSession] != "" {
+		st.claimed = true
+	}
+	idle := ready && !st.claimed
+	if idle != st.idle {
+		r.advance(ps, now)
+		if idle {
+			ps.idle++
+		} else {
+			ps.idle--
+		}
+		st.idle = idle
+	}
+	if gone {
+		delete(r.pods, pod.UID)
+	}
+}
+
+// onExecution takes an Execution's new state.
+func (r *recorder) onExecution(ex *sandboxv1alpha1.Execution) {
+	if ex.Status.CompletionTime == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.claims[ex.Name]; c != nil && !c.ended {
+		c.ended, c.outcome = true, ex.Status.Phase
+	}
+}
+
+// idleNow is the pool's idle pods at this moment.
+func (r *recorder) idleNow(pool string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pool(pool).idle
+}
+
+// startups are the pool's pods' times from first seen to Ready.
+func (r *recorder) startups(pool string) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.pool(pool).startups...)
+}
+
+// podsOf counts the pool's pods that exist.
+func (r *recorder) podsOf(pool string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, st := range r.pods {
+		if st.pool == pool {
+			n++
+		}
+	}
+	return n
+}
+
+// since counts the claims of pool made at or after t (what a rate() of the
+// claims counter sees).
+func (r *recorder) since(pool string, t time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.claims {
+		if c.pool == pool && !c.created.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// pending counts the claims that have not ended.
+func (r *recorder) pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.claims {
+		if !c.ended {
+			n++
+		}
+	}
+	return n
+}
+
+// result is one strategy's numbers over the measured span.
+type result struct {
+	Claims, Warm, Unserved, Failed int
+	WaitP50, WaitP99, WaitMax      time.Duration
+	IdlePodSeconds                 float64
+	PodsMade                       int
+	// PhaseClaims and PhaseWarm by the trace's phases.
+	PhaseClaims, PhaseWarm []int
+}
+
+func (r *result) HitRatio() float64 {
+	if r.Claims == 0 {
+		return 0
+	}
+	return float64(r.Warm) / float64(r.Claims)
+}
+
+func (r *recorder) result(pool string, phases int) result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := result{PhaseClaims: make([]int, phases), PhaseWarm: make([]int, phases)}
+	var waits []time.Duration
+	for _, c := range r.claims {
+		if c.pool != pool {
+			continue
+		}
+		res.Claims++
+		res.PhaseClaims[c.phase]++
+		if c.served.IsZero() {
+			res.Unserved++
+		} else {
+			waits = append(waits, c.served.Sub(c.created))
+		}
+		if c.warm {
+			res.Warm++
+			res.PhaseWarm[c.phase]++
+		}
+		if c.outcome != sandboxv1alpha1.PhaseSucceeded {
+			res.Failed++
+		}
+	}
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	res.WaitP50, res.WaitP99 = quantile(waits, 0.5), quantile(waits, 0.99)
+	if len(waits) > 0 {
+		res.WaitMax = waits[len(waits)-1]
+	}
+	if p := r.pools[pool]; p != nil {
+		res.IdlePodSeconds, res.PodsMade = p.idleSeconds, p.podsMade
+	}
+	return res
+}
+
+// quantile of sorted values, nearest rank.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
