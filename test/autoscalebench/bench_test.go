@@ -47,7 +47,7 @@ func TestGenerateIsSeededAndFollowsThePhases(t *testing.T) {
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time             { return c.t }
+func (c *clock) now() time.Time              { return c.t }
 func (c *clock) step(d time.Duration) *clock { c.t = c.t.Add(d); return c }
 
 func pod(uid string, ready bool, claimedBy string) *corev1.Pod {
