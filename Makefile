@@ -79,6 +79,13 @@ test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUT
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_SECONDS=$(CHAOS_FAULT_SECONDS) $(GO) test ./test/chaos/ -count=1 -v -timeout 30m
 
+AUTOSCALE_BENCH_ARGS ?= -trace full -envtest-delays 2s,10s -plot-dir docs
+
+.PHONY: bench-autoscale
+bench-autoscale: ## Replay the autoscaling trace on envtest: fixed pools, the rate × T rule and the autoscaler side by side (AUTOSCALE_BENCH_ARGS).
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
+		$(GO) run ./test/autoscalebench $(AUTOSCALE_BENCH_ARGS)
+
 E2E_TIMEOUT ?= 30m
 
 .PHONY: test-e2e

@@ -12,6 +12,10 @@ const (
 	// exists as the operator wrote it. Whether the cluster enforces it depends
 	// on its network plugin.
 	PoolConditionNetworkPolicyReady = "NetworkPolicyReady"
+	// PoolConditionScalingLimited is True while the pool wants more pods than
+	// it may have: autoscaling.maxReplicas, spec.maxPods or the namespace's
+	// ResourceQuota holds it back (the HorizontalPodAutoscaler's condition).
+	PoolConditionScalingLimited = "ScalingLimited"
 
 	// Execution conditions.
 
@@ -66,6 +70,13 @@ const (
 	ReasonPodsStarting       = "PodsStarting"
 	ReasonIdleReplicasReady  = "IdleReplicasReady"
 	ReasonPodsHealthy        = "PodsHealthy"
+	// ScalingLimited reasons: ReasonResourceQuota (the API server refused a
+	// pod for the namespace's quota), ReasonMaxPods, ReasonMaxReplicas; else
+	// ReasonWithinLimits.
+	ReasonResourceQuota = "ResourceQuota"
+	ReasonMaxPods       = "MaxPods"
+	ReasonMaxReplicas   = "MaxReplicas"
+	ReasonWithinLimits  = "WithinLimits"
 	ReasonPolicyApplied      = "PolicyApplied"
 	ReasonPolicyFailed       = "PolicyFailed"
 	// ReasonOtherPoliciesApply: the pool's policy is in place, but other

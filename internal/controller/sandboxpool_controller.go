@@ -31,6 +31,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/autoscale"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/metrics"
@@ -86,6 +87,14 @@ type poolPods struct {
 	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
 	nextExpiry             time.Duration // the next session idle timeout or stuck reset, for a requeue
 	degradedReason, degMsg string
+	limit                  scalingLimit
+}
+
+// requeueWithin keeps the soonest requeue.
+func (p *poolPods) requeueWithin(d time.Duration) {
+	if p.nextExpiry == 0 || d < p.nextExpiry {
+		p.nextExpiry = d
+	}
 }
 
 func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -144,6 +153,9 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	} else {
 		r.autoscalers.off(req.NamespacedName)
 	}
+	if autoscaled != nil && (autoscaled.Reason == autoscale.ReasonMaxReplicas || autoscaled.Reason == autoscale.ReasonMaxPods) {
+		pods.limit.add(autoscaled.Reason, autoscaled.Message)
+	}
 	demand, pending := r.Dispatcher.Demand(req.NamespacedName), int32(r.Dispatcher.Waiting(req.NamespacedName))
 	if pool.Spec.MaxPods == nil {
 		demand = min(demand, maxSurge)
@@ -164,14 +176,16 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				stale = stale[1:]
 				room++
 			}
+			if create > room {
+				pods.limit.add(sandboxv1alpha1.ReasonMaxPods, fmt.Sprintf("maxPods %d reached: %d more pods wanted; raise spec.maxPods",
+					*pool.Spec.MaxPods, create-max(room, 0)))
+			}
 			create = min(create, room)
 		}
 	}
 	if create > 0 && backoff > 0 {
 		create = 0 // the last pods failed to start: wait before the next attempt
-		if pods.nextExpiry == 0 || backoff < pods.nextExpiry {
-			pods.nextExpiry = backoff
-		}
+		pods.requeueWithin(backoff)
 	}
 	if create > 0 {
 		create = min(create, maxCreatesPerReconcile)
@@ -179,6 +193,10 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			if err := r.createPod(ctx, pool); err != nil {
 				if errors.Is(err, errNamespaceTerminating) {
 					// The pool goes with its namespace: nothing to retry or report.
+					break
+				}
+				if pods.limit.quota(err, create-i) {
+					pods.requeueWithin(quotaRetry)
 					break
 				}
 				// Say why in the status: a missing RuntimeClass, a quota, a policy...
@@ -228,6 +246,13 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	r.recordMetrics(pool, pods, pending)
+	if c := meta.FindStatusCondition(status.Conditions, sandboxv1alpha1.PoolConditionScalingLimited); c.Status == metav1.ConditionTrue &&
+		(c.Reason == sandboxv1alpha1.ReasonResourceQuota || c.Reason == sandboxv1alpha1.ReasonMaxPods) {
+		// The autoscaler's own caps have their AutoscalingCapped event.
+		if old := meta.FindStatusCondition(pool.Status.Conditions, c.Type); old == nil || old.Status != c.Status || old.Reason != c.Reason {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Scale", "%s", c.Message)
+		}
+	}
 	if meta.IsStatusConditionTrue(status.Conditions, sandboxv1alpha1.PoolConditionDegraded) &&
 		!meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
@@ -242,8 +267,8 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if len(errs) > 0 {
 		return ctrl.Result{}, errs[0]
 	}
-	if pool.Spec.Autoscaling != nil && (pods.nextExpiry == 0 || pods.nextExpiry > autoscaleInterval) {
-		pods.nextExpiry = autoscaleInterval // the rate windows slide
+	if pool.Spec.Autoscaling != nil {
+		pods.requeueWithin(autoscaleInterval) // the rate windows slide
 	}
 	if pods.nextExpiry > 0 {
 		return ctrl.Result{RequeueAfter: pods.nextExpiry}, nil
@@ -337,8 +362,8 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 // keeps the soonest such time for the reconcile's requeue.
 func (out *poolPods) expiresIn(start time.Time, timeout time.Duration, now time.Time) time.Duration {
 	left := start.Add(timeout).Sub(now)
-	if left > 0 && (out.nextExpiry == 0 || left < out.nextExpiry) {
-		out.nextExpiry = left
+	if left > 0 {
+		out.requeueWithin(left)
 	}
 	return left
 }
@@ -453,6 +478,10 @@ func (r *SandboxPoolReconciler) createPod(ctx context.Context, pool *sandboxv1al
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			return errNamespaceTerminating
 		}
+		if refusedByQuota(err) {
+			// No event per attempt: the ScalingLimited condition and its event say it.
+			return &quotaError{fmt.Errorf("create pod for pool %s: %w", pool.Name, err)}
+		}
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "CreatePodFailed", "Create", "create sandbox pod: %v", err)
 		return fmt.Errorf("create pod for pool %s: %w", pool.Name, err)
 	}
@@ -509,6 +538,7 @@ func (r *SandboxPoolReconciler) status(pool *sandboxv1alpha1.SandboxPool, pods p
 		deg.Status, deg.Reason, deg.Message = metav1.ConditionTrue, pods.degradedReason, pods.degMsg
 	}
 	meta.SetStatusCondition(&st.Conditions, deg)
+	meta.SetStatusCondition(&st.Conditions, pods.limit.condition(pool.Generation))
 	return st
 }
 

@@ -6,11 +6,13 @@
 //   - fixed-peak: replicas fixed at the 99% Poisson quantile of the peak
 //     rate × the start-up time;
 //   - fixed-mean: replicas fixed at the mean rate × the start-up time;
-//   - rate×T: replicas set every 15 s through the /scale subresource to the
-//     last minute's claim rate × the start-up time, held for the scale-down
-//     delay before it goes down (the HPA/KEDA rule peers document, with the
-//     HPA's sync period and scale-down stabilisation);
-//   - autoscaler: spec.autoscaling (target 0.99, the same scale-down delay).
+//   - rate-x-t: replicas set every 15 s through the /scale subresource to
+//     the last minute's claim rate × the start-up time, held for the
+//     scale-down delay before it goes down (the HPA/KEDA rule peers
+//     document, with the HPA's sync period and scale-down stabilisation);
+//     -covers adds variants with k start-up times of cover (rate-x-kt);
+//   - autoscaler: spec.autoscaling (target 0.99, the same scale-down delay);
+//     -targets adds variants with other targets.
 //
 // The start-up time the fixed sizes and the rate × T rule use is measured
 // first (creation to Ready of a few pods); the autoscaler measures its own.
@@ -37,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +79,8 @@ type options struct {
 	image          string
 	runtimeClass   string
 	check          bool
+	covers         []float64 // the rate × T rule's seconds of cover, in start-up times
+	targets        []string  // the autoscaler's targetWarmRatio
 }
 
 func main() {
@@ -89,8 +94,18 @@ func main() {
 	flag.StringVar(&o.image, "image", "warmpool.dev/repl:dev", "sandbox image (-cluster)")
 	flag.StringVar(&o.runtimeClass, "runtime-class", "gvisor", "RuntimeClass of the pools (-cluster)")
 	flag.BoolVar(&o.check, "check", false, "also fail unless the autoscaler kept fewer idle pod-seconds than fixed-peak")
+	covers := flag.String("covers", "1", "variants of the rate × T rule: seconds of cover in start-up times (1: T itself)")
+	targets := flag.String("targets", "0.99", "variants of the autoscaler: targetWarmRatio")
 	flag.Parse()
 	quietKlog()
+	for _, c := range strings.Split(*covers, ",") {
+		k, err := strconv.ParseFloat(strings.TrimSpace(c), 64)
+		if err != nil || k <= 0 {
+			fail(fmt.Errorf("-covers: %q is no positive number", c))
+		}
+		o.covers = append(o.covers, k)
+	}
+	o.targets = strings.Split(*targets, ",")
 	if _, ok := traces[o.trace]; !ok {
 		fail(fmt.Errorf("no trace %q", o.trace))
 	}
@@ -145,7 +160,8 @@ func onEnvtest(delay time.Duration, o options) error {
 type strategy struct {
 	name  string
 	pool  *sandboxv1alpha1.SandboxPool
-	rateT bool // sized by the rate × T rule from here
+	cover float64 // > 0: sized from here by the rule rate × cover·T
+	auto  bool    // the built-in autoscaler
 }
 
 // sample is the pools' idle pods and replicas at one moment of the trace.
@@ -193,8 +209,22 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 	strategies := []strategy{
 		{name: "fixed-peak", pool: base("fixed-peak").Replicas(peak).Obj()},
 		{name: "fixed-mean", pool: base("fixed-mean").Replicas(mean).Obj()},
-		{name: "rate-x-t", pool: base("rate-x-t").Replicas(mean).Obj(), rateT: true},
-		{name: "autoscaler", pool: base("autoscaler").Replicas(1).Autoscaling(1, maxReplicas, o.scaleDownDelay).Obj()},
+	}
+	for _, k := range o.covers {
+		name := "rate-x-t"
+		if k != 1 {
+			name = fmt.Sprintf("rate-x-%gt", k)
+		}
+		strategies = append(strategies, strategy{name: name, pool: base(name).Replicas(mean).Obj(), cover: k})
+	}
+	for i, t := range o.targets {
+		name := "autoscaler"
+		if i > 0 {
+			name = "autoscaler-" + strings.TrimPrefix(t, "0.")
+		}
+		pool := base(name).Replicas(1).Autoscaling(1, maxReplicas, o.scaleDownDelay).Obj()
+		pool.Spec.Autoscaling.TargetWarmRatio = t
+		strategies = append(strategies, strategy{name: name, pool: pool, auto: true})
 	}
 	for _, s := range strategies {
 		if err := c.Create(ctx, s.pool); err != nil {
@@ -239,9 +269,10 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 		}
 	}()
 	for _, s := range strategies {
-		if s.rateT {
+		if s.cover > 0 {
 			wg.Add(1)
-			go func() { defer wg.Done(); rateTimesT(tctx, c, rec, s.pool, startup, maxReplicas, o.scaleDownDelay) }()
+			cover := time.Duration(s.cover * float64(startup))
+			go func() { defer wg.Done(); rateTimesT(tctx, c, rec, s.pool, cover, maxReplicas, o.scaleDownDelay) }()
 		}
 	}
 	var creates sync.WaitGroup
@@ -297,9 +328,11 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 			problems = append(problems, fmt.Sprintf("%s: %d claims never served, %d did not succeed", strategies[i].name, r.Unserved, r.Failed))
 		}
 	}
-	if o.check && results[3].IdlePodSeconds >= results[0].IdlePodSeconds {
-		problems = append(problems, fmt.Sprintf("the autoscaler kept %.0f idle pod-seconds, fixed-peak %.0f",
-			results[3].IdlePodSeconds, results[0].IdlePodSeconds))
+	for i, s := range strategies {
+		if o.check && s.auto && results[i].IdlePodSeconds >= results[0].IdlePodSeconds {
+			problems = append(problems, fmt.Sprintf("%s kept %.0f idle pod-seconds, fixed-peak %.0f",
+				s.name, results[i].IdlePodSeconds, results[0].IdlePodSeconds))
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
@@ -404,7 +437,7 @@ func waitIdle(ctx context.Context, rec *recorder, pool string, n int, limit time
 // through the /scale subresource; a lower value waits out the stabilisation
 // window (the largest recommendation of that span holds), as the HPA's
 // scale-down behaviour does.
-func rateTimesT(ctx context.Context, c client.Client, rec *recorder, pool *sandboxv1alpha1.SandboxPool, startup time.Duration, maxReplicas int32, stabilise time.Duration) {
+func rateTimesT(ctx context.Context, c client.Client, rec *recorder, pool *sandboxv1alpha1.SandboxPool, cover time.Duration, maxReplicas int32, stabilise time.Duration) {
 	type rec_ struct {
 		at time.Time
 		n  int32
@@ -420,7 +453,7 @@ func rateTimesT(ctx context.Context, c client.Client, rec *recorder, pool *sandb
 		}
 		now := time.Now()
 		rate := float64(rec.since(pool.Name, now.Add(-rateWindow))) / rateWindow.Seconds()
-		want := min(max(1, int32(math.Ceil(rate*startup.Seconds()))), maxReplicas)
+		want := min(max(1, int32(math.Ceil(rate*cover.Seconds()))), maxReplicas)
 		history = append(history, rec_{now, want})
 		for len(history) > 0 && now.Sub(history[0].at) > stabilise {
 			history = history[1:]

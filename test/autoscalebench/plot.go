@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-var colours = []string{"#d62728", "#7f7f7f", "#1f77b4", "#2ca02c"}
+var colours = []string{"#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"}
 
 // plot draws the run as an SVG: above, the trace's claims per second (5-s
 // bins); below, each pool's idle pods over time (solid) and its
@@ -61,11 +61,11 @@ func plot(title string, strategies []strategy, samples []sample, arrivals []arri
 			idle = append(idle, fmt.Sprintf("%.1f,%.1f", x(s.at), y(float64(s.idle[i]))))
 			replicas = append(replicas, fmt.Sprintf("%.1f,%.1f", x(s.at), y(float64(s.replicas[i]))))
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" points="%s"/>`+"\n", colours[i], strings.Join(idle, " "))
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1" stroke-dasharray="2,3" points="%s"/>`+"\n", colours[i], strings.Join(replicas, " "))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" points="%s"/>`+"\n", colours[i%len(colours)], strings.Join(idle, " "))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1" stroke-dasharray="2,3" points="%s"/>`+"\n", colours[i%len(colours)], strings.Join(replicas, " "))
 		ly := top2 + 20 + 20*i
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`+"\n",
-			w-right+10, ly, w-right+30, ly, colours[i], w-right+35, ly+4, st.name)
+			w-right+10, ly, w-right+30, ly, colours[i%len(colours)], w-right+35, ly+4, st.name)
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">solid: idle pods</text><text x="%d" y="%d" fill="#555">dotted: replicas</text>`+"\n",
 		w-right+10, top2+20+20*len(strategies)+10, w-right+10, top2+20+20*len(strategies)+26)
