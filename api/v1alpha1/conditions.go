@@ -77,8 +77,8 @@ const (
 	ReasonMaxPods       = "MaxPods"
 	ReasonMaxReplicas   = "MaxReplicas"
 	ReasonWithinLimits  = "WithinLimits"
-	ReasonPolicyApplied      = "PolicyApplied"
-	ReasonPolicyFailed       = "PolicyFailed"
+	ReasonPolicyApplied = "PolicyApplied"
+	ReasonPolicyFailed  = "PolicyFailed"
 	// ReasonOtherPoliciesApply: the pool's policy is in place, but other
 	// NetworkPolicies select its pods and allow them traffic (they add up).
 	ReasonOtherPoliciesApply  = "OtherPoliciesApply"
