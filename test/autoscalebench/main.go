@@ -46,11 +46,13 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -204,7 +206,15 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 		label, o.trace, describe(phases), len(arrivals), o.seed, T, peak, mean, maxReplicas, o.scaleDownDelay)
 
 	base := func(name string) *wrappers.PoolWrapper {
-		return wrappers.Pool(ns.Name, name).Image(o.image).RuntimeClass(o.runtimeClass)
+		w := wrappers.Pool(ns.Name, name).Image(o.image).RuntimeClass(o.runtimeClass)
+		// Small requests: the pools together hold more pods than two cores'
+		// worth of the default 100m each, and an unschedulable pod would
+		// measure the scheduler, not the sizing.
+		w.Spec.Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+		}
+		return w
 	}
 	strategies := []strategy{
 		{name: "fixed-peak", pool: base("fixed-peak").Replicas(peak).Obj()},
@@ -461,29 +471,33 @@ func rateTimesT(ctx context.Context, c client.Client, rec *recorder, pool *sandb
 		for _, h := range history {
 			want = max(want, h.n)
 		}
-		scale := &autoscalingv1.Scale{}
-		if err := c.SubResource("scale").Get(ctx, pool, scale); err != nil {
-			fmt.Fprintln(os.Stderr, "rate × T: get scale:", err)
-			continue
-		}
-		if scale.Spec.Replicas == want {
-			continue
-		}
-		scale.Spec.Replicas = want
-		if err := c.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale)); err != nil {
-			fmt.Fprintln(os.Stderr, "rate × T: update scale:", err)
+		// As the HPA, on the scale subresource; the pool's status writes
+		// change its resourceVersion, so a conflict is tried again.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			scale := &autoscalingv1.Scale{}
+			if err := c.SubResource("scale").Get(ctx, pool, scale); err != nil {
+				return err
+			}
+			if scale.Spec.Replicas == want {
+				return nil
+			}
+			scale.Spec.Replicas = want
+			return c.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale))
+		})
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "rate × T: scale:", err)
 		}
 	}
 }
 
 func report(strategies []strategy, results []result, phases []phase) {
 	fmt.Println()
-	fmt.Println("| sizing | claims | warm-hit | wait p50 | wait p99 | wait max | idle pod-seconds | pods started |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| sizing | claims | warm-hit | wait p50 | wait p99 | wait max | idle pod-seconds | pods started | their start-up p50, p90 |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for i, s := range strategies {
 		r := results[i]
-		fmt.Printf("| %s | %d | %.1f%% | %s | %s | %s | %.0f | %d |\n", s.name, r.Claims, 100*r.HitRatio(),
-			ms(r.WaitP50), ms(r.WaitP99), ms(r.WaitMax), r.IdlePodSeconds, r.PodsMade)
+		fmt.Printf("| %s | %d | %.1f%% | %s | %s | %s | %.0f | %d | %.1f s, %.1f s |\n", s.name, r.Claims, 100*r.HitRatio(),
+			ms(r.WaitP50), ms(r.WaitP99), ms(r.WaitMax), r.IdlePodSeconds, r.PodsMade, r.StartP50.Seconds(), r.StartP90.Seconds())
 	}
 	fmt.Println()
 	header := "| warm-hit by phase |"

@@ -49,6 +49,7 @@ type poolState struct {
 	idleSeconds float64
 	podsMade    int // pods first seen within the measured span
 	startups    []time.Duration
+	spanStarts  []time.Duration // of the pods made within the span
 }
 
 func newRecorder(now func() time.Time) *recorder {
@@ -141,6 +142,9 @@ func (r *recorder) onPod(pod *corev1.Pod, gone bool) {
 	if ready && st.ready.IsZero() {
 		st.ready = now
 		ps.startups = append(ps.startups, now.Sub(st.seen))
+		if !r.start.IsZero() && !st.seen.Before(r.start) && st.seen.Before(r.end) {
+			ps.spanStarts = append(ps.spanStarts, now.Sub(st.seen))
+		}
 	}
 	if by := pod.Annotations[sandboxpod.AnnotationClaimedBy]; by != "" && !st.claimed {
 		st.claimed = true
@@ -239,6 +243,8 @@ type result struct {
 	WaitP50, WaitP99, WaitMax      time.Duration
 	IdlePodSeconds                 float64
 	PodsMade                       int
+	// StartP50 and StartP90: creation to Ready of the pods made in the span.
+	StartP50, StartP90 time.Duration
 	// PhaseClaims and PhaseWarm by the trace's phases.
 	PhaseClaims, PhaseWarm []int
 }
@@ -281,6 +287,9 @@ func (r *recorder) result(pool string, phases int) result {
 	}
 	if p := r.pools[pool]; p != nil {
 		res.IdlePodSeconds, res.PodsMade = p.idleSeconds, p.podsMade
+		starts := append([]time.Duration(nil), p.spanStarts...)
+		sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
+		res.StartP50, res.StartP90 = quantile(starts, 0.5), quantile(starts, 0.9)
 	}
 	return res
 }

@@ -21,11 +21,13 @@ type arrival struct {
 
 // traces are the shapes the benchmark replays: steady demand, bursts of
 // several times the steady rate, and a quiet stretch long enough for a
-// scale-down. "cluster" is smaller, for gVisor pods on two cores.
+// scale-down. The rates are what two cores sustain with five pools at once
+// without slowing pod start-ups much (at 3/s bursts the start-ups' p90 passed
+// three times the nominal delay). "cluster" is smaller, for gVisor pods.
 var traces = map[string][]phase{
 	"full": {
-		{"steady", 0.5, 60}, {"burst", 3, 15}, {"steady", 0.5, 45},
-		{"quiet", 0, 60}, {"burst", 2, 15}, {"steady", 0.5, 45},
+		{"steady", 0.3, 60}, {"burst", 2, 15}, {"steady", 0.3, 45},
+		{"quiet", 0, 60}, {"burst", 1.5, 15}, {"steady", 0.3, 45},
 	},
 	"short": {
 		{"steady", 0.5, 20}, {"burst", 3, 8}, {"quiet", 0, 15}, {"steady", 0.5, 15},
