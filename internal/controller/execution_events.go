@@ -129,8 +129,8 @@ func (r *ExecutionReconciler) podEvents() handler.EventHandler {
 
 // poolEvents keeps the dispatcher's idea of each pool's template, and wakes a
 // pool's waiting Executions when what they report changes: the pool appears
-// or goes, or its Ready or Degraded condition changes (rare: the statuses of
-// waiting Executions echo those).
+// or goes, or its Ready, Degraded or ScalingLimited condition changes (rare:
+// the statuses of waiting Executions echo those).
 func (r *ExecutionReconciler) poolEvents() handler.EventHandler {
 	wakeWaiting := func(pool *sandboxv1alpha1.SandboxPool) {
 		for _, key := range r.Dispatcher.WaitingOf(client.ObjectKeyFromObject(pool)) {
@@ -147,7 +147,8 @@ func (r *ExecutionReconciler) poolEvents() handler.EventHandler {
 			old, pool := e.ObjectOld.(*sandboxv1alpha1.SandboxPool), e.ObjectNew.(*sandboxv1alpha1.SandboxPool)
 			r.Dispatcher.UpdatePool(pool)
 			if conditionChanged(old, pool, sandboxv1alpha1.PoolConditionReady, false) ||
-				conditionChanged(old, pool, sandboxv1alpha1.PoolConditionDegraded, true) {
+				conditionChanged(old, pool, sandboxv1alpha1.PoolConditionDegraded, true) ||
+				conditionChanged(old, pool, sandboxv1alpha1.PoolConditionScalingLimited, false) {
 				wakeWaiting(pool)
 			}
 		},

@@ -268,8 +268,8 @@ var _ = Describe("Execution under faults", func() {
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(func() *metaCondition {
 			return condition(getExec(ex).Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
-		}).Should(And(HaveField("Status", "True"), HaveField("Reason", "CreatePodFailed"),
-			HaveField("Message", And(ContainSubstring("pool python cannot start pods"), ContainSubstring("quota")))))
+		}).Should(And(HaveField("Status", "True"), HaveField("Reason", sandboxv1alpha1.ReasonResourceQuota),
+			HaveField("Message", And(ContainSubstring("pool python cannot start pods"), ContainSubstring("exceeded quota")))))
 	})
 
 	It("deletes finished Executions after the pool's default TTL", func() {

@@ -115,6 +115,11 @@ func (r *ExecutionReconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sa
 		r.waiting(ex, c.Reason, fmt.Sprintf("pool %s cannot start pods: %s", pool.Name, c.Message))
 		return
 	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionScalingLimited); c != nil &&
+		c.Status == metav1.ConditionTrue && c.Reason == sandboxv1alpha1.ReasonResourceQuota {
+		r.waiting(ex, c.Reason, fmt.Sprintf("pool %s cannot start pods: %s", pool.Name, c.Message))
+		return
+	}
 	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady); c != nil &&
 		c.Reason == sandboxv1alpha1.ReasonMaxPodsReached {
 		r.waiting(ex, sandboxv1alpha1.ReasonMaxPodsReached, c.Message)

@@ -68,7 +68,8 @@ func TestRecorderCountsIdleSecondsWarmClaimsAndWaits(t *testing.T) {
 	r.onPod(pod("a", false, ""), false)
 	c.step(2 * time.Second)
 	r.onPod(pod("a", true, ""), false) // idle from 1002, before the span
-	r.begin(c.t.Add(time.Second), c.t.Add(11*time.Second))
+	r.created("before", "p", -1) // a warm-up claim: not measured
+	r.begin([]string{"p"}, c.t.Add(time.Second), c.t.Add(11*time.Second))
 	c.step(3 * time.Second)
 	r.created("warm", "p", 0) // at 1005: pod a is Ready
 	c.step(100 * time.Millisecond)
@@ -84,7 +85,7 @@ func TestRecorderCountsIdleSecondsWarmClaimsAndWaits(t *testing.T) {
 		Status: sandboxv1alpha1.ExecutionStatus{Phase: sandboxv1alpha1.PhaseSucceeded, CompletionTime: &metav1.Time{}}})
 	r.onPod(pod("c", true, ""), false) // idle from 1007.6 to the span's end, 1013: 5.4 s
 	c.step(10 * time.Second)
-	r.finish()
+	r.finish([]string{"p"})
 
 	res := r.result("p", 2)
 	if res.Claims != 2 || res.Warm != 1 || res.PhaseWarm[0] != 1 || res.PhaseWarm[1] != 0 {

@@ -16,8 +16,13 @@
 //
 // The start-up time the fixed sizes and the rate × T rule use is measured
 // first (creation to Ready of a few pods); the autoscaler measures its own.
-// All four pools see the same arrivals at the same moments, so whatever
-// slows the machine slows them alike. Every time is taken on this side from
+// Each pool first gets a minute (-warmup) of the first phase's demand, not
+// measured, so the autoscaler meets the trace as a pool that has been
+// running (the fixed sizes are computed from the trace itself). All pools
+// see the same arrivals at the same moments, so whatever slows the machine
+// slows them alike; -sequential replays the same arrivals to one pool at a
+// time instead, for a node that cannot start every pool's pods at once
+// (gVisor on two cores). Every time is taken on this side from
 // watch events: a claim is warm when its pod was seen Ready before the claim
 // was created; its wait runs from the create call to the claim of its pod.
 //
@@ -81,6 +86,8 @@ type options struct {
 	image          string
 	runtimeClass   string
 	check          bool
+	sequential     bool
+	warmup         time.Duration
 	covers         []float64 // the rate × T rule's seconds of cover, in start-up times
 	targets        []string  // the autoscaler's targetWarmRatio
 }
@@ -96,6 +103,8 @@ func main() {
 	flag.StringVar(&o.image, "image", "warmpool.dev/repl:dev", "sandbox image (-cluster)")
 	flag.StringVar(&o.runtimeClass, "runtime-class", "gvisor", "RuntimeClass of the pools (-cluster)")
 	flag.BoolVar(&o.check, "check", false, "also fail unless the autoscaler kept fewer idle pod-seconds than fixed-peak")
+	flag.BoolVar(&o.sequential, "sequential", false, "replay the trace to one pool at a time (the same arrivals), for a node that cannot start every pool's pods at once")
+	flag.DurationVar(&o.warmup, "warmup", time.Minute, "the first phase's demand before the trace, not measured")
 	covers := flag.String("covers", "1", "variants of the rate × T rule: seconds of cover in start-up times (1: T itself)")
 	targets := flag.String("targets", "0.99", "variants of the autoscaler: targetWarmRatio")
 	flag.Parse()
@@ -166,11 +175,11 @@ type strategy struct {
 	auto  bool    // the built-in autoscaler
 }
 
-// sample is the pools' idle pods and replicas at one moment of the trace.
+// sample is a pool's idle pods and replicas at one moment of the trace.
 type sample struct {
 	at       time.Duration
-	idle     []int
-	replicas []int32
+	idle     int
+	replicas int32
 }
 
 func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) error {
@@ -236,87 +245,16 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 		pool.Spec.Autoscaling.TargetWarmRatio = t
 		strategies = append(strategies, strategy{name: name, pool: pool, auto: true})
 	}
-	for _, s := range strategies {
-		if err := c.Create(ctx, s.pool); err != nil {
-			return fmt.Errorf("create pool %s: %w", s.name, err)
-		}
-	}
-	for _, s := range strategies {
-		if err := waitIdle(ctx, rec, s.pool.Name, int(s.pool.Spec.Replicas), 3*time.Minute); err != nil {
-			return err
-		}
-	}
-
-	start := time.Now()
-	end := start.Add(length(phases))
-	rec.begin(start, end)
-	var wg sync.WaitGroup
-	var samples []sample
-	var smu sync.Mutex
-	tctx, tstop := context.WithCancel(ctx)
-	wg.Add(1)
-	go func() { // one sample a second, for the plot
-		defer wg.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			now := time.Now()
-			sm := sample{at: now.Sub(start)}
-			for _, s := range strategies {
-				pool := &sandboxv1alpha1.SandboxPool{}
-				_ = c.Get(tctx, client.ObjectKeyFromObject(s.pool), pool)
-				sm.idle = append(sm.idle, rec.idleNow(s.pool.Name))
-				sm.replicas = append(sm.replicas, pool.Spec.Replicas)
-			}
-			smu.Lock()
-			samples = append(samples, sm)
-			smu.Unlock()
-			select {
-			case <-tctx.Done():
-				return
-			case <-tick.C:
+	samples := make([][]sample, len(strategies))
+	b := &bench{c: c, rec: rec, ns: ns.Name, startup: startup, maxReplicas: maxReplicas, o: o, phases: phases, arrivals: arrivals}
+	if o.sequential {
+		for i := range strategies {
+			if err := b.replay(ctx, strategies[i:i+1], samples[i:i+1], true); err != nil {
+				return err
 			}
 		}
-	}()
-	for _, s := range strategies {
-		if s.cover > 0 {
-			wg.Add(1)
-			cover := time.Duration(s.cover * float64(startup))
-			go func() { defer wg.Done(); rateTimesT(tctx, c, rec, s.pool, cover, maxReplicas, o.scaleDownDelay) }()
-		}
-	}
-	var creates sync.WaitGroup
-	var createErr error
-	var emu sync.Mutex
-	for i, a := range arrivals {
-		time.Sleep(time.Until(start.Add(a.At)))
-		for _, s := range strategies {
-			name := fmt.Sprintf("%s-%04d", s.name, i)
-			rec.created(name, s.pool.Name, a.Phase)
-			creates.Add(1)
-			go func() {
-				defer creates.Done()
-				ex := wrappers.Execution(ns.Name, name).Pool(s.pool.Name).Obj()
-				if err := c.Create(ctx, ex); err != nil {
-					emu.Lock()
-					createErr = fmt.Errorf("create Execution %s: %w", name, err)
-					emu.Unlock()
-				}
-			}()
-		}
-	}
-	creates.Wait()
-	if createErr != nil {
-		tstop()
-		return createErr
-	}
-	time.Sleep(time.Until(end))
-	rec.finish()
-	tstop()
-	wg.Wait()
-	deadline := time.Now().Add(3 * time.Minute)
-	for rec.pending() > 0 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	} else if err := b.replay(ctx, strategies, samples, false); err != nil {
+		return err
 	}
 
 	results := make([]result, len(strategies))
@@ -346,6 +284,132 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+type bench struct {
+	c           client.Client
+	rec         *recorder
+	ns          string
+	startup     time.Duration
+	maxReplicas int32
+	o           options
+	phases      []phase
+	arrivals    []arrival
+}
+
+// replay creates the pools of group, gives them the warm-up and then the
+// trace, and waits for every claim to end; with clear, it then scales them
+// to zero so that the next group meets an idle machine.
+func (b *bench) replay(ctx context.Context, group []strategy, samples [][]sample, clear bool) error {
+	c, rec := b.c, b.rec
+	var pools []string
+	for _, s := range group {
+		if err := c.Create(ctx, s.pool); err != nil {
+			return fmt.Errorf("create pool %s: %w", s.name, err)
+		}
+		pools = append(pools, s.pool.Name)
+	}
+	for _, s := range group {
+		if err := waitIdle(ctx, rec, s.pool.Name, int(s.pool.Spec.Replicas), 3*time.Minute); err != nil {
+			return err
+		}
+	}
+	tctx, tstop := context.WithCancel(ctx)
+	defer tstop()
+	var wg sync.WaitGroup
+	for _, s := range group {
+		if s.cover > 0 {
+			wg.Add(1)
+			cover := time.Duration(s.cover * float64(b.startup))
+			go func() { defer wg.Done(); rateTimesT(tctx, c, rec, s.pool, cover, b.maxReplicas, b.o.scaleDownDelay) }()
+		}
+	}
+	var creates sync.WaitGroup
+	var createErr error
+	var emu sync.Mutex
+	claims := func(arrivals []arrival, start time.Time, prefix string) {
+		for i, a := range arrivals {
+			time.Sleep(time.Until(start.Add(a.At)))
+			for _, s := range group {
+				name := fmt.Sprintf("%s-%s%04d", s.name, prefix, i)
+				rec.created(name, s.pool.Name, a.Phase)
+				creates.Add(1)
+				go func() {
+					defer creates.Done()
+					ex := wrappers.Execution(b.ns, name).Pool(s.pool.Name).Obj()
+					if err := c.Create(ctx, ex); err != nil {
+						emu.Lock()
+						createErr = fmt.Errorf("create Execution %s: %w", name, err)
+						emu.Unlock()
+					}
+				}()
+			}
+		}
+	}
+	// The warm-up: the first phase's demand, not measured, so that every
+	// pool meets the trace as one that has been running (the fixed sizes
+	// were computed from the trace itself; the autoscaler learns).
+	if b.o.warmup > 0 {
+		warm := generate([]phase{{"warm-up", b.phases[0].Rate, b.o.warmup.Seconds()}}, b.o.seed+1)
+		for i := range warm {
+			warm[i].Phase = -1
+		}
+		claims(warm, time.Now(), "w")
+	}
+
+	start := time.Now()
+	end := start.Add(length(b.phases))
+	rec.begin(pools, start, end)
+	wg.Add(1)
+	go func() { // one sample a second, for the plot
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			at := time.Since(start)
+			for i, s := range group {
+				pool := &sandboxv1alpha1.SandboxPool{}
+				_ = c.Get(tctx, client.ObjectKeyFromObject(s.pool), pool)
+				samples[i] = append(samples[i], sample{at: at, idle: rec.idleNow(s.pool.Name), replicas: pool.Spec.Replicas})
+			}
+			select {
+			case <-tctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	claims(b.arrivals, start, "")
+	creates.Wait()
+	if createErr != nil {
+		return createErr
+	}
+	time.Sleep(time.Until(end))
+	rec.finish(pools)
+	tstop()
+	wg.Wait()
+	deadline := time.Now().Add(3 * time.Minute)
+	for rec.pending(pools) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !clear {
+		return nil
+	}
+	for _, s := range group {
+		pool := &sandboxv1alpha1.SandboxPool{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(s.pool), pool); err != nil {
+			return err
+		}
+		pool.Spec.Autoscaling = nil
+		pool.Spec.Replicas = 0
+		if err := c.Update(ctx, pool); err != nil {
+			return fmt.Errorf("scale pool %s to zero: %w", s.name, err)
+		}
+		if err := waitIdle(ctx, rec, s.pool.Name, -1, 5*time.Minute); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ var colours = []string{"#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#
 // plot draws the run as an SVG: above, the trace's claims per second (5-s
 // bins); below, each pool's idle pods over time (solid) and its
 // spec.replicas (dotted).
-func plot(title string, strategies []strategy, samples []sample, arrivals []arrival, span time.Duration) string {
+func plot(title string, strategies []strategy, samples [][]sample, arrivals []arrival, span time.Duration) string {
 	const (
 		w, left, right = 900, 60, 150
 		top1, h1       = 40, 120
@@ -45,21 +45,21 @@ func plot(title string, strategies []strategy, samples []sample, arrivals []arri
 
 	// Idle pods and replicas.
 	ymax := 1.0
-	for _, s := range samples {
-		for i := range s.idle {
-			ymax = max(ymax, float64(s.idle[i]), float64(s.replicas[i]))
+	for _, series := range samples {
+		for _, s := range series {
+			ymax = max(ymax, float64(s.idle), float64(s.replicas))
 		}
 	}
 	ymax = float64(int(ymax*1.1) + 1)
 	y := func(v float64) float64 { return top2 + h2 - float64(h2)*v/ymax }
 	for i, st := range strategies {
 		var idle, replicas []string
-		for _, s := range samples {
+		for _, s := range samples[i] {
 			if s.at > span {
 				break
 			}
-			idle = append(idle, fmt.Sprintf("%.1f,%.1f", x(s.at), y(float64(s.idle[i]))))
-			replicas = append(replicas, fmt.Sprintf("%.1f,%.1f", x(s.at), y(float64(s.replicas[i]))))
+			idle = append(idle, fmt.Sprintf("%.1f,%.1f", x(s.at), y(float64(s.idle))))
+			replicas = append(replicas, fmt.Sprintf("%.1f,%.1f", x(s.at), y(float64(s.replicas))))
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" points="%s"/>`+"\n", colours[i%len(colours)], strings.Join(idle, " "))
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1" stroke-dasharray="2,3" points="%s"/>`+"\n", colours[i%len(colours)], strings.Join(replicas, " "))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -18,8 +19,6 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	now    func() time.Time
-	start  time.Time // the measured span; zero before the trace starts
-	end    time.Time
 	pods   map[types.UID]*podState
 	claims map[string]*claim // by Execution name
 	pools  map[string]*poolState
@@ -35,7 +34,7 @@ type podState struct {
 
 type claim struct {
 	pool    string
-	phase   int
+	phase   int // of the trace; < 0 in the warm-up, not measured
 	created time.Time // just before the create call
 	served  time.Time // its pod's claim seen; zero before
 	warm    bool      // that pod was Ready before the claim was made
@@ -44,6 +43,7 @@ type claim struct {
 }
 
 type poolState struct {
+	start, end  time.Time // the measured span; zero before the trace starts
 	idle        int
 	last        time.Time
 	idleSeconds float64
@@ -67,13 +67,13 @@ func (r *recorder) pool(name string) *poolState {
 
 // advance adds the pool's idle pods since its last change, within the span.
 func (r *recorder) advance(p *poolState, now time.Time) {
-	if !r.start.IsZero() {
+	if !p.start.IsZero() {
 		from, to := p.last, now
-		if from.Before(r.start) {
-			from = r.start
+		if from.Before(p.start) {
+			from = p.start
 		}
-		if !r.end.IsZero() && to.After(r.end) {
-			to = r.end
+		if to.After(p.end) {
+			to = p.end
 		}
 		if to.After(from) {
 			p.idleSeconds += float64(p.idle) * to.Sub(from).Seconds()
@@ -82,23 +82,29 @@ func (r *recorder) advance(p *poolState, now time.Time) {
 	p.last = now
 }
 
-// begin starts the measured span.
-func (r *recorder) begin(start, end time.Time) {
+// begin starts the pools' measured span.
+func (r *recorder) begin(pools []string, start, end time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, p := range r.pools {
+	for _, name := range pools {
+		p := r.pool(name)
 		r.advance(p, start)
+		p.start, p.end = start, end
 	}
-	r.start, r.end = start, end
 }
 
-// finish closes the idle integrals at the span's end.
-func (r *recorder) finish() {
+// finish closes the pools' idle integrals at their span's end.
+func (r *recorder) finish(pools []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, p := range r.pools {
-		r.advance(p, r.end)
+	for _, name := range pools {
+		p := r.pool(name)
+		r.advance(p, p.end)
 	}
+}
+
+func (p *poolState) inSpan(t time.Time) bool {
+	return !p.start.IsZero() && !t.Before(p.start) && t.Before(p.end)
 }
 
 // created records a claim about to be made.
@@ -134,7 +140,7 @@ func (r *recorder) onPod(pod *corev1.Pod, gone bool) {
 		}
 		st = &podState{pool: pool, seen: now}
 		r.pods[pod.UID] = st
-		if !r.start.IsZero() && now.Before(r.end) {
+		if ps.inSpan(now) {
 			ps.podsMade++
 		}
 	}
@@ -142,7 +148,7 @@ func (r *recorder) onPod(pod *corev1.Pod, gone bool) {
 	if ready && st.ready.IsZero() {
 		st.ready = now
 		ps.startups = append(ps.startups, now.Sub(st.seen))
-		if !r.start.IsZero() && !st.seen.Before(r.start) && st.seen.Before(r.end) {
+		if ps.inSpan(st.seen) {
 			ps.spanStarts = append(ps.spanStarts, now.Sub(st.seen))
 		}
 	}
@@ -224,13 +230,13 @@ func (r *recorder) since(pool string, t time.Time) int {
 	return n
 }
 
-// pending counts the claims that have not ended.
-func (r *recorder) pending() int {
+// pending counts the claims of pools that have not ended.
+func (r *recorder) pending(pools []string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, c := range r.claims {
-		if !c.ended {
+		if !c.ended && slices.Contains(pools, c.pool) {
 			n++
 		}
 	}
@@ -262,7 +268,7 @@ func (r *recorder) result(pool string, phases int) result {
 	res := result{PhaseClaims: make([]int, phases), PhaseWarm: make([]int, phases)}
 	var waits []time.Duration
 	for _, c := range r.claims {
-		if c.pool != pool {
+		if c.pool != pool || c.phase < 0 {
 			continue
 		}
 		res.Claims++
