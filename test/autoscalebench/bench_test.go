@@ -68,7 +68,7 @@ func TestRecorderCountsIdleSecondsWarmClaimsAndWaits(t *testing.T) {
 	r.onPod(pod("a", false, ""), false)
 	c.step(2 * time.Second)
 	r.onPod(pod("a", true, ""), false) // idle from 1002, before the span
-	r.created("before", "p", -1) // a warm-up claim: not measured
+	r.created("before", "p", -1)       // a warm-up claim: not measured
 	r.begin([]string{"p"}, c.t.Add(time.Second), c.t.Add(11*time.Second))
 	c.step(3 * time.Second)
 	r.created("warm", "p", 0) // at 1005: pod a is Ready

@@ -34,7 +34,7 @@ type podState struct {
 
 type claim struct {
 	pool    string
-	phase   int // of the trace; < 0 in the warm-up, not measured
+	phase   int       // of the trace; < 0 in the warm-up, not measured
 	created time.Time // just before the create call
 	served  time.Time // its pod's claim seen; zero before
 	warm    bool      // that pod was Ready before the claim was made
