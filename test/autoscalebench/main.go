@@ -49,6 +49,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -63,6 +64,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/autoscale"
@@ -109,6 +111,7 @@ func main() {
 	targets := flag.String("targets", "0.99", "variants of the autoscaler: targetWarmRatio")
 	flag.Parse()
 	quietKlog()
+	logf.SetLogger(logr.Discard()) // the manager's and the kubelet's logs (envtest) stay off the report
 	for _, c := range strings.Split(*covers, ",") {
 		k, err := strconv.ParseFloat(strings.TrimSpace(c), 64)
 		if err != nil || k <= 0 {
