@@ -51,6 +51,14 @@ type poolRecord struct {
 	seeded       bool
 }
 
+func (r *poolRecord) warmHitRatio(now time.Time, window time.Duration) (float64, bool) {
+	served := r.served.Count(now, window)
+	if served == 0 {
+		return 0, false
+	}
+	return float64(r.warm.Count(now, window)) / float64(served), true
+}
+
 func newAutoscalers(now func() time.Time, window time.Duration) *autoscalers {
 	if window <= 0 {
 		window = defaultStableWindow
@@ -90,6 +98,18 @@ func (a *autoscalers) claimed(pool types.NamespacedName, warm bool) {
 	if warm {
 		r.warm.Add(now, 1)
 	}
+}
+
+// warmHitRatio is the share of the pool's claims of the long window served
+// warm, for every pool (autoscaled or not); false without claims.
+func (a *autoscalers) warmHitRatio(pool types.NamespacedName) (float64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.pools[pool]
+	if !ok {
+		return 0, false
+	}
+	return r.warmHitRatio(a.now(), a.stable)
 }
 
 // started records the creation-to-Ready time of one of the pool's pods.
@@ -161,8 +181,8 @@ func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decis
 		Reason:          d.Reason,
 		Message:         d.Message,
 	}
-	if served := r.served.Count(now, a.stable); served > 0 {
-		st.WarmHitRatio = strconv.FormatFloat(float64(r.warm.Count(now, a.stable))/float64(served), 'f', 3, 64)
+	if ratio, ok := r.warmHitRatio(now, a.stable); ok {
+		st.WarmHitRatio = strconv.FormatFloat(ratio, 'f', 3, 64)
 	}
 	metrics.PoolDesiredReplicas.WithLabelValues(pool.Namespace, pool.Name).Set(float64(d.Replicas))
 	if d.Replicas == 0 {

@@ -7,11 +7,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/autoscale"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
 
@@ -67,6 +69,10 @@ var _ = Describe("SandboxPool autoscaling", func() {
 				return -1
 			}
 			return ratio
+		}).Should(And(BeNumerically(">", 0), BeNumerically("<", 1)))
+		// The same ratio as a metric, for dashboards and alerts.
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.PoolWarmHitRatio.WithLabelValues(ns, "python"))
 		}).Should(And(BeNumerically(">", 0), BeNumerically("<", 1)))
 		Eventually(func() int { return idleReady(ns, "python") }).Should(BeNumerically(">=", 6))
 

@@ -199,7 +199,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 					pods.requeueWithin(quotaRetry)
 					break
 				}
-				// Say why in the status: a missing RuntimeClass, a quota, a policy...
+				// Say why in the status: a missing RuntimeClass, a policy, a quota the pod does not fit (no limits)...
 				pods.degradedReason, pods.degMsg = "CreatePodFailed", err.Error()
 				errs = append(errs, err)
 				break
@@ -547,6 +547,11 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "warming").Set(float64(len(pods.warming) + len(pods.staleWarm)))
 	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "busy").Set(float64(len(pods.busy)))
 	metrics.PoolPending.WithLabelValues(pool.Namespace, pool.Name).Set(float64(pending))
+	if ratio, ok := r.autoscalers.warmHitRatio(client.ObjectKeyFromObject(pool)); ok {
+		metrics.PoolWarmHitRatio.WithLabelValues(pool.Namespace, pool.Name).Set(ratio)
+	} else {
+		metrics.PoolWarmHitRatio.DeleteLabelValues(pool.Namespace, pool.Name)
+	}
 }
 
 // SetupWithManager registers the reconciler: pools, their pods and Secrets,

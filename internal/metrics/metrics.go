@@ -80,6 +80,14 @@ var (
 		Name: "warmpool_llm_call_duration_seconds", Help: "Duration of calls to ModelEndpoints.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
 	}, []string{"endpoint"})
+	// PoolWarmHitRatio is the share of a pool's claims of the last minute
+	// that found a warm pod (status.autoscaling.warmHitRatio for autoscaled
+	// pools), for dashboards and alerts; over other windows,
+	// rate(warmpool_pool_claims_total{outcome="warm"}) over all outcomes.
+	PoolWarmHitRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_warm_hit_ratio",
+		Help: "Share of a SandboxPool's claims of the last minute served by a pod that was Ready before the claim (absent without claims).",
+	}, []string{"namespace", "pool"})
 	// PoolDesiredReplicas is the idle pods an autoscaled pool's autoscaler asks for.
 	PoolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_autoscaler_desired_replicas", Help: "Idle pods the autoscaler of a SandboxPool asks for.",
@@ -88,7 +96,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending,
-		DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolDesiredReplicas, LLMCalls, LLMTokens, LLMCallDuration)
+		DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas, LLMCalls, LLMTokens, LLMCallDuration)
 }
 
 // ForgetPool removes a deleted pool's series.
@@ -101,4 +109,5 @@ func ForgetPool(namespace, pool string) {
 		PoolClaims.DeleteLabelValues(namespace, pool, o)
 	}
 	PoolDesiredReplicas.DeleteLabelValues(namespace, pool)
+	PoolWarmHitRatio.DeleteLabelValues(namespace, pool)
 }

@@ -64,7 +64,13 @@ type Kubelet struct {
 	// starts this long after the kubelet first saw the pod (so a pod becomes
 	// Ready about StartDelay after its creation). Waiting pods hold no worker.
 	StartDelay time.Duration
-	firstSeen  map[types.UID]time.Time
+	firstSeen  map[types.NamespacedName]seen
+}
+
+// seen is when the kubelet first saw a pod (of that UID).
+type seen struct {
+	uid types.UID
+	at  time.Time
 }
 
 type proc struct {
@@ -185,7 +191,7 @@ func (k *Kubelet) Started() int {
 // SetupWithManager registers the kubelet as a controller of sandbox pods.
 func (k *Kubelet) SetupWithManager(mgr ctrl.Manager) error {
 	k.procs = map[types.NamespacedName]*proc{}
-	k.firstSeen = map[types.UID]time.Time{}
+	k.firstSeen = map[types.NamespacedName]seen{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Pod{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
@@ -199,11 +205,9 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	err := k.Get(ctx, req.NamespacedName, pod)
 	if apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil) {
 		k.stop(req.NamespacedName)
-		if err == nil {
-			k.mu.Lock()
-			delete(k.firstSeen, pod.UID)
-			k.mu.Unlock()
-		}
+		k.mu.Lock()
+		delete(k.firstSeen, req.NamespacedName)
+		k.mu.Unlock()
 		return ctrl.Result{}, nil
 	}
 	if err != nil || pod.Labels[sandboxpod.LabelPool] == "" {
@@ -237,7 +241,7 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 					Message: fmt.Sprintf("Back-off pulling image %q", pod.Spec.Containers[0].Image)}}}}
 		})
 	}
-	if wait := k.delay(pod.UID); wait > 0 {
+	if wait := k.delay(req.NamespacedName, pod.UID); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	// A pod deleted while its agent started is no error.
@@ -245,20 +249,20 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 }
 
 // delay is how much longer the pod's start is held back by StartDelay.
-func (k *Kubelet) delay(uid types.UID) time.Duration {
+func (k *Kubelet) delay(key types.NamespacedName, uid types.UID) time.Duration {
 	if k.StartDelay <= 0 {
 		return 0
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	seen, ok := k.firstSeen[uid]
-	if !ok {
-		seen = time.Now()
-		k.firstSeen[uid] = seen
+	first, ok := k.firstSeen[key]
+	if !ok || first.uid != uid {
+		first = seen{uid: uid, at: time.Now()}
+		k.firstSeen[key] = first
 	}
-	wait := k.StartDelay - time.Since(seen)
-	if wait <= 0 { // started now: a pod deleted before is forgotten on deletion
-		delete(k.firstSeen, uid)
+	wait := k.StartDelay - time.Since(first.at)
+	if wait <= 0 { // starting now; a pod deleted before is forgotten on deletion
+		delete(k.firstSeen, key)
 	}
 	return wait
 }
