@@ -11,6 +11,9 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
 GINKGO_VERSION ?= v2.34.0
 KIND_VERSION ?= v0.30.0
+# Prometheus v3.16.0 (its Go module is versioned v0.316.0): promtool checks the
+# alerts and the dashboard's queries; the e2e suite scrapes the manager with it.
+PROMETHEUS_VERSION ?= v0.316.0
 # Control-plane versions for envtest; hack/k8s-binaries.sh builds them from Go modules.
 K8S_VERSION ?= v1.34.10
 ETCD_VERSION ?= v3.5.35
@@ -19,10 +22,17 @@ LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 KIND ?= $(LOCALBIN)/kind
+PROMTOOL ?= $(LOCALBIN)/promtool
+PROMETHEUS ?= $(LOCALBIN)/prometheus
 # No kubectl is assumed on the machine: it is built from Go modules and cached, on first use.
 KUBECTL ?= $(shell K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kubectl)/kubectl
 
 GO ?= go
+# The build's identity (warmpool_build_info, `kubectl warmpool version`): the
+# nearest tag and the commit, "-dirty" with uncommitted changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_LDFLAGS = -X github.com/warmpool/warmpool/internal/version.Version=$(VERSION) -X github.com/warmpool/warmpool/internal/version.Commit=$(COMMIT)
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -89,14 +99,18 @@ bench-autoscale: ## Replay the autoscaling trace on envtest: fixed pools, the ra
 E2E_TIMEOUT ?= 30m
 
 .PHONY: test-e2e
-test-e2e: kustomize ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
+test-e2e: kustomize prometheus ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
 	@local="$$(hack/local-cluster.sh kubeconfig)"; \
 	if [ -z "$$KUBECONFIG" ] || [ "$$KUBECONFIG" = "$$local" ]; then \
 		hack/local-cluster.sh up; \
 		export KUBECONFIG="$$local"; \
 	fi; \
-	KUBECTL="$(KUBECTL)" E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
+	KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
 		-v -ginkgo.v $(E2E_ARGS)
+
+.PHONY: check-monitoring
+check-monitoring: promtool ## Check config/prometheus's alerts (promtool check + unit tests) and config/grafana's dashboard queries.
+	$(GO) run ./hack/monitoring check -promtool $(PROMTOOL)
 
 ##@ Build
 
@@ -119,7 +133,7 @@ NUMPY_FOR_IMAGE ?= /usr/lib/python3/dist-packages/numpy
 images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar, dist/pause.tar.
 	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) hack/image-deps.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/manager ./cmd/manager
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/pause ./hack/pause
 	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
 		$(if $(NUMPY_FOR_IMAGE),-python-packages $(NUMPY_FOR_IMAGE)) \
@@ -195,6 +209,16 @@ $(KIND): | $(LOCALBIN)
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
+
+.PHONY: promtool
+promtool: $(PROMTOOL)
+$(PROMTOOL): | $(LOCALBIN)
+	$(call go-install-tool,$(PROMTOOL),github.com/prometheus/prometheus/cmd/promtool,$(PROMETHEUS_VERSION))
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS)
+$(PROMETHEUS): | $(LOCALBIN)
+	$(call go-install-tool,$(PROMETHEUS),github.com/prometheus/prometheus/cmd/prometheus,$(PROMETHEUS_VERSION))
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN)

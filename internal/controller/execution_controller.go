@@ -19,6 +19,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/metrics"
@@ -222,11 +223,47 @@ func (r *ExecutionReconciler) recordEnd(ex *sandboxv1alpha1.Execution) {
 		evType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(ex, nil, evType, c.Reason, "Finish", "%s: %s", ex.Status.Phase, c.Message)
-	metrics.ExecutionsTotal.WithLabelValues(string(ex.Status.Phase)).Inc()
+	metrics.ExecutionsTotal.WithLabelValues(string(ex.Status.Phase), c.Reason).Inc()
+	if cause := interruptCause(ex); cause != "" {
+		metrics.ExecutionInterrupts.WithLabelValues(cause).Inc()
+	}
+	if cause := killCause(ex, c.Reason); cause != "" {
+		metrics.ExecutionKills.WithLabelValues(cause).Inc()
+	}
 	metrics.EndToEnd.Observe(ex.Status.CompletionTime.Sub(ex.CreationTimestamp.Time).Seconds())
 	if ex.Status.DurationMillis != nil {
 		metrics.RunDuration.Observe(float64(*ex.Status.DurationMillis) / 1000)
 	}
+}
+
+// interruptCause says why the code of a finished Execution was interrupted,
+// if it was: only started code is (a cancelled pending one never ran).
+func interruptCause(ex *sandboxv1alpha1.Execution) string {
+	if ex.Status.StartTime == nil {
+		return ""
+	}
+	switch ex.Status.Phase {
+	case sandboxv1alpha1.PhaseTimedOut:
+		return "timeout"
+	case sandboxv1alpha1.PhaseCancelled:
+		return "cancel"
+	}
+	return ""
+}
+
+// killCause says why a finished Execution's interpreter was killed, if it was.
+func killCause(ex *sandboxv1alpha1.Execution, reason string) string {
+	switch {
+	case ex.Status.Error != nil && ex.Status.Error.Type == protocol.ErrorInterpreterKilled:
+		return "interrupt_ignored"
+	case reason == sandboxv1alpha1.ReasonOOMKilled || reason == sandboxv1alpha1.ReasonMemoryLimitExceeded:
+		return "memory"
+	case ex.Status.Phase == sandboxv1alpha1.PhaseTimedOut && ex.Status.Error != nil && ex.Status.Error.Type == sandboxv1alpha1.ReasonTimedOut:
+		// finish names the error after the reason only when the agent gave
+		// no result: it could not stop the code, and the pod goes.
+		return "unresponsive"
+	}
+	return ""
 }
 
 // deleted stops the run of an Execution that was deleted while it ran and

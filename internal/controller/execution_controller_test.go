@@ -48,7 +48,7 @@ var _ = Describe("Execution", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("succeeds with its stdout and result, and the used pod is replaced", func() {
-		succeeded := testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded)))
+		succeeded := testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded), sandboxv1alpha1.ReasonSucceeded))
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
 		before := poolPods(ns, "python")[0].Name
 		ex := run(wrappers.Execution(ns, "hello").Code("print('hello')\nimport sys; print('warn', file=sys.stderr)\n6 * 7").Obj())
@@ -63,7 +63,7 @@ var _ = Describe("Execution", func() {
 		Expect(ex.Status.Duration).NotTo(BeEmpty())
 		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(HaveField("Reason", sandboxv1alpha1.ReasonSucceeded))
 		Eventually(func() float64 {
-			return testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded)))
+			return testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded), sandboxv1alpha1.ReasonSucceeded))
 		}).Should(BeNumerically(">", succeeded), "warmpool_executions_total counts it")
 		// reusePolicy Never: the pod is gone and a fresh one takes its place.
 		Eventually(func() bool {
@@ -84,6 +84,7 @@ var _ = Describe("Execution", func() {
 	})
 
 	It("stops an infinite loop at its timeout with partial output, deletes the pod and refills the pool", func() {
+		interrupts := testutil.ToFloat64(metrics.ExecutionInterrupts.WithLabelValues("timeout"))
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
 		pod := poolPods(ns, "python")[0].Name
 		ex := run(wrappers.Execution(ns, "loop").Timeout(time.Second).
@@ -94,6 +95,9 @@ var _ = Describe("Execution", func() {
 		// The agent's clock starts when the run reaches it, a few ms after
 		// status.startTime, and it stops the code at startTime + timeout.
 		Expect(*ex.Status.DurationMillis).To(BeNumerically("~", 1000, 60))
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.ExecutionInterrupts.WithLabelValues("timeout"))
+		}).Should(BeNumerically(">", interrupts), "warmpool_execution_interrupts_total{cause=timeout} counts it")
 		Eventually(func() bool {
 			pods := poolPods(ns, "python")
 			return len(pods) == 1 && pods[0].Name != pod && sandboxpod.IsReady(&pods[0])
@@ -101,6 +105,7 @@ var _ = Describe("Execution", func() {
 	})
 
 	It("kills code that ignores KeyboardInterrupt after the grace period", func() {
+		kills := testutil.ToFloat64(metrics.ExecutionKills.WithLabelValues("interrupt_ignored"))
 		createPoolAndWait(wrappers.Pool(ns, "python").GracePeriod(500 * time.Millisecond).Obj())
 		pod := poolPods(ns, "python")[0].Name
 		ex := run(wrappers.Execution(ns, "stubborn").Timeout(500 * time.Millisecond).Code(`import time
@@ -115,6 +120,9 @@ while True:
 		Expect(ex.Status.Error.Message).To(ContainSubstring("did not stop"))
 		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Message).To(HavePrefix(
 			"the code did not stop at SIGINT at the timeout of 500ms and was killed 500ms later"))
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.ExecutionKills.WithLabelValues("interrupt_ignored"))
+		}).Should(BeNumerically(">", kills), "warmpool_execution_kills_total{cause=interrupt_ignored} counts it")
 		Eventually(func() []corev1.Pod { return poolPods(ns, "python") }).ShouldNot(ContainElement(HaveField("Name", pod)))
 	})
 

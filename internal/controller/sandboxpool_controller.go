@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -245,7 +246,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
 		}
 	}
-	r.recordMetrics(pool, pods, pending)
+	r.recordMetrics(pool, &status, pods, pending)
 	if c := meta.FindStatusCondition(status.Conditions, sandboxv1alpha1.PoolConditionScalingLimited); c.Status == metav1.ConditionTrue &&
 		(c.Reason == sandboxv1alpha1.ReasonResourceQuota || c.Reason == sandboxv1alpha1.ReasonMaxPods) {
 		// The autoscaler's own caps have their AutoscalingCapped event.
@@ -542,16 +543,54 @@ func (r *SandboxPoolReconciler) status(pool *sandboxv1alpha1.SandboxPool, pods p
 	return st
 }
 
-func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pending int32) {
+func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool, status *sandboxv1alpha1.SandboxPoolStatus, pods poolPods, pending int32) {
 	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "idle").Set(float64(len(pods.idle) + len(pods.staleIdle)))
 	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "warming").Set(float64(len(pods.warming) + len(pods.staleWarm)))
 	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "busy").Set(float64(len(pods.busy)))
 	metrics.PoolPending.WithLabelValues(pool.Namespace, pool.Name).Set(float64(pending))
+	sessions := 0
+	for _, p := range pods.busy {
+		if claim.Session(p) != "" {
+			sessions++
+		}
+	}
+	metrics.PoolSessions.WithLabelValues(pool.Namespace, pool.Name).Set(float64(sessions))
+	for _, c := range status.Conditions {
+		v := 0.0
+		if c.Status == metav1.ConditionTrue {
+			v = 1
+		}
+		metrics.PoolCondition.WithLabelValues(pool.Namespace, pool.Name, c.Type).Set(v)
+	}
+	setTimestamp(metrics.PoolOldestWarming, pool, oldestCreated(pods.warming, pods.staleWarm))
+	setTimestamp(metrics.PoolOldestPending, pool, r.Dispatcher.OldestWaiting(client.ObjectKeyFromObject(pool)))
 	if ratio, ok := r.autoscalers.warmHitRatio(client.ObjectKeyFromObject(pool)); ok {
 		metrics.PoolWarmHitRatio.WithLabelValues(pool.Namespace, pool.Name).Set(ratio)
 	} else {
 		metrics.PoolWarmHitRatio.DeleteLabelValues(pool.Namespace, pool.Name)
 	}
+}
+
+// oldestCreated is the earliest creation time of the pods (zero for none).
+func oldestCreated(lists ...[]*corev1.Pod) time.Time {
+	var oldest time.Time
+	for _, pods := range lists {
+		for _, p := range pods {
+			if t := p.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+				oldest = t
+			}
+		}
+	}
+	return oldest
+}
+
+// setTimestamp sets a pool's timestamp gauge, or removes it for the zero time.
+func setTimestamp(g *prometheus.GaugeVec, pool *sandboxv1alpha1.SandboxPool, t time.Time) {
+	if t.IsZero() {
+		g.DeleteLabelValues(pool.Namespace, pool.Name)
+		return
+	}
+	g.WithLabelValues(pool.Namespace, pool.Name).Set(float64(t.UnixNano()) / 1e9)
 }
 
 // SetupWithManager registers the reconciler: pools, their pods and Secrets,

@@ -5,12 +5,16 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
@@ -176,5 +180,41 @@ var _ = Describe("SandboxPool", func() {
 		))
 		Consistently(func() int { return len(poolPods(ns, "broken")) }, 300*time.Millisecond).Should(Equal(1),
 			"a pod that cannot start is not multiplied")
+
+		// What the alerts of config/prometheus read: the condition, how long
+		// the oldest pod has been starting, and how long work has waited.
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.PoolCondition.WithLabelValues(ns, "broken", sandboxv1alpha1.PoolConditionDegraded))
+		}).Should(Equal(1.0))
+		created := poolPods(ns, "broken")[0].CreationTimestamp.Unix()
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.PoolOldestWarming.WithLabelValues(ns, "broken"))
+		}).Should(BeNumerically("~", created, 1))
+		waiting := wrappers.Execution(ns, "waits").Pool("broken").Code("1").Obj()
+		Expect(k8s.Create(ctx, waiting)).To(Succeed())
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.PoolOldestPending.WithLabelValues(ns, "broken"))
+		}).Should(BeNumerically("~", getExec(waiting).CreationTimestamp.Unix(), 1))
+		Expect(k8s.Delete(ctx, waiting)).To(Succeed())
+		Eventually(func() bool { return hasSeries(metrics.PoolOldestPending, ns, "broken") }).Should(BeFalse(),
+			"nothing waits: the series is gone")
 	})
 })
+
+// hasSeries reports whether a pool's series of a gauge exists (asking for it
+// with WithLabelValues would create it).
+func hasSeries(g *prometheus.GaugeVec, namespace, pool string) bool {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { g.Collect(ch); close(ch) }()
+	found := false
+	for m := range ch {
+		var d dto.Metric
+		Expect(m.Write(&d)).To(Succeed())
+		labels := map[string]string{}
+		for _, l := range d.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		found = found || (labels["namespace"] == namespace && labels["pool"] == pool)
+	}
+	return found
+}

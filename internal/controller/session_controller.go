@@ -26,6 +26,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -479,7 +480,11 @@ func (r *SessionReconciler) health(ctx context.Context, pod *corev1.Pod) (*proto
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Ready(ctx)
+	h, err := r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Ready(ctx)
+	if err != nil {
+		metrics.AgentErrors.WithLabelValues("health").Inc()
+	}
+	return h, err
 }
 
 // mayWriteActivity rations the writes of a Session's activity.
@@ -542,6 +547,7 @@ func (r *SessionReconciler) end(ctx context.Context, ses *sandboxv1alpha1.Sessio
 		evType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(ses, nil, evType, reason, string(phase), "Session %s: %s", phase, msg)
+	metrics.SessionsEnded.WithLabelValues(string(phase), reason).Inc()
 	return r.free(ctx, ses)
 }
 

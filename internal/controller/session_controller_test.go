@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -12,6 +13,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -90,9 +92,12 @@ var _ = Describe("Session", func() {
 	})
 
 	It("closes after its idle timeout, frees its pod, and fails later Executions naming it", func() {
+		idleClosed := testutil.ToFloat64(metrics.SessionsEnded.WithLabelValues(string(sandboxv1alpha1.SessionClosed), sandboxv1alpha1.ReasonIdleTimeout))
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		Expect(k8s.Create(ctx, wrappers.Session(ns, "brief").IdleTimeout(2*time.Second).Obj())).To(Succeed())
 		ready := sessionIn(ns, "brief", sandboxv1alpha1.SessionReady)
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.PoolSessions.WithLabelValues(ns, "python")) }).Should(Equal(1.0),
+			"warmpool_pool_sessions counts the leased pod")
 		ex := run(wrappers.Execution(ns, "in-time").Session("brief").Code("z = 1").Obj())
 		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
 		closed := sessionIn(ns, "brief", sandboxv1alpha1.SessionClosed)
@@ -102,6 +107,10 @@ var _ = Describe("Session", func() {
 		Expect(closed.Status.LastActivityTime).NotTo(BeNil())
 		Expect(time.Since(ex.Status.CompletionTime.Time)).To(BeNumerically(">=", 2*time.Second))
 		Eventually(sessionPodGone(ns, ready.Status.PodName), 20*time.Second).Should(BeTrue())
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.SessionsEnded.WithLabelValues(string(sandboxv1alpha1.SessionClosed), sandboxv1alpha1.ReasonIdleTimeout))
+		}).Should(BeNumerically(">", idleClosed), "warmpool_sessions_ended_total counts it")
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.PoolSessions.WithLabelValues(ns, "python")) }).Should(BeZero())
 		late := run(wrappers.Execution(ns, "too-late").Session("brief").Code("z").Obj())
 		Expect(late.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
 		Expect(condition(late.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(And(

@@ -810,6 +810,35 @@ func (d *Dispatcher) Waiting(key types.NamespacedName) int {
 	return n
 }
 
+// OldestWaiting is the creation time of the pool's longest-waiting Execution
+// or Session (zero when none waits): the queues are heaps ordered by it.
+func (d *Dispatcher) OldestWaiting(key types.NamespacedName) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.pools[key]
+	if p == nil {
+		return time.Time{}
+	}
+	var oldest time.Time
+	consider := func(t time.Time) {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	if p.queue.Len() > 0 {
+		consider(p.queue[0].e.created)
+	}
+	for _, s := range p.sessions {
+		if s.queue.Len() > 0 {
+			consider(s.queue[0].e.created)
+		}
+		if s.lease != nil && s.lease.poolIdx < 0 && s.lease.state == waiting {
+			consider(s.lease.created)
+		}
+	}
+	return oldest
+}
+
 // WaitingOf lists a pool's waiting Executions (to tell them the pool changed).
 func (d *Dispatcher) WaitingOf(key types.NamespacedName) []types.NamespacedName {
 	d.mu.Lock()

@@ -72,6 +72,30 @@ func TestFirstComeFirstServed(t *testing.T) {
 	}
 }
 
+// OldestWaiting feeds warmpool_pool_oldest_pending_created_timestamp_seconds:
+// the longest-waiting claim, and nothing once every claim has a pod.
+func TestOldestWaitingIsTheHeadOfTheQueue(t *testing.T) {
+	d, _ := newDispatcher()
+	if got := d.OldestWaiting(poolKey); !got.IsZero() {
+		t.Fatalf("empty pool: %v, want zero", got)
+	}
+	d.UpdateExecution(ex("late", 20).Obj())
+	d.UpdateExecution(ex("early", 5).Obj())
+	d.UpdateSession(ses("nb", 10).Obj())
+	if got, want := d.OldestWaiting(poolKey), t0.Add(5*time.Second); !got.Equal(want) {
+		t.Fatalf("oldest %v, want %v (early)", got, want)
+	}
+	d.UpdatePod(pod("p1").Obj())
+	if got, want := d.OldestWaiting(poolKey), t0.Add(10*time.Second); !got.Equal(want) {
+		t.Fatalf("after early got a pod: %v, want %v (the Session)", got, want)
+	}
+	d.UpdatePod(pod("p2").Obj())
+	d.UpdatePod(pod("p3").Obj())
+	if got := d.OldestWaiting(poolKey); !got.IsZero() {
+		t.Fatalf("all served: %v, want zero", got)
+	}
+}
+
 // Regression (issue 10, item 4): with session followers older than a plain
 // Execution, a freed pod used to wake the oldest waiting Executions, the
 // followers, which cannot take it, and the plain Execution waited for an

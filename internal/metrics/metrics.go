@@ -7,14 +7,51 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/warmpool/warmpool/internal/version"
 )
 
 var (
-	// ExecutionsTotal counts finished Executions by phase.
+	// BuildInfo is 1, labelled with the running build, the way Prometheus
+	// and most exporters say which version a target runs (join on it, or
+	// alert on its absence: every manager replica exports it, leader or not).
+	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_build_info",
+		Help: "A metric with a constant '1' value labelled by the version, revision and Go version of the running manager.",
+	}, []string{"version", "revision", "goversion"})
+
+	// ExecutionsTotal counts finished Executions by phase and the reason of
+	// their Complete condition (a fixed set: Succeeded, Error, TimedOut,
+	// SandboxLost, OOMKilled, MemoryLimitExceeded, ...).
 	ExecutionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warmpool_executions_total",
-		Help: "Finished Executions by final phase.",
-	}, []string{"phase"})
+		Help: "Finished Executions by final phase and reason.",
+	}, []string{"phase", "reason"})
+	// ExecutionInterrupts counts running code that was interrupted (SIGINT,
+	// KeyboardInterrupt) and why: its timeout, or a cancel.
+	ExecutionInterrupts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_execution_interrupts_total",
+		Help: "Executions whose running code was interrupted, by cause (timeout, cancel).",
+	}, []string{"cause"})
+	// ExecutionKills counts runs that ended with the interpreter killed and
+	// the pod deleted, by cause: interrupt_ignored (the code outlived SIGINT
+	// by the grace period), memory (the memory limit or the OOM killer),
+	// unresponsive (the agent did not answer by the deadline and grace).
+	ExecutionKills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_execution_kills_total",
+		Help: "Executions whose interpreter was killed, by cause (interrupt_ignored, memory, unresponsive).",
+	}, []string{"cause"})
+	// AgentErrors counts the manager's calls to sandbox agents that failed
+	// (no answer, refused, a broken stream) by operation.
+	AgentErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_agent_request_errors_total",
+		Help: "Failed calls of the manager to sandbox agents by operation (execute, attach, interrupt, reset, health).",
+	}, []string{"operation"})
+	// SessionsEnded counts Sessions that reached a final phase, by phase and reason.
+	SessionsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_sessions_ended_total",
+		Help: "Sessions that ended, by final phase (Closed, Lost, ...) and reason (IdleTimeout, MaxLifetimeReached, SandboxLost, ...).",
+	}, []string{"phase", "reason"})
 
 	// DataPlaneRequests counts data-plane requests by subresource and HTTP code.
 	DataPlaneRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,6 +90,26 @@ var (
 	PoolPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_pods", Help: "Pods of a SandboxPool by state.",
 	}, []string{"namespace", "pool", "state"})
+	// PoolSessions counts a pool's pods held by Sessions (part of the busy pods).
+	PoolSessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_sessions", Help: "Pods of a SandboxPool held by Sessions (Sessions and Executions with spec.session).",
+	}, []string{"namespace", "pool"})
+	// PoolCondition mirrors a pool's status conditions (1 True, 0 otherwise),
+	// for alerts on Degraded and ScalingLimited with the status's own judgement.
+	PoolCondition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_status_condition", Help: "Conditions of a SandboxPool's status by type: 1 when True, 0 otherwise.",
+	}, []string{"namespace", "pool", "type"})
+	// PoolOldestWarming and PoolOldestPending are timestamps, not ages, so
+	// that they stay right between reconciles: time() - x is the age; the
+	// series is absent while there is nothing of the kind.
+	PoolOldestWarming = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_oldest_warming_pod_created_timestamp_seconds",
+		Help: "Creation time (Unix seconds) of a SandboxPool's oldest pod that is not Ready yet; absent when none starts.",
+	}, []string{"namespace", "pool"})
+	PoolOldestPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_oldest_pending_created_timestamp_seconds",
+		Help: "Creation time (Unix seconds) of a SandboxPool's oldest Execution or Session waiting for a pod; absent when none waits.",
+	}, []string{"namespace", "pool"})
 	// PoolPending counts a pool's Executions waiting for a pod.
 	PoolPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_pending_executions", Help: "Executions waiting for a pod of a SandboxPool.",
@@ -95,8 +152,27 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(ExecutionsTotal, QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolPending,
-		DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas, LLMCalls, LLMTokens, LLMCallDuration)
+	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
+		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
+		PoolPending, DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		LLMCalls, LLMTokens, LLMCallDuration)
+	v := version.Get()
+	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
+	// Counters start at zero for the label values every cluster sees, so
+	// that rate() and increase() count the first event after a restart too
+	// (a series born at 1 has no earlier sample to count from).
+	for phase, reason := range map[string]string{"Succeeded": "Succeeded", "Failed": "Error", "TimedOut": "TimedOut", "Cancelled": "Cancelled"} {
+		ExecutionsTotal.WithLabelValues(phase, reason)
+	}
+	for _, cause := range []string{"timeout", "cancel"} {
+		ExecutionInterrupts.WithLabelValues(cause)
+	}
+	for _, cause := range []string{"interrupt_ignored", "memory", "unresponsive"} {
+		ExecutionKills.WithLabelValues(cause)
+	}
+	for _, op := range []string{"execute", "attach", "interrupt", "reset", "health"} {
+		AgentErrors.WithLabelValues(op)
+	}
 }
 
 // ForgetPool removes a deleted pool's series.
@@ -105,6 +181,10 @@ func ForgetPool(namespace, pool string) {
 		PoolPods.DeleteLabelValues(namespace, pool, s)
 	}
 	PoolPending.DeleteLabelValues(namespace, pool)
+	PoolSessions.DeleteLabelValues(namespace, pool)
+	PoolCondition.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "pool": pool})
+	PoolOldestWarming.DeleteLabelValues(namespace, pool)
+	PoolOldestPending.DeleteLabelValues(namespace, pool)
 	for _, o := range []string{"warm", "cold"} {
 		PoolClaims.DeleteLabelValues(namespace, pool, o)
 	}

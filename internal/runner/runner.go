@@ -25,6 +25,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/output"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -213,6 +214,7 @@ func (r *Runner) Start(job Job) {
 		res, err := c.ExecuteStream(ctx, req, onEvent)
 		o := Outcome{Result: res}
 		if err != nil {
+			metrics.AgentErrors.WithLabelValues("execute").Inc()
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w by %s after the deadline: %v", ErrNoAnswer, job.Grace+Slack, err)
 			} else {
@@ -327,6 +329,7 @@ func (r *Runner) Attach(job Job) {
 			refused := errors.Is(err, syscall.ECONNREFUSED)
 			select {
 			case <-ctx.Done():
+				metrics.AgentErrors.WithLabelValues("attach").Inc()
 				if refused {
 					// Nothing listens where the agent was: it is gone, and the run with it.
 					r.finish(job.UID, Outcome{Err: fmt.Errorf("the sandbox agent is gone (re-attaching: %w)", last)})
@@ -379,7 +382,11 @@ func (r *Runner) Cancel(uid types.UID) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			err := c.Interrupt(ctx, string(uid))
 			cancel()
-			if err == nil || r.ended(uid) || time.Now().After(giveUp) {
+			if err == nil || r.ended(uid) {
+				break
+			}
+			if time.Now().After(giveUp) {
+				metrics.AgentErrors.WithLabelValues("interrupt").Inc()
 				break
 			}
 			time.Sleep(cancelRetry)
@@ -480,10 +487,14 @@ func (r *Runner) Reset(ctx context.Context, addr string, podUID types.UID, keyID
 	for wait := 20 * time.Millisecond; ; wait *= 2 {
 		err := c.Reset(ctx)
 		if !client.IsStatus(err, http.StatusConflict) || wait > 2*time.Second {
+			if err != nil {
+				metrics.AgentErrors.WithLabelValues("reset").Inc()
+			}
 			return err
 		}
 		select {
 		case <-ctx.Done():
+			metrics.AgentErrors.WithLabelValues("reset").Inc()
 			return err
 		case <-time.After(wait):
 		}
