@@ -118,6 +118,11 @@ check-monitoring: promtool ## Check config/prometheus's alerts (promtool check +
 build: manifests generate ## Build the manager and agent binaries into ./bin.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 $(GO) build -o $(LOCALBIN)/agent ./cmd/agent
+	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(LOCALBIN)/kubectl-warmpool ./cmd/kubectl-warmpool
+
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into ./bin/kubectl-warmpool (put ./bin on PATH, then `kubectl warmpool`).
+	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(LOCALBIN)/kubectl-warmpool ./cmd/kubectl-warmpool
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in KUBECONFIG.

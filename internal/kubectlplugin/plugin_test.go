@@ -1,0 +1,274 @@
+package kubectlplugin_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/kubectlplugin"
+	"github.com/warmpool/warmpool/internal/testing/stack"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// syncBuffer is written by a running command while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// result of one plugin invocation.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// The plugin as a user runs it: a kubeconfig with client certificates and
+// the namespace roles of config/rbac, against warmpool on envtest with real
+// agents and the data plane registered as an APIService.
+func TestPlugin(t *testing.T) {
+	ctx := context.Background()
+	s := stack.ForTest(t)
+	admin := s.Env.Client
+	ns, err := s.Namespace(ctx, "plugin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := s.UserKubeconfig(ctx, ns, "kubectl-user", "session-editor-role", "execution-editor-role", "sandboxpool-viewer-role")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx := func(ctx context.Context, stdout, stderr *syncBuffer, args ...string) int {
+		args = append(args, "--kubeconfig", kubeconfig, "-n", ns)
+		return kubectlplugin.RunContext(ctx, args, genericiooptions.IOStreams{In: strings.NewReader(""), Out: stdout, ErrOut: stderr})
+	}
+	plugin := func(args ...string) result {
+		var out, errOut syncBuffer
+		code := runCtx(ctx, &out, &errOut, args...)
+		return result{code, out.String(), errOut.String()}
+	}
+	expect := func(t *testing.T, got result, code int, stdout string, stderrHas ...string) {
+		t.Helper()
+		if got.code != code || (stdout != "*" && got.stdout != stdout) {
+			t.Fatalf("exit %d, stdout %q; want exit %d, stdout %q (stderr %q)", got.code, got.stdout, code, stdout, got.stderr)
+		}
+		for _, s := range stderrHas {
+			if !strings.Contains(got.stderr, s) {
+				t.Fatalf("stderr %q does not say %q", got.stderr, s)
+			}
+		}
+	}
+	created := regexp.MustCompile(`execution\.sandbox\.warmpool\.dev/(run-[a-z0-9]+) created`)
+
+	t.Run("run through a temporary Session streams output and prints the result", func(t *testing.T) {
+		got := plugin("run", "--pool", "python", "-c", "import sys\nprint('hi')\nprint('warn', file=sys.stderr)\n6 * 7")
+		expect(t, got, kubectlplugin.ExitSucceeded, "hi\n42\n", "warn\n")
+		if created.MatchString(got.stderr) {
+			t.Fatalf("auto made an Execution although the data plane is served: %q", got.stderr)
+		}
+	})
+
+	var firstExecution string
+	t.Run("run as an Execution prints the same, and logs prints it again", func(t *testing.T) {
+		got := plugin("run", "--via", "execution", "--pool", "python", "-c", "import sys\nprint('hi')\nprint('warn', file=sys.stderr)\n6 * 7")
+		expect(t, got, kubectlplugin.ExitSucceeded, "hi\n42\n", "warn\n")
+		m := created.FindStringSubmatch(got.stderr)
+		if m == nil {
+			t.Fatalf("no Execution named on stderr: %q", got.stderr)
+		}
+		firstExecution = m[1]
+		expect(t, plugin("logs", firstExecution), 0, "hi\n42\n", "warn\n")
+		expect(t, plugin("logs", firstExecution, "--exit-code"), 0, "hi\n42\n")
+	})
+
+	t.Run("code that raises exits 1 with its traceback, both ways", func(t *testing.T) {
+		for _, via := range []string{"session", "execution"} {
+			got := plugin("run", "--via", via, "--pool", "python", "-c", "print('before')\n1/0")
+			expect(t, got, kubectlplugin.ExitCodeFailed, "before\n", "ZeroDivisionError", "line 2")
+		}
+		got := plugin("run", "--via", "execution", "--pool", "python", "--language", "shell", "-c", "echo out; exit 3")
+		expect(t, got, kubectlplugin.ExitCodeFailed, "out\n")
+	})
+
+	t.Run("a timeout exits 3 with the partial output, both ways", func(t *testing.T) {
+		for _, via := range []string{"session", "execution"} {
+			got := plugin("run", "--via", via, "--pool", "python", "--timeout", "1s", "-c", "print('working', flush=True)\nwhile True:\n    pass")
+			expect(t, got, kubectlplugin.ExitTimedOut, "working\n", "KeyboardInterrupt")
+		}
+	})
+
+	t.Run("kubectl warmpool cancel ends a running Execution, which exits 4", func(t *testing.T) {
+		var out, errOut syncBuffer
+		done := make(chan int)
+		go func() {
+			done <- runCtx(ctx, &out, &errOut, "run", "--via", "execution", "--pool", "python", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)")
+		}()
+		var name string
+		waitFor(t, func() bool {
+			m := created.FindStringSubmatch(errOut.String())
+			if m == nil {
+				return false
+			}
+			name = m[1]
+			ex := &sandboxv1alpha1.Execution{}
+			return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ex) == nil && ex.Status.Phase == sandboxv1alpha1.PhaseRunning
+		})
+		expect(t, plugin("cancel", name), 0, "execution.sandbox.warmpool.dev/"+name+" cancel requested\n")
+		select {
+		case code := <-done:
+			if code != kubectlplugin.ExitCancelled || out.String() != "started\n" {
+				t.Fatalf("exit %d, stdout %q; want 4 and the output before the cancel (stderr %q)", code, out.String(), errOut.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("the run did not end after its cancel")
+		}
+	})
+
+	t.Run("Ctrl-C interrupts a run in a Session and exits 4", func(t *testing.T) {
+		var out, errOut syncBuffer
+		cctx, interrupt := context.WithCancel(ctx)
+		defer interrupt()
+		done := make(chan int)
+		go func() {
+			done <- runCtx(cctx, &out, &errOut, "run", "--pool", "python", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)")
+		}()
+		waitFor(t, func() bool { return out.String() == "started\n" })
+		interrupt()
+		select {
+		case code := <-done:
+			if code != kubectlplugin.ExitCancelled {
+				t.Fatalf("exit %d, want 4 (stderr %q)", code, errOut.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the run did not end after Ctrl-C")
+		}
+	})
+
+	t.Run("a sandbox deleted under the code exits 5", func(t *testing.T) {
+		var out, errOut syncBuffer
+		done := make(chan int)
+		go func() {
+			done <- runCtx(ctx, &out, &errOut, "run", "--via", "execution", "--pool", "python", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)")
+		}()
+		var pod string
+		waitFor(t, func() bool {
+			m := created.FindStringSubmatch(errOut.String())
+			ex := &sandboxv1alpha1.Execution{}
+			if m == nil || admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: m[1]}, ex) != nil || ex.Status.Phase != sandboxv1alpha1.PhaseRunning {
+				return false
+			}
+			pod = ex.Status.PodName
+			return true
+		})
+		time.Sleep(500 * time.Millisecond) // the code has started
+		if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: objectMeta(ns, pod)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case code := <-done:
+			if code != kubectlplugin.ExitSandboxLost || !strings.Contains(errOut.String(), "SandboxLost") {
+				t.Fatalf("exit %d, stderr %q; want 5 and SandboxLost", code, errOut.String())
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("the run did not end after its pod was deleted")
+		}
+	})
+
+	t.Run("a Session keeps state between runs, is listed, and closes", func(t *testing.T) {
+		if err := admin.Create(ctx, wrappers.Session(ns, "nb").Obj()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			ses := &sandboxv1alpha1.Session{}
+			return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nb"}, ses) == nil && ses.Status.Phase == sandboxv1alpha1.SessionReady
+		})
+		ctxFile := filepath.Join(t.TempDir(), "context.json")
+		if err := os.WriteFile(ctxFile, []byte(`{"n": 41}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, plugin("run", "--session", "nb", "--context-file", ctxFile, "--context-format", "json", "-c", "x = context['n']"), 0, "")
+		expect(t, plugin("run", "--session", "nb", "-c", "x + 1"), 0, "42\n")
+		got := plugin("sessions")
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+POOL\s+PHASE\s+POD\s+RUNS\s+LAST-ACTIVITY\s+AGE\n(.*\n)*nb\s+python\s+Ready\s+python-\S+\s+\d+\s`).MatchString(got.stdout) {
+			t.Fatalf("sessions: exit %d\nstdout:\n%s\nstderr:\n%s", got.code, got.stdout, got.stderr)
+		}
+		expect(t, plugin("sessions", "close", "nb"), 0, "session.sandbox.warmpool.dev/nb closed\n")
+		waitFor(t, func() bool {
+			ses := &sandboxv1alpha1.Session{}
+			return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nb"}, ses) == nil && ses.Status.Phase == sandboxv1alpha1.SessionClosed
+		})
+		got = plugin("run", "--session", "nb", "-c", "x")
+		if got.code == 0 {
+			t.Fatalf("a closed Session ran code: %+v", got)
+		}
+	})
+
+	t.Run("top shows the pool", func(t *testing.T) {
+		got := plugin("top")
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+AGE\npython\s+2\s+\d+\s+\d+\s+\d+\s+0\s+-\s+\S+\s+\S+\n$`).MatchString(got.stdout) {
+			t.Fatalf("top: exit %d\n%s%s", got.code, got.stdout, got.stderr)
+		}
+	})
+
+	t.Run("version prints the plugin's and the cluster's", func(t *testing.T) {
+		got := plugin("version")
+		expect(t, got, 0, "*")
+		if !strings.HasPrefix(got.stdout, "Client Version: ") || !strings.Contains(got.stdout, "Kubernetes Version: v1.") {
+			t.Fatalf("version:\n%s", got.stdout)
+		}
+	})
+
+	t.Run("bad input: usage errors exit 2, a missing pool 6, logs of an unfinished Execution say so", func(t *testing.T) {
+		expect(t, plugin("run", "--pool", "python"), kubectlplugin.ExitUsage, "", "no code")
+		expect(t, plugin("run", "-c", "1"), kubectlplugin.ExitUsage, "", "--pool")
+		expect(t, plugin("run", "--pool", "python", "--no-such-flag", "-c", "1"), kubectlplugin.ExitUsage, "", "unknown flag")
+		expect(t, plugin("run", "--pool", "nope", "-c", "1"), kubectlplugin.ExitOther, "", `SandboxPool "nope" not found`)
+		waiting := wrappers.Execution(ns, "waits").Pool("nope").Code("1").Obj()
+		if err := admin.Create(ctx, waiting); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, plugin("logs", "waits"), 1, "", "is Pending")
+		expect(t, plugin("logs", "no-such"), 1, "", "not found")
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func objectMeta(ns, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name}
+}

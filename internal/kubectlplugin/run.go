@@ -1,0 +1,433 @@
+package kubectlplugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// Ways to run code.
+const (
+	viaAuto      = "auto"
+	viaSession   = "session"
+	viaExecution = "execution"
+)
+
+type runOptions struct {
+	code, file     string
+	pool, session  string
+	timeout        time.Duration
+	contextFile    string
+	contextFormat  string
+	language       string
+	via            string
+	keepExecution  bool
+	sessionTimeout time.Duration
+}
+
+func (p *plugin) runCommand() *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run (-c CODE | -f FILE | -) (--pool POOL | --session SESSION)",
+		Short: "Run code in a warm sandbox and print its output and result",
+		Long: `Run code in a warm sandbox of a SandboxPool and print what it wrote to stdout and
+stderr, then its result (the repr of a trailing expression, or FINAL()).
+
+With --session, the code runs in that Session (its interpreter keeps state between runs),
+through the Sessions data plane, with its output streamed as it is written. Without it,
+--via auto (the default) uses a temporary Session when the cluster serves the data plane
+(data.warmpool.dev) and an Execution object otherwise; --via execution always creates an
+Execution, whose status keeps the output (kubectl warmpool logs NAME).
+
+Ctrl-C interrupts the code (KeyboardInterrupt) and waits for it to stop.
+
+Exit codes: 0 succeeded, 1 the code failed (an exception, a non-zero shell exit, a limit
+it hit), 2 usage, 3 timed out, 4 cancelled, 5 the sandbox was lost, 6 anything else.`,
+		Example: `  kubectl warmpool run --pool python -c 'print(1)'
+  kubectl warmpool run --pool python -f analysis.py --timeout 2m --context-file data.json --context-format json
+  echo 'import sys; sys.version' | kubectl warmpool run --pool python -
+  kubectl warmpool run --session notebook -c 'x = 41'; kubectl warmpool run --session notebook -c 'x + 1'`,
+		Args: args(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if len(a) == 1 {
+				if a[0] != "-" || o.file != "" {
+					return usagef("the only argument run takes is -, for code on stdin")
+				}
+				o.file = "-"
+			}
+			return p.run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.code, "code", "c", "", "the code to run")
+	f.StringVarP(&o.file, "filename", "f", "", "file with the code to run (- for stdin)")
+	f.StringVar(&o.pool, "pool", "", "SandboxPool whose sandbox runs the code")
+	f.StringVar(&o.session, "session", "", "existing Session to run the code in")
+	f.DurationVar(&o.timeout, "timeout", 0, "interrupt the code after this long (default: the pool's)")
+	f.StringVar(&o.contextFile, "context-file", "", "file whose content becomes the code's `context` variable")
+	f.StringVar(&o.contextFormat, "context-format", "text", "text (context is a str) or json (the parsed value)")
+	f.StringVar(&o.language, "language", "python", "python or shell")
+	f.StringVar(&o.via, "via", viaAuto, "auto, session (a temporary Session) or execution (an Execution object)")
+	f.BoolVar(&o.keepExecution, "keep", true, "keep the Execution object after it finished (--via execution; it expires with the pool's TTL)")
+	f.DurationVar(&o.sessionTimeout, "wait-timeout", 5*time.Minute, "how long to wait for a sandbox")
+	return cmd
+}
+
+func (p *plugin) run(ctx context.Context, o *runOptions) error {
+	code, err := o.readCode(p.streams.In)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.pool == "" && o.session == "":
+		return usagef("name a pool (--pool) or a Session (--session)")
+	case o.contextFormat != "text" && o.contextFormat != "json":
+		return usagef("--context-format is text or json, not %q", o.contextFormat)
+	case o.language != "python" && o.language != "shell":
+		return usagef("--language is python or shell, not %q", o.language)
+	case o.via != viaAuto && o.via != viaSession && o.via != viaExecution:
+		return usagef("--via is auto, session or execution, not %q", o.via)
+	case o.session != "" && o.via == viaExecution:
+		return usagef("--session runs in a Session: --via execution does not apply")
+	}
+	var contextText *string
+	if o.contextFile != "" {
+		data, err := os.ReadFile(o.contextFile)
+		if err != nil {
+			return usagef("--context-file: %v", err)
+		}
+		s := string(data)
+		if o.contextFormat == "json" && !json.Valid(data) {
+			return usagef("--context-file %s is not valid JSON (--context-format json)", o.contextFile)
+		}
+		contextText = &s
+	}
+	ns, err := p.namespace()
+	if err != nil {
+		return exitWith(ExitOther, err)
+	}
+
+	// Ctrl-C interrupts the run; a second one leaves at once.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if o.session == "" {
+		c, err := p.client()
+		if err != nil {
+			return exitWith(ExitOther, err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.pool}, &sandboxv1alpha1.SandboxPool{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return exitWith(ExitOther, fmt.Errorf("SandboxPool %q not found in namespace %s", o.pool, ns))
+			}
+			return exitWith(ExitOther, fmt.Errorf("read SandboxPool %s: %w", o.pool, err))
+		}
+		via := o.via
+		if via == viaAuto {
+			via = viaExecution
+			if p.hasDataPlane() {
+				via = viaSession
+			}
+		}
+		if via == viaExecution {
+			return p.runExecution(ctx, c, ns, code, contextText, o)
+		}
+	}
+	return p.runInSession(ctx, ns, code, contextText, o)
+}
+
+func (o *runOptions) readCode(stdin io.Reader) (string, error) {
+	switch {
+	case o.code != "" && o.file != "":
+		return "", usagef("give the code once: -c or -f, not both")
+	case o.code != "":
+		return o.code, nil
+	case o.file == "-":
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return "", fmt.Errorf("read stdin: %w", err)
+		}
+		return string(data), nil
+	case o.file != "":
+		data, err := os.ReadFile(o.file)
+		if err != nil {
+			return "", usagef("%v", err)
+		}
+		return string(data), nil
+	}
+	return "", usagef("no code: use -c CODE, -f FILE, or - for stdin")
+}
+
+// hasDataPlane reports whether the cluster serves the Sessions data plane.
+func (p *plugin) hasDataPlane() bool {
+	cfg, err := p.restConfig()
+	if err != nil {
+		return false
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false
+	}
+	_, err = dc.ServerResourcesForGroupVersion(sessions.Group + "/" + sessions.Version)
+	return err == nil
+}
+
+// runInSession runs the code in the named Session, or in a temporary one of
+// the pool, streaming its output.
+func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText *string, o *runOptions) error {
+	cfg, err := p.restConfig()
+	if err != nil {
+		return exitWith(ExitOther, err)
+	}
+	sc, err := sessions.New(cfg)
+	if err != nil {
+		return exitWith(ExitOther, err)
+	}
+	req := sessions.ExecRequest{Code: code, Language: o.language, TimeoutMillis: o.timeout.Milliseconds()}
+	var s *sessions.Session
+	if o.session != "" {
+		s = sc.Open(ns, o.session)
+		if contextText != nil {
+			req.Context = contextValue(*contextText, o.contextFormat)
+		}
+	} else {
+		opts := &sessions.Options{Context: contextText, ContextJSON: o.contextFormat == "json"}
+		waitCtx, cancel := context.WithTimeout(ctx, o.sessionTimeout)
+		s, err = sc.Create(waitCtx, ns, "run-", o.pool, opts)
+		cancel()
+		// Closed however the run ends: its pod goes back to the pool.
+		if s != nil {
+			defer func() {
+				closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = s.Close(closeCtx)
+			}()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitWith(ExitCancelled, fmt.Errorf("cancelled while waiting for a sandbox"))
+			}
+			return exitWith(sessionEndCode(ctx, s), fmt.Errorf("temporary Session: %w", err))
+		}
+	}
+	res, err := s.RunStream(ctx, req, sessions.Handlers{
+		OnStdout: func(d string) { _, _ = io.WriteString(p.streams.Out, d) },
+		OnStderr: func(d string) { _, _ = io.WriteString(p.streams.ErrOut, d) },
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitWith(ExitCancelled, fmt.Errorf("interrupted"))
+		}
+		return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in Session %s: %w", s.Name, err))
+	}
+	return p.report(outcome{
+		status: res.Status, result: res.Result, err: resultError(res.Error), exitCode: res.ExitCode, lost: res.StateLost,
+	}, "")
+}
+
+// sessionEndCode is 5 when the Session is Lost (its sandbox went away), else 6.
+func sessionEndCode(ctx context.Context, s *sessions.Session) int {
+	if s == nil {
+		return ExitOther
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if obj, err := s.Get(ctx); err == nil && obj.Status.Phase == sandboxv1alpha1.SessionLost {
+		return ExitSandboxLost
+	}
+	return ExitOther
+}
+
+// contextValue is the data plane's JSON context for a --context-file.
+func contextValue(text, format string) json.RawMessage {
+	if format == "json" {
+		return json.RawMessage(text)
+	}
+	data, _ := json.Marshal(text)
+	return data
+}
+
+func resultError(e *sessions.ResultError) *sandboxv1alpha1.ExecutionError {
+	if e == nil {
+		return nil
+	}
+	return &sandboxv1alpha1.ExecutionError{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+}
+
+// runExecution creates an Execution, waits for its final status and prints it.
+func (p *plugin) runExecution(ctx context.Context, c client.WithWatch, ns, code string, contextText *string, o *runOptions) error {
+	ex := &sandboxv1alpha1.Execution{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "run-"},
+		Spec: sandboxv1alpha1.ExecutionSpec{
+			PoolRef:  sandboxv1alpha1.PoolReference{Name: o.pool},
+			Code:     &code,
+			Language: sandboxv1alpha1.Language(o.language),
+			Context:  contextText,
+		},
+	}
+	if contextText != nil {
+		ex.Spec.ContextFormat = sandboxv1alpha1.ContextFormat(o.contextFormat)
+	}
+	if o.timeout > 0 {
+		ex.Spec.Timeout = &metav1.Duration{Duration: o.timeout}
+	}
+	if err := c.Create(ctx, ex); err != nil {
+		return exitWith(ExitOther, fmt.Errorf("create Execution: %w", err))
+	}
+	fmt.Fprintf(p.streams.ErrOut, "execution.sandbox.warmpool.dev/%s created\n", ex.Name)
+	if !o.keepExecution {
+		defer func() { _ = c.Delete(context.Background(), ex) }()
+	}
+	done, err := waitFinished(ctx, c, client.ObjectKeyFromObject(ex))
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C: cancel it, and wait (not for ever) for the code to stop.
+		if err := setCancel(context.Background(), c, ex); err != nil {
+			return exitWith(ExitOther, fmt.Errorf("cancel Execution %s: %w", ex.Name, err))
+		}
+		waitCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done, err = waitFinished(waitCtx, c, client.ObjectKeyFromObject(ex))
+	}
+	if err != nil {
+		return exitWith(ExitOther, fmt.Errorf("wait for Execution %s: %w", ex.Name, err))
+	}
+	return p.printExecution(done)
+}
+
+// waitFinished polls the Execution until its phase is final.
+func waitFinished(ctx context.Context, c client.Client, key client.ObjectKey) (*sandboxv1alpha1.Execution, error) {
+	for {
+		ex := &sandboxv1alpha1.Execution{}
+		if err := c.Get(ctx, key, ex); err != nil {
+			return nil, err
+		}
+		if ex.Status.Phase.IsFinished() {
+			return ex, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func setCancel(ctx context.Context, c client.Client, ex *sandboxv1alpha1.Execution) error {
+	return c.Patch(ctx, ex, client.RawPatch(mergePatch, []byte(`{"spec":{"cancel":true}}`)))
+}
+
+// printExecution prints a finished Execution's output and result and returns its exit code.
+func (p *plugin) printExecution(ex *sandboxv1alpha1.Execution) error {
+	writeLine(p.streams.Out, strings.TrimSuffix(ex.Status.Stdout, "\n"))
+	writeLine(p.streams.ErrOut, strings.TrimSuffix(ex.Status.Stderr, "\n"))
+	reason := ""
+	for _, c := range ex.Status.Conditions {
+		if c.Type == sandboxv1alpha1.ExecutionConditionComplete {
+			reason = c.Reason
+		}
+	}
+	var result *string
+	if ex.Status.Result != "" {
+		result = &ex.Status.Result
+	}
+	var exitCode *int
+	if ex.Status.ExitCode != nil {
+		n := int(*ex.Status.ExitCode)
+		exitCode = &n
+	}
+	return p.report(outcome{phase: ex.Status.Phase, reason: reason, result: result, err: ex.Status.Error, exitCode: exitCode}, ex.Name)
+}
+
+// outcome is how a run ended, from a data-plane result or an Execution's status.
+type outcome struct {
+	status   string                         // data plane: succeeded, failed, interrupted, timed_out
+	phase    sandboxv1alpha1.ExecutionPhase // Execution
+	reason   string                         // Execution: the Complete condition's reason
+	result   *string
+	err      *sandboxv1alpha1.ExecutionError
+	exitCode *int
+	lost     bool // data plane: the interpreter died or was killed
+}
+
+// report prints the result or the error and returns the run's exit code.
+func (p *plugin) report(o outcome, execution string) error {
+	if o.result != nil {
+		writeLine(p.streams.Out, *o.result)
+	}
+	if o.err != nil {
+		msg := o.err.Traceback
+		if msg == "" {
+			msg = strings.TrimSpace(o.err.Type + ": " + o.err.Message)
+		}
+		writeLine(p.streams.ErrOut, msg)
+	}
+	code := exitCodeOf(o)
+	if code == ExitSucceeded {
+		return nil
+	}
+	if execution != "" && code != ExitCodeFailed {
+		return exitWith(code, fmt.Errorf("execution %s ended %s (%s)", execution, o.phase, o.reason))
+	}
+	return exitWith(code, nil)
+}
+
+// Reasons of a Failed Execution that mean the code itself failed (it
+// raised, exited non-zero or hit a limit of its sandbox), and those that
+// mean the sandbox went away under it.
+var (
+	codeFailures = map[string]bool{
+		sandboxv1alpha1.ReasonError: true, sandboxv1alpha1.ReasonMemoryLimitExceeded: true,
+		sandboxv1alpha1.ReasonProcessLimitReached: true, sandboxv1alpha1.ReasonDiskLimitReached: true,
+		sandboxv1alpha1.ReasonOOMKilled: true, "InterpreterDied": true,
+	}
+	sandboxLosses = map[string]bool{
+		sandboxv1alpha1.ReasonSandboxLost: true, sandboxv1alpha1.ReasonSessionLost: true, sandboxv1alpha1.ReasonEvicted: true,
+	}
+)
+
+func exitCodeOf(o outcome) int {
+	switch o.status {
+	case sessions.StatusSucceeded:
+		return ExitSucceeded
+	case sessions.StatusTimedOut:
+		return ExitTimedOut
+	case sessions.StatusInterrupted:
+		return ExitCancelled
+	case sessions.StatusFailed:
+		if o.err != nil && o.err.Type == "InterpreterRestarted" {
+			return ExitSandboxLost // the Session's state was gone; the code did not run
+		}
+		return ExitCodeFailed
+	}
+	switch o.phase {
+	case sandboxv1alpha1.PhaseSucceeded:
+		return ExitSucceeded
+	case sandboxv1alpha1.PhaseTimedOut:
+		return ExitTimedOut
+	case sandboxv1alpha1.PhaseCancelled:
+		return ExitCancelled
+	case sandboxv1alpha1.PhaseFailed:
+		switch {
+		case codeFailures[o.reason]:
+			return ExitCodeFailed
+		case sandboxLosses[o.reason]:
+			return ExitSandboxLost
+		}
+	}
+	return ExitOther
+}

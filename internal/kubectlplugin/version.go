@@ -1,0 +1,85 @@
+package kubectlplugin
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/warmpool/warmpool/internal/version"
+)
+
+// versions is what `version` reports.
+type versions struct {
+	Client        version.Info `json:"clientVersion"`
+	Kubernetes    string       `json:"kubernetesVersion,omitempty"`
+	ManagerImages []string     `json:"managerImages,omitempty"`
+}
+
+func (p *plugin) versionCommand() *cobra.Command {
+	var output string
+	var clientOnly bool
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version, the cluster's, and the manager's image",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "json" && output != "yaml" {
+				return usagef("--output is json or yaml, not %q", output)
+			}
+			v := versions{Client: version.Get()}
+			if !clientOnly {
+				p.serverVersions(cmd, &v)
+			}
+			switch output {
+			case "json":
+				data, _ := json.MarshalIndent(v, "", "  ")
+				fmt.Fprintln(p.streams.Out, string(data))
+			case "yaml":
+				data, _ := yaml.Marshal(v)
+				fmt.Fprint(p.streams.Out, string(data))
+			default:
+				fmt.Fprintf(p.streams.Out, "Client Version: %s (commit %s, %s, %s)\n", v.Client.Version, v.Client.Commit, v.Client.GoVersion, v.Client.Platform)
+				if v.Kubernetes != "" {
+					fmt.Fprintf(p.streams.Out, "Kubernetes Version: %s\n", v.Kubernetes)
+				}
+				for _, img := range v.ManagerImages {
+					fmt.Fprintf(p.streams.Out, "Manager Image: %s\n", img)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	cmd.Flags().BoolVar(&clientOnly, "client", false, "the plugin's version only")
+	return cmd
+}
+
+// serverVersions adds what the caller may see: the API server's version and
+// the manager Deployment's image (tenants usually cannot read warmpool-system).
+func (p *plugin) serverVersions(cmd *cobra.Command, v *versions) {
+	cfg, err := p.restConfig()
+	if err != nil {
+		return
+	}
+	if dc, err := discovery.NewDiscoveryClientForConfig(cfg); err == nil {
+		if info, err := dc.ServerVersion(); err == nil {
+			v.Kubernetes = info.GitVersion
+		}
+	}
+	c, err := p.client()
+	if err != nil {
+		return
+	}
+	deploy := &appsv1.Deployment{}
+	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: "warmpool-system", Name: "warmpool-controller-manager"}, deploy); err != nil {
+		return
+	}
+	for _, ctr := range deploy.Spec.Template.Spec.Containers {
+		v.ManagerImages = append(v.ManagerImages, ctr.Image)
+	}
+}
