@@ -14,6 +14,10 @@ KIND_VERSION ?= v0.30.0
 # Prometheus v3.16.0 (its Go module is versioned v0.316.0): promtool checks the
 # alerts and the dashboard's queries; the e2e suite scrapes the manager with it.
 PROMETHEUS_VERSION ?= v0.316.0
+# Helm renders and installs the chart generated from config/ (make helm).
+HELM_VERSION ?= v4.3.1
+# charts/warmpool's own version (SemVer); its appVersion is IMG_MANAGER's tag.
+HELM_CHART_VERSION ?= 0.1.0
 # Control-plane versions for envtest; hack/k8s-binaries.sh builds them from Go modules.
 K8S_VERSION ?= v1.34.10
 ETCD_VERSION ?= v3.5.35
@@ -23,6 +27,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 KIND ?= $(LOCALBIN)/kind
 PROMTOOL ?= $(LOCALBIN)/promtool
+HELM ?= $(LOCALBIN)/helm
 PROMETHEUS ?= $(LOCALBIN)/prometheus
 # No kubectl is assumed on the machine: it is built from Go modules and cached, on first use.
 KUBECTL ?= $(shell K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kubectl)/kubectl
@@ -66,9 +71,20 @@ vet: ## Run go vet (the e2e suite included).
 	$(GO) vet -tags e2e ./...
 
 .PHONY: verify
-verify: manifests generate ## Fail when generated files are out of date.
+verify: manifests generate helm-check ## Fail when generated files are out of date.
 	@git diff --exit-code -- config api || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- charts)" || { git status --short -- charts; echo "charts/warmpool is stale: run 'make helm' and commit"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+.PHONY: helm
+helm: manifests kustomize helm-tool ## Regenerate the Helm chart charts/warmpool from the kustomize builds (hack/helmchart) and lint it.
+	$(GO) run ./hack/helmchart -kustomize $(KUSTOMIZE) -config config -out charts/warmpool -version $(HELM_CHART_VERSION)
+	$(HELM) lint --strict charts/warmpool
+
+.PHONY: helm-check
+helm-check: helm ## Render the chart with helm: default values give kustomize's objects, each value does what it says.
+	$(GO) vet -tags helmchart ./hack/helmchart
+	HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" $(GO) test -tags helmchart ./hack/helmchart -count=1
 
 .PHONY: envtest
 envtest: ## Build (once, then cached) kube-apiserver and etcd for envtest.
@@ -99,13 +115,13 @@ bench-autoscale: ## Replay the autoscaling trace on envtest: fixed pools, the ra
 E2E_TIMEOUT ?= 30m
 
 .PHONY: test-e2e
-test-e2e: kustomize prometheus ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
+test-e2e: kustomize prometheus helm-tool ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
 	@local="$$(hack/local-cluster.sh kubeconfig)"; \
 	if [ -z "$$KUBECONFIG" ] || [ "$$KUBECONFIG" = "$$local" ]; then \
 		hack/local-cluster.sh up; \
 		export KUBECONFIG="$$local"; \
 	fi; \
-	KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
+	KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
 		-v -ginkgo.v $(E2E_ARGS)
 
 .PHONY: check-monitoring
@@ -214,6 +230,11 @@ $(KIND): | $(LOCALBIN)
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
+
+.PHONY: helm-tool
+helm-tool: $(HELM)
+$(HELM): | $(LOCALBIN)
+	$(call go-install-tool,$(HELM),helm.sh/helm/v4/cmd/helm,$(HELM_VERSION))
 
 .PHONY: promtool
 promtool: $(PROMTOOL)

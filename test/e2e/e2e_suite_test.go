@@ -38,6 +38,9 @@ var (
 	restConfig *rest.Config
 	// image is the sandbox image the pools of this suite run.
 	image = envOr("E2E_REPL_IMAGE", "warmpool.dev/repl:dev")
+	// managerImage is the manager's image, for the Helm chart's values (make
+	// deploy takes it from config/manager).
+	managerImage = envOr("E2E_MANAGER_IMAGE", "warmpool.dev/manager:dev")
 )
 
 func TestE2E(t *testing.T) {
@@ -89,6 +92,9 @@ func envOr(name, def string) string {
 
 // kubectl is the binary the Makefile built (KUBECTL), else one on PATH.
 func kubectl() string { return envOr("KUBECTL", "kubectl") }
+
+// helm is the binary the Makefile built (HELM), else one on PATH.
+func helm() string { return envOr("HELM", "helm") }
 
 func kubectlOut(args ...string) (string, error) {
 	cmd := exec.Command(kubectl(), args...)
