@@ -19,11 +19,7 @@ func (p *plugin) cancelCommand() *cobra.Command {
 		Short: "Cancel Executions: a waiting one never runs, a running one is interrupted",
 		Args:  args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, names []string) error {
-			c, err := p.client()
-			if err != nil {
-				return err
-			}
-			ns, err := p.namespace()
+			c, ns, err := p.scoped()
 			if err != nil {
 				return err
 			}
@@ -66,11 +62,7 @@ the code run would have (0 succeeded, 1 the code failed, 3 timed out, 4 cancelle
 5 sandbox lost, 6 other).`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, names []string) error {
-			c, err := p.client()
-			if err != nil {
-				return err
-			}
-			ns, err := p.namespace()
+			c, ns, err := p.scoped()
 			if err != nil {
 				return err
 			}

@@ -24,11 +24,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/liggitt/tabwriter"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -185,6 +188,51 @@ func (p *plugin) namespace() (string, error) {
 		return "", fmt.Errorf("namespace: %w", err)
 	}
 	return ns, nil
+}
+
+// scoped is a client and the namespace the command works in.
+func (p *plugin) scoped() (client.WithWatch, string, error) {
+	c, err := p.client()
+	if err != nil {
+		return nil, "", err
+	}
+	ns, err := p.namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	return c, ns, nil
+}
+
+// list fills list with the objects of the namespace, or of every namespace
+// with -A (the API server returns them by namespace and name), and says so
+// on stderr when there are none, as kubectl get does.
+func (p *plugin) list(ctx context.Context, all bool, list client.ObjectList, what string) (client.Client, bool, error) {
+	c, ns, err := p.scoped()
+	if err != nil {
+		return nil, false, err
+	}
+	var opts []client.ListOption
+	if !all {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := c.List(ctx, list, opts...); err != nil {
+		return nil, false, fmt.Errorf("list %s: %w", what, err)
+	}
+	if meta.LenList(list) == 0 {
+		fmt.Fprintf(p.streams.ErrOut, "No %s found.\n", what)
+		return c, false, nil
+	}
+	return c, true, nil
+}
+
+// table starts a kubectl-like table; with -A its first column is NAMESPACE.
+func (p *plugin) table(all bool, header string) *tabwriter.Writer {
+	w := printers.GetNewTabWriter(p.streams.Out)
+	if all {
+		header = "NAMESPACE\t" + header
+	}
+	fmt.Fprintln(w, header)
+	return w
 }
 
 // age prints a time like kubectl's AGE column.

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -236,7 +237,7 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 		return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in Session %s: %w", s.Name, err))
 	}
 	return p.report(outcome{
-		status: res.Status, result: res.Result, err: resultError(res.Error), exitCode: res.ExitCode, lost: res.StateLost,
+		status: res.Status, result: res.Result, err: resultError(res.Error),
 	}, "")
 }
 
@@ -345,23 +346,16 @@ func (p *plugin) printExecution(ex *sandboxv1alpha1.Execution) error {
 	if ex.Status.Result != "" {
 		result = &ex.Status.Result
 	}
-	var exitCode *int
-	if ex.Status.ExitCode != nil {
-		n := int(*ex.Status.ExitCode)
-		exitCode = &n
-	}
-	return p.report(outcome{phase: ex.Status.Phase, reason: reason, result: result, err: ex.Status.Error, exitCode: exitCode}, ex.Name)
+	return p.report(outcome{phase: ex.Status.Phase, reason: reason, result: result, err: ex.Status.Error}, ex.Name)
 }
 
 // outcome is how a run ended, from a data-plane result or an Execution's status.
 type outcome struct {
-	status   string                         // data plane: succeeded, failed, interrupted, timed_out
-	phase    sandboxv1alpha1.ExecutionPhase // Execution
-	reason   string                         // Execution: the Complete condition's reason
-	result   *string
-	err      *sandboxv1alpha1.ExecutionError
-	exitCode *int
-	lost     bool // data plane: the interpreter died or was killed
+	status string                         // data plane: succeeded, failed, interrupted, timed_out
+	phase  sandboxv1alpha1.ExecutionPhase // Execution
+	reason string                         // Execution: the Complete condition's reason
+	result *string
+	err    *sandboxv1alpha1.ExecutionError
 }
 
 // report prints the result or the error and returns the run's exit code.
@@ -393,7 +387,7 @@ var (
 	codeFailures = map[string]bool{
 		sandboxv1alpha1.ReasonError: true, sandboxv1alpha1.ReasonMemoryLimitExceeded: true,
 		sandboxv1alpha1.ReasonProcessLimitReached: true, sandboxv1alpha1.ReasonDiskLimitReached: true,
-		sandboxv1alpha1.ReasonOOMKilled: true, "InterpreterDied": true,
+		sandboxv1alpha1.ReasonOOMKilled: true, protocol.ErrorInterpreterDied: true,
 	}
 	sandboxLosses = map[string]bool{
 		sandboxv1alpha1.ReasonSandboxLost: true, sandboxv1alpha1.ReasonSessionLost: true, sandboxv1alpha1.ReasonEvicted: true,
@@ -409,7 +403,7 @@ func exitCodeOf(o outcome) int {
 	case sessions.StatusInterrupted:
 		return ExitCancelled
 	case sessions.StatusFailed:
-		if o.err != nil && o.err.Type == "InterpreterRestarted" {
+		if o.err != nil && o.err.Type == protocol.ErrorInterpreterRestarted {
 			return ExitSandboxLost // the Session's state was gone; the code did not run
 		}
 		return ExitCodeFailed

@@ -2,10 +2,8 @@ package kubectlplugin
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -37,36 +35,12 @@ func (p *plugin) sessionsCommand() *cobra.Command {
 }
 
 func (p *plugin) listSessions(cmd *cobra.Command, all bool) error {
-	c, err := p.client()
-	if err != nil {
+	list := &sandboxv1alpha1.SessionList{}
+	if _, found, err := p.list(cmd.Context(), all, list, "Sessions"); !found {
 		return err
 	}
-	var opts []client.ListOption
-	if !all {
-		ns, err := p.namespace()
-		if err != nil {
-			return err
-		}
-		opts = append(opts, client.InNamespace(ns))
-	}
-	list := &sandboxv1alpha1.SessionList{}
-	if err := c.List(cmd.Context(), list, opts...); err != nil {
-		return fmt.Errorf("list Sessions: %w", err)
-	}
-	if len(list.Items) == 0 {
-		fmt.Fprintln(p.streams.ErrOut, "No Sessions found.")
-		return nil
-	}
-	sort.Slice(list.Items, func(i, j int) bool {
-		a, b := list.Items[i], list.Items[j]
-		return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
-	})
-	w := printers.GetNewTabWriter(p.streams.Out)
+	w := p.table(all, "NAME\tPOOL\tPHASE\tPOD\tRUNS\tLAST-ACTIVITY\tAGE")
 	defer w.Flush()
-	if all {
-		fmt.Fprint(w, "NAMESPACE\t")
-	}
-	fmt.Fprintln(w, "NAME\tPOOL\tPHASE\tPOD\tRUNS\tLAST-ACTIVITY\tAGE")
 	for _, s := range list.Items {
 		if all {
 			fmt.Fprintf(w, "%s\t", s.Namespace)
@@ -87,11 +61,7 @@ func (p *plugin) listSessions(cmd *cobra.Command, all bool) error {
 }
 
 func (p *plugin) closeSessions(cmd *cobra.Command, names []string) error {
-	c, err := p.client()
-	if err != nil {
-		return err
-	}
-	ns, err := p.namespace()
+	c, ns, err := p.scoped()
 	if err != nil {
 		return err
 	}

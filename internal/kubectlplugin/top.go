@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -39,36 +38,13 @@ pool's current Ready pods, when you may list pods.`,
 }
 
 func (p *plugin) top(cmd *cobra.Command, all bool) error {
-	c, err := p.client()
-	if err != nil {
+	pools := &sandboxv1alpha1.SandboxPoolList{}
+	c, found, err := p.list(cmd.Context(), all, pools, "SandboxPools")
+	if !found {
 		return err
 	}
-	var opts []client.ListOption
-	if !all {
-		ns, err := p.namespace()
-		if err != nil {
-			return err
-		}
-		opts = append(opts, client.InNamespace(ns))
-	}
-	pools := &sandboxv1alpha1.SandboxPoolList{}
-	if err := c.List(cmd.Context(), pools, opts...); err != nil {
-		return fmt.Errorf("list SandboxPools: %w", err)
-	}
-	if len(pools.Items) == 0 {
-		fmt.Fprintln(p.streams.ErrOut, "No SandboxPools found.")
-		return nil
-	}
-	sort.Slice(pools.Items, func(i, j int) bool {
-		a, b := pools.Items[i], pools.Items[j]
-		return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
-	})
-	w := printers.GetNewTabWriter(p.streams.Out)
+	w := p.table(all, "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tAGE")
 	defer w.Flush()
-	if all {
-		fmt.Fprint(w, "NAMESPACE\t")
-	}
-	fmt.Fprintln(w, "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tAGE")
 	for i := range pools.Items {
 		pool := &pools.Items[i]
 		st := pool.Status
