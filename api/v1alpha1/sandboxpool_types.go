@@ -435,6 +435,18 @@ type SandboxPoolStatus struct {
 	// +optional
 	PendingExecutions int32 `json:"pendingExecutions"`
 
+	// warmHitRatio is the share of the pool's claims (Executions, Sessions)
+	// of the last minute served by a pod that was Ready before the claim,
+	// e.g. "0.985"; empty without claims in that minute.
+	// +optional
+	WarmHitRatio string `json:"warmHitRatio,omitempty"`
+
+	// startupSeconds is how long the pool's pods take from creation to
+	// Ready: the moving mean of the recent ones plus their mean deviation,
+	// e.g. "2.5"; empty until one became Ready under this manager.
+	// +optional
+	StartupSeconds string `json:"startupSeconds,omitempty"`
+
 	// selector is the label selector of the pool's pods, for the scale subresource.
 	// +optional
 	Selector string `json:"selector,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,13 @@ var _ = Describe("Execution", func() {
 		Eventually(func() float64 {
 			return testutil.ToFloat64(metrics.ExecutionsTotal.WithLabelValues(string(sandboxv1alpha1.PhaseSucceeded), sandboxv1alpha1.ReasonSucceeded))
 		}).Should(BeNumerically(">", succeeded), "warmpool_executions_total counts it")
+		// Every pool, autoscaled or not, says how its claims were served and how long its pods take to start.
+		Eventually(func(g Gomega) {
+			st := getPool(ns, "python").Status
+			g.Expect(st.WarmHitRatio).To(Equal("1.000"), "one claim, served by a warm pod")
+			// Whole seconds of creation and Ready times: the test kubelet's starts measure "0.0".
+			g.Expect(strconv.ParseFloat(st.StartupSeconds, 64)).To(BeNumerically(">=", 0))
+		}).Should(Succeed())
 		// reusePolicy Never: the pod is gone and a fresh one takes its place.
 		Eventually(func() bool {
 			pods := poolPods(ns, "python")

@@ -112,6 +112,17 @@ func (a *autoscalers) warmHitRatio(pool types.NamespacedName) (float64, bool) {
 	return r.warmHitRatio(a.now(), a.stable)
 }
 
+// startup is the pool's start-up estimate; false before any of its pods became Ready.
+func (a *autoscalers) startup(pool types.NamespacedName) (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.pools[pool]
+	if !ok || r.startup.Observed() == 0 {
+		return 0, false
+	}
+	return r.startup.Estimate(0), true
+}
+
 // started records the creation-to-Ready time of one of the pool's pods.
 func (a *autoscalers) started(pool types.NamespacedName, d time.Duration) {
 	a.mu.Lock()

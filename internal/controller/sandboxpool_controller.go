@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -233,6 +234,13 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	status := r.status(pool, pods, pending)
 	status.Autoscaling = autoscaled
+	status.WarmHitRatio, status.StartupSeconds = "", ""
+	if ratio, ok := r.autoscalers.warmHitRatio(req.NamespacedName); ok {
+		status.WarmHitRatio = strconv.FormatFloat(ratio, 'f', 3, 64)
+	}
+	if d, ok := r.autoscalers.startup(req.NamespacedName); ok {
+		status.StartupSeconds = strconv.FormatFloat(d.Seconds(), 'f', 1, 64)
+	}
 	others, err := r.reopeningPolicies(ctx, pool)
 	if err != nil {
 		errs = append(errs, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -50,6 +51,8 @@ const (
 	ExitSandboxLost = 5
 	ExitOther       = 6
 )
+
+const mergePatch = types.MergePatchType
 
 // exitError carries the exit code a command chose.
 type exitError struct {

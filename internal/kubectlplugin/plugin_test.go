@@ -231,7 +231,7 @@ func TestPlugin(t *testing.T) {
 
 	t.Run("top shows the pool", func(t *testing.T) {
 		got := plugin("top")
-		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+AGE\npython\s+2\s+\d+\s+\d+\s+\d+\s+0\s+-\s+\S+\s+\S+\n$`).MatchString(got.stdout) {
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+AGE\npython\s+2\s+\d+\s+\d+\s+\d+\s+0\s+\d+\.\d%\s+\d+\.\ds\s+\S+\n$`).MatchString(got.stdout) {
 			t.Fatalf("top: exit %d\n%s%s", got.code, got.stdout, got.stderr)
 		}
 	})
