@@ -579,11 +579,17 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 	}
 }
 
-// oldestCreated is the earliest creation time of the pods (zero for none).
+// oldestCreated is the earliest creation time of the pods that are starting
+// (zero for none). A pod in the middle of a reset (reusePolicy
+// FreshInterpreter) is not starting: its creation time would make a pool
+// that resets all day look as if a pod had been starting all day.
 func oldestCreated(lists ...[]*corev1.Pod) time.Time {
 	var oldest time.Time
 	for _, pods := range lists {
 		for _, p := range pods {
+			if _, resetting := claim.ResetSince(p); resetting {
+				continue
+			}
 			if t := p.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
 				oldest = t
 			}

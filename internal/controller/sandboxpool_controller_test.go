@@ -163,6 +163,8 @@ var _ = Describe("SandboxPool", func() {
 		Eventually(func() int32 { return getPool(ns, "python").Status.IdleReplicas }).Should(BeZero())
 		Consistently(func() int { return len(poolPods(ns, "python")) }, "2s").Should(Equal(1),
 			"a pod in the middle of its reset is not replaced")
+		Expect(hasSeries(metrics.PoolOldestWarming, ns, "python")).To(BeFalse(),
+			"a resetting pod is not a pod that is starting (WarmpoolSandboxPodsNotReady would fire on it)")
 	})
 
 	It("reports Degraded with the reason when pods cannot pull their image", func() {
