@@ -119,7 +119,7 @@ test-e2e: kustomize prometheus helm-tool ## Run the e2e suite on the cluster in 
 	@local="$$(hack/local-cluster.sh kubeconfig)"; \
 	if [ -z "$$KUBECONFIG" ] || [ "$$KUBECONFIG" = "$$local" ]; then \
 		hack/local-cluster.sh up; \
-		export KUBECONFIG="$$local"; \
+		export KUBECONFIG="$$local" E2E_APISERVER_RESTART="$(CURDIR)/hack/local-cluster.sh restart-apiserver"; \
 	fi; \
 	KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
 		-v -ginkgo.v $(E2E_ARGS)
@@ -207,11 +207,16 @@ cluster-status: ## Show the local cluster's processes and node.
 demo: ## The tour: cluster (kind with Docker, else local), deploy, sample pool, one Execution, its output.
 	KUBECTL="$(KUBECTL)" hack/demo.sh
 
-##@ kind (needs Docker; not on our CI machines)
+##@ kind (Docker's engine: a running one, else dockerd from Debian's docker.io, started and stopped here)
 
 .PHONY: kind-up
-kind-up: kind ## Create kind cluster "warmpool" with gVisor's runsc mounted and registered.
+kind-up: kind ## Create kind cluster "warmpool" with gVisor, NetworkPolicy and the gvisor RuntimeClass (builds the node image when no registry is used).
 	KIND=$(KIND) KUBECTL="$(KUBECTL)" hack/kind.sh up
+
+.PHONY: test-e2e-kind
+test-e2e-kind: kind manifests kustomize prometheus helm-tool images ## Run the e2e suite on a fresh kind cluster (made, loaded, deleted; the host left as found; needs root).
+	KIND=$(KIND) KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) \
+		E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_ARGS="$(E2E_ARGS)" hack/kind.sh e2e
 
 .PHONY: kind-load
 kind-load: kind images ## Load the image tarballs into the kind cluster.

@@ -16,8 +16,10 @@ set -euo pipefail
 # its dependencies are in the checksum database.
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 # Bump when PLUGINS changes, so cached builds are redone.
-PLUGINS_REV=1
-PLUGINS=(bind ready errors kubernetes)
+PLUGINS_REV=2
+# health: the kind node runs this binary as kubeadm's CoreDNS Deployment,
+# whose liveness probe asks /health.
+PLUGINS=(bind ready health errors kubernetes)
 CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
 OUT=$CACHE_ROOT/coredns/$COREDNS_VERSION-p$PLUGINS_REV
 

@@ -21,9 +21,9 @@ if [[ -n ${KUBECONFIG:-} && $KUBECONFIG != "$("$ROOT/hack/local-cluster.sh" kube
 elif docker info >/dev/null 2>&1; then
   log "Docker runs here: kind cluster with gVisor"
   make -C "$ROOT" --no-print-directory kind images
-  "$ROOT/hack/kind.sh" up
-  "$ROOT/hack/kind.sh" load
-  k config use-context kind-warmpool >/dev/null
+  KIND="$ROOT/bin/kind" "$ROOT/hack/kind.sh" up
+  KIND="$ROOT/bin/kind" "$ROOT/hack/kind.sh" load
+  export KUBECONFIG=$("$ROOT/hack/kind.sh" kubeconfig)
 else
   log "no Docker: the local single-node cluster (containerd + gVisor, built from source; first run ~20 min)"
   "$ROOT/hack/local-cluster.sh" up
@@ -51,4 +51,4 @@ printf '\n--- stdout ---\n%s\n--- result ---\n%s\n' \
   "$(k -n "$NS" get execution hello -o jsonpath='{.status.stdout}')" \
   "$(k -n "$NS" get execution hello -o jsonpath='{.status.result}')"
 
-log "done in $((SECONDS - t0)) s. Try: kubectl -n $NS get sandboxpools,executions (KUBECONFIG=${KUBECONFIG:-kind-warmpool})"
+log "done in $((SECONDS - t0)) s. Try: kubectl -n $NS get sandboxpools,executions (KUBECONFIG=$KUBECONFIG)"

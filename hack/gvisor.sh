@@ -14,13 +14,23 @@
 #   hosts where root lacks CAP_SYS_RESOURCE (these VMs). It is built from a copy of
 #   the module source where that failure is ignored; on a normal host the call
 #   still succeeds and nothing changes.
+# - runsc finds its own cgroups by reading /proc/self/mountinfo, and on cgroup v1
+#   it takes every mount of a controller as that controller's hierarchy. A kind
+#   node bind-mounts /sys/fs/cgroup/<controller>/kubelet (and kubelet.slice) onto
+#   themselves, so runsc rebased its path on those and failed ("Rel: can't make
+#   ../system.slice/containerd.service relative to /kubelet.slice"); the only
+#   way past that was to run gVisor pods without cgroups, i.e. without memory
+#   and process limits. The copy only reads a controller's hierarchy from the
+#   mount at /sys/fs/cgroup/<controller>; hosts without such bind mounts (the
+#   local cluster, most machines) see no difference.
 set -euo pipefail
 
 GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20240916094835-a174eb65023f}
 GVISOR_GO=${GVISOR_GO:-go1.23.12}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
 # Bump PATCH when the source patch below changes, so cached builds are redone.
-PATCH=2
+PATCH=3
 OUT=$CACHE_ROOT/gvisor/$GVISOR_VERSION-p$PATCH
 
 log() { printf '[gvisor] %s\n' "$*" >&2; }
@@ -49,7 +59,15 @@ grep -q 'return "", fmt.Errorf("failed to set OOM Score on shim: %w", err)' "$sv
   || die "the shim's SetScore call moved in $GVISOR_VERSION; update the patch in $0"
 # Not even a log line: the shim's stdout is where containerd reads its address.
 sed -i 's|return "", fmt.Errorf("failed to set OOM Score on shim: %w", err)|_ = err // host refuses a negative oom_score_adj; run unprotected|' "$svc"
+cg=gvisor-src/runsc/cgroup/cgroup.go
+grep -q $'^\t\tcase cgroupv1FsName:$' "$cg" && grep -q $'^\t\t\t\t\trootDir := fields\\[3\\]$' "$cg" \
+  || die "runsc's cgroup v1 mount discovery moved in $GVISOR_VERSION; update the patch in $0"
+sed -i $'s|^\t\tcase cgroupv1FsName:$|&\\n\t\t\t// warmpool: only the hierarchy mount tells where paths are rooted, not bind mounts of its subdirectories.\\n\t\t\tif filepath.Dir(fields[4]) != cgroupRoot {\\n\t\t\t\tcontinue\\n\t\t\t}|' "$cg"
 go mod edit -replace gvisor.dev/gvisor=./gvisor-src
+# The patch's test (the mount tables of a kind node and of a nested container)
+# runs in the patched package before anything is built from it.
+cp "$HERE/gvisor/cgroup_mounts_test.go" gvisor-src/runsc/cgroup/
+go test gvisor.dev/gvisor/runsc/cgroup >&2 || die "the cgroup patch's test failed"
 go get "gvisor.dev/gvisor/runsc@$GVISOR_VERSION" "gvisor.dev/gvisor/shim@$GVISOR_VERSION" >&2
 grep -q "gvisor.dev/gvisor $GVISOR_VERSION" go.mod || die "go get moved gvisor.dev/gvisor off $GVISOR_VERSION"
 

@@ -4,7 +4,9 @@
 #
 #   hack/k8s-binaries.sh envtest           # kube-apiserver + etcd, prints the KUBEBUILDER_ASSETS dir
 #   hack/k8s-binaries.sh build CMD...      # any of kube-apiserver kubelet kube-controller-manager
-#                                          # kube-scheduler kubectl kube-proxy etcd; prints their dir
+#                                          # kube-scheduler kubectl kube-proxy kubeadm etcd; prints their dir
+#                                          # (ETCD_VERSION=v3.6.5 for the kind node: kubeadm 1.34
+#                                          # passes etcd flags 3.5 rejects)
 #
 # Progress goes to stderr; the only thing on stdout is the resulting directory,
 # so callers can do: KUBEBUILDER_ASSETS=$(hack/k8s-binaries.sh envtest).
@@ -90,7 +92,7 @@ build_etcd() {
 build_one() {
   case $1 in
     etcd) build_etcd ;;
-    kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kubectl|kube-proxy) build_k8s "$1" ;;
+    kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kubectl|kube-proxy|kubeadm) build_k8s "$1" ;;
     *) die "unknown binary '$1'" ;;
   esac
 }

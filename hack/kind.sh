@@ -1,59 +1,273 @@
 #!/usr/bin/env bash
-# kind with gVisor, for machines that run Docker (it cannot run on our CI
-# machines, which have no Docker engine; there hack/local-cluster.sh is used).
+# A one-node kind cluster with gVisor and NetworkPolicy, the second cluster the
+# e2e suite runs on (the first is hack/local-cluster.sh).
 #
-#   hack/kind.sh up      # cluster "warmpool" with runsc registered, RuntimeClass gvisor
-#   hack/kind.sh load    # load dist/*.tar (make images) into the nodes
-#   hack/kind.sh down
+#   hack/kind.sh up          # Docker engine if none answers, node image, cluster "warmpool"
+#   hack/kind.sh load        # load dist/*.tar (make images) into the node
+#   hack/kind.sh down        # delete the cluster; stop the engine if `up` started it
+#   hack/kind.sh e2e         # up, load, the e2e suite, down (make test-e2e-kind)
+#   hack/kind.sh restart-apiserver  # a fault for the e2e chaos spec
+#   hack/kind.sh kubeconfig  # print the kubeconfig path
+#   hack/kind.sh node        # print the node container's name (for docker exec)
 #
-# runsc and its containerd shim are mounted into every node from the host
-# (hack/gvisor.sh builds them; set GVISOR_DIR to use others, e.g. a current
-# gVisor release: kind nodes run containerd 2, which a current shim expects).
+# Two worlds:
+# - By default the node image is built here from Debian packages and Go modules
+#   (hack/kind-node.sh), with the same runsc and shim as the local cluster
+#   (hack/gvisor.sh: containerd 1.6, as in the node), kube-router as the
+#   NetworkPolicy enforcer and CoreDNS answering cluster.local only. No
+#   registry is needed; this is what CI runs.
+# - KIND_NODE_IMAGE=kindest/node:v1.34.0 (say) uses a stock node: containerd 2
+#   and kindnetd, which enforces NetworkPolicy. Its runsc and shim are gVisor
+#   release $GVISOR_RELEASE, downloaded once and checked against the release's
+#   SHA-512 files (or GVISOR_DIR=/dir/with/both). This needs a registry and
+#   the internet, which our machines lack: it is written from kind's and
+#   gVisor's documentation and not run here.
+#
+# Host quirks are detected, and worked around only where found:
+# - root without CAP_SYS_RESOURCE (these VMs): kind's privileged node container
+#   cannot start under plain runc, so a dockerd started here runs containers
+#   through hack/kind/runc-without-sys-resource, and the node's containerd
+#   restricts oom_score_adj as the local cluster's does.
+# - cgroup v1: kind bind-mounts the kubelet's cgroups onto themselves, which
+#   runsc mistook for hierarchies; hack/gvisor.sh's runsc carries the fix, so
+#   gVisor pods keep their cgroup limits.
+#
+# A Docker engine started here listens on the default socket, keeps its data
+# under the cache (the node image survives `down`), and touches neither
+# iptables, ip_forward nor a docker0 bridge; `down` stops it by PID and
+# checks that links, iptables rules and ip_forward are as `up` found them.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
+STATE=${KIND_STATE_DIR:-$CACHE_ROOT/kind/state}
 KIND=${KIND:-$ROOT/bin/kind}
 KUBECTL=${KUBECTL:-kubectl}
 CLUSTER=${KIND_CLUSTER:-warmpool}
-NODE_IMAGE=${KIND_NODE_IMAGE:-kindest/node:v1.34.0}
+NODE=$CLUSTER-control-plane
+# The gVisor release a stock node runs (KIND_NODE_IMAGE): one built for containerd 2.
+GVISOR_RELEASE=${GVISOR_RELEASE:-20250715.0}
+DOCKER_SOCK=/var/run/docker.sock
 
 log() { printf '[kind] %s\n' "$*" >&2; }
 die() { printf '[kind] ERROR: %s\n' "$*" >&2; exit 1; }
 
-[[ -x $KIND ]] || die "no kind at $KIND: run 'make kind' (or set KIND)"
-docker info >/dev/null 2>&1 || die "kind needs a running Docker engine; without one use 'make cluster-up'"
+kubectl_() { "$KUBECTL" --kubeconfig "$STATE/kubeconfig" "$@"; }
+
+wait_for() { # wait_for DESCRIPTION SECONDS CMD...
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "$what not ready after ${secs}s"
+    sleep 1
+  done
+}
+
+# CAP_SYS_RESOURCE is capability 24.
+lacks_sys_resource() {
+  local bnd; bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+  (((16#$bnd >> 24 & 1) == 0))
+}
+
+# host_snapshot: what a Docker engine changes on a host, for `down` to compare.
+host_snapshot() {
+  ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort
+  echo "ip_forward=$(cat /proc/sys/net/ipv4/ip_forward)"
+  local t
+  for t in filter nat mangle raw; do
+    iptables -t "$t" -S 2>/dev/null | sed "s/^/iptables $t: /"
+  done
+}
+
+engine_up() {
+  if docker info >/dev/null 2>&1; then
+    log "using the running Docker engine"
+    if lacks_sys_resource && [[ $(docker info -f '{{.DefaultRuntime}}') != warmpool-runc ]]; then
+      die "root lacks CAP_SYS_RESOURCE here, so kind's privileged node cannot start under this engine's runc; stop it (this script then starts one of its own), or start dockerd with --add-runtime warmpool-runc=$ROOT/hack/kind/runc-without-sys-resource --default-runtime warmpool-runc"
+    fi
+    return
+  fi
+  command -v dockerd >/dev/null || die "no Docker engine answers and dockerd is not installed (apt-get install docker.io)"
+  mkdir -p "$STATE"
+  host_snapshot >"$STATE/host.before"
+  [[ -e $DOCKER_SOCK ]] && die "$DOCKER_SOCK exists but no engine answers on it; remove it or start your engine"
+  local args=(--data-root "$CACHE_ROOT/docker" --exec-root "$STATE/docker-run" --pidfile "$STATE/dockerd.pid"
+    -H "unix://$DOCKER_SOCK" --iptables=false --ip-forward=false --ip-masq=false --bridge=none)
+  if lacks_sys_resource; then
+    command -v jq >/dev/null || die "jq is needed for the runc wrapper on this host (apt-get install jq)"
+    log "root lacks CAP_SYS_RESOURCE here: containers run through hack/kind/runc-without-sys-resource"
+    args+=(--add-runtime "warmpool-runc=$ROOT/hack/kind/runc-without-sys-resource" --default-runtime warmpool-runc)
+  fi
+  log "starting dockerd (data in $CACHE_ROOT/docker, log $STATE/dockerd.log)"
+  setsid dockerd "${args[@]}" >"$STATE/dockerd.log" 2>&1 </dev/null &
+  echo $! >"$STATE/dockerd.started"
+  wait_for "dockerd" 60 docker info
+}
+
+engine_down() {
+  [[ -f $STATE/dockerd.started ]] || return 0
+  local pid; pid=$(cat "$STATE/dockerd.started")
+  docker network rm kind >/dev/null 2>&1 || true
+  if kill -0 "$pid" 2>/dev/null; then
+    log "stopping the dockerd this script started (pid $pid)"
+    kill "$pid"
+    local i
+    for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && { log "dockerd still running after 30 s: SIGKILL"; kill -9 "$pid"; }
+  fi
+  rm -f "$STATE/dockerd.started" "$DOCKER_SOCK"
+  if [[ -f $STATE/host.before ]]; then
+    if ! diff <(cat "$STATE/host.before") <(host_snapshot) >"$STATE/host.diff"; then
+      cat "$STATE/host.diff" >&2
+      die "the host differs from before 'up' (above: < before, > now)"
+    fi
+    rm -f "$STATE/host.before" "$STATE/host.diff"
+    log "host as found: links, iptables rules and ip_forward unchanged"
+  fi
+}
+
+kind_config() { # kind_config IMAGE GVISOR_DIR LOCAL_NODE
+  local image=$1 gv=$2 local_node=$3
+  cat >"$STATE/runsc.toml" <<EOF
+[runsc_config]
+  platform = "systrap"
+EOF
+  cat <<EOF
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  podSubnet: 10.244.0.0/16
+  serviceSubnet: 10.96.0.0/16
+EOF
+  $local_node && echo "  disableDefaultCNI: true"
+  cat <<EOF
+nodes:
+- role: control-plane
+  image: $image
+  extraMounts:
+  - {hostPath: $gv/runsc, containerPath: /usr/local/bin/runsc, readOnly: true}
+  - {hostPath: $gv/containerd-shim-runsc-v1, containerPath: /usr/local/bin/containerd-shim-runsc-v1, readOnly: true}
+  - {hostPath: $STATE/runsc.toml, containerPath: /etc/containerd/runsc.toml, readOnly: true}
+# The cgroupfs driver, as on the local cluster: runsc then gets plain cgroup
+# paths it creates and limits itself.
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  cgroupDriver: cgroupfs
+EOF
+  if $local_node; then
+    cat <<EOF
+- |
+  kind: ClusterConfiguration
+  dns:
+    imageTag: $(image_label "$image" coredns-version)
+EOF
+  fi
+  # The runtime is registered under both section names: containerd 1.x
+  # (grpc.v1.cri) and containerd 2 (cri.v1.runtime) read different ones.
+  local sec
+  echo "containerdConfigPatches:"
+  for sec in '"io.containerd.grpc.v1.cri"' '"io.containerd.cri.v1.runtime"'; do
+    cat <<EOF
+- |-
+  [plugins.$sec.containerd.runtimes.runc.options]
+    SystemdCgroup = false
+  [plugins.$sec.containerd.runtimes.runsc]
+    runtime_type = "io.containerd.runsc.v1"
+    pod_annotations = ["dev.gvisor.spec.mount.*"]
+  [plugins.$sec.containerd.runtimes.runsc.options]
+    TypeUrl = "io.containerd.runsc.v1.options"
+    ConfigPath = "/etc/containerd/runsc.toml"
+EOF
+  done
+  if lacks_sys_resource; then
+    cat <<EOF
+- |-
+  [plugins."io.containerd.grpc.v1.cri"]
+    restrict_oom_score_adj = true
+EOF
+  fi
+}
+
+# gvisor_release: runsc and its shim from gVisor's release bucket, for a stock
+# node's containerd 2 (the build of hack/gvisor.sh is for containerd 1.6).
+gvisor_release() {
+  local dir=$CACHE_ROOT/gvisor-release/$GVISOR_RELEASE f
+  local url=https://storage.googleapis.com/gvisor/releases/release/$GVISOR_RELEASE/$(uname -m)
+  if [[ ! -x $dir/runsc || ! -x $dir/containerd-shim-runsc-v1 ]]; then
+    mkdir -p "$dir"
+    for f in runsc containerd-shim-runsc-v1; do
+      log "downloading $url/$f"
+      curl -fsSL -o "$dir/$f" "$url/$f" && curl -fsSL -o "$dir/$f.sha512" "$url/$f.sha512" \
+        || die "cannot download gVisor $GVISOR_RELEASE (no internet? set GVISOR_DIR)"
+    done
+    (cd "$dir" && sha512sum -c runsc.sha512 containerd-shim-runsc-v1.sha512 >&2) || die "gVisor $GVISOR_RELEASE: checksum mismatch"
+    chmod 0755 "$dir/runsc" "$dir/containerd-shim-runsc-v1"
+  fi
+  echo "$dir"
+}
+
+image_label() { docker image inspect -f "{{index .Config.Labels \"dev.warmpool.$2\"}}" "$1"; }
+
+# local_addons: what the stock node's kindnetd and CoreDNS provide, for the
+# node built here. CoreDNS gets the local cluster's Corefile (cluster.local
+# and reverse lookups from the API, every other name refused: the binary has
+# no plugin that could forward); kube-router enforces NetworkPolicy; pods'
+# packets routed off the node are dropped, as on the local cluster (the
+# mangle table, because kube-router ACCEPTs in filter FORWARD first).
+local_addons() {
+  local image=$1 corefile
+  corefile=$(cat <<'EOF'
+cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
+    errors
+    health {
+        lameduck 5s
+    }
+    ready
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        pods insecure
+    }
+}
+EOF
+)
+  kubectl_ -n kube-system create configmap coredns --dry-run=client -o yaml --from-literal=Corefile="$corefile" \
+    | kubectl_ apply -f - >/dev/null
+  kubectl_ -n kube-system rollout restart deployment coredns >/dev/null
+  sed "s|KUBE_ROUTER_IMAGE|$(image_label "$image" kube-router-image)|" "$ROOT/hack/kind/kube-router.yaml" \
+    | kubectl_ apply -f - >/dev/null
+  docker exec "$NODE" sh -c 'iptables -t mangle -C FORWARD -i warmpool0 ! -o warmpool0 -j DROP 2>/dev/null \
+    || iptables -t mangle -I FORWARD -i warmpool0 ! -o warmpool0 -j DROP'
+  wait_for "kube-router's first NetworkPolicy sync" 120 docker exec "$NODE" sh -c \
+    "curl -sf http://127.0.0.1:20245/metrics | grep -Eq '^kube_router_controller_iptables_sync_time_count [1-9]'"
+  kubectl_ -n kube-system rollout status deployment coredns --timeout 120s >/dev/null
+}
 
 up() {
+  [[ -x $KIND ]] || die "no kind at $KIND: run 'make kind' (or set KIND)"
+  engine_up
+  mkdir -p "$STATE"
   if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     log "cluster $CLUSTER exists"
   else
-    local gv=${GVISOR_DIR:-$("$ROOT/hack/gvisor.sh")}
-    local cfg; cfg=$(mktemp --suffix .yaml)
-    # The runtime is registered under both section names: containerd 1.x
-    # (grpc.v1.cri) and containerd 2 (cri.v1.runtime) nodes.
-    cat >"$cfg" <<EOF
-kind: Cluster
-apiVersion: kind.x-k8s.io/v1alpha4
-nodes:
-- role: control-plane
-  extraMounts:
-  - {hostPath: $gv/runsc, containerPath: /usr/local/bin/runsc}
-  - {hostPath: $gv/containerd-shim-runsc-v1, containerPath: /usr/local/bin/containerd-shim-runsc-v1}
-containerdConfigPatches:
-- |-
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
-    runtime_type = "io.containerd.runsc.v1"
-    pod_annotations = ["dev.gvisor.spec.mount.*"]
-  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc]
-    runtime_type = "io.containerd.runsc.v1"
-    pod_annotations = ["dev.gvisor.spec.mount.*"]
-EOF
-    log "creating cluster $CLUSTER ($NODE_IMAGE) with runsc from $gv"
-    "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$cfg" --wait 120s
-    rm -f "$cfg"
+    local t0=$SECONDS image local_node=false gv
+    if [[ -n ${KIND_NODE_IMAGE:-} ]]; then
+      image=$KIND_NODE_IMAGE
+      gv=${GVISOR_DIR:-$(gvisor_release)}
+    else
+      image=$("$ROOT/hack/kind-node.sh"); local_node=true
+      gv=${GVISOR_DIR:-$("$ROOT/hack/gvisor.sh")}
+    fi
+    kind_config "$image" "$gv" "$local_node" >"$STATE/kind.yaml"
+    log "creating cluster $CLUSTER ($image, runsc from $gv)"
+    "$KIND" create cluster --name "$CLUSTER" --config "$STATE/kind.yaml" --kubeconfig "$STATE/kubeconfig" --wait 120s
+    # Pods applied right after create can fail with 'serviceaccount "default" not found'.
+    wait_for "the default ServiceAccount" 60 kubectl_ get serviceaccount default
+    if $local_node; then local_addons "$image"; fi
+    log "cluster $CLUSTER up in $((SECONDS - t0)) s"
   fi
-  "$KUBECTL" --context "kind-$CLUSTER" apply --server-side -f "$ROOT/config/runtimeclass/runtimeclass.yaml"
-  log "ready: kubectl --context kind-$CLUSTER; then 'make kind-load deploy'"
+  "$KIND" get kubeconfig --name "$CLUSTER" >"$STATE/kubeconfig"
+  kubectl_ apply --server-side -f "$ROOT/config/runtimeclass/runtimeclass.yaml" >/dev/null
+  log "ready: export KUBECONFIG=$STATE/kubeconfig; then 'make kind-load deploy'"
 }
 
 load() {
@@ -65,9 +279,66 @@ load() {
   done
 }
 
+down() {
+  if docker info >/dev/null 2>&1 && [[ -x $KIND ]]; then
+    "$KIND" delete cluster --name "$CLUSTER" --kubeconfig "$STATE/kubeconfig"
+  fi
+  engine_down
+  rm -f "$STATE/kubeconfig" "$STATE/kind.yaml" "$STATE/runsc.toml"
+}
+
+# restart_apiserver: a fault for the e2e chaos spec. kube-apiserver is a static
+# pod: its process is killed, as a crash would end it, and the kubelet starts
+# the container again; this returns once the new one serves.
+restart_apiserver() {
+  local old pid
+  old=$(docker exec "$NODE" pgrep -x kube-apiserver) || die "no kube-apiserver process on $NODE"
+  docker exec "$NODE" kill -KILL "$old"
+  local deadline=$((SECONDS + 120))
+  while :; do
+    pid=$(docker exec "$NODE" pgrep -x kube-apiserver 2>/dev/null || true)
+    if [[ -n $pid && $pid != "$old" ]] && docker exec "$NODE" curl -skf https://127.0.0.1:6443/readyz >/dev/null 2>&1; then
+      break
+    fi
+    ((SECONDS < deadline)) || die "kube-apiserver not serving again 120 s after it was killed"
+    sleep 0.5
+  done
+  log "kube-apiserver killed (pid $old) and serving again (pid $pid)"
+}
+
+# e2e: the e2e suite (test/e2e, the one the local cluster runs) on a fresh kind
+# cluster, which is deleted afterwards (KIND_KEEP=1 keeps it).
+#
+# The suite attacks pod and node addresses directly (a sandbox's agent port,
+# the kubelet, a listener of its own on the node's address, the metadata
+# address on loopback) and scrapes the manager's pod with Prometheus: on the
+# local cluster it runs on the node itself. Here it runs in the kind node's
+# network namespace (nsenter), with the host's files and tools: the same view
+# of the cluster, with the API server on the node's loopback.
+e2e() {
+  [[ $(id -u) == 0 ]] || die "e2e needs root (nsenter into the node's network namespace)"
+  if [[ -z ${KIND_KEEP:-} ]]; then trap 'down' EXIT; fi
+  up
+  load
+  sed 's|server: https://.*|server: https://127.0.0.1:6443|' "$STATE/kubeconfig" >"$STATE/kubeconfig.node"
+  # Built here, where the Go module proxy is reachable; the node's network reaches
+  # nothing outside the node, so the suite's own go builds must find everything cached.
+  (cd "$ROOT" && go test -c -tags e2e -o "$STATE/e2e.test" ./test/e2e/ && go build -o /dev/null ./cmd/kubectl-warmpool ./hack/monitoring)
+  local pid
+  pid=$(docker inspect -f '{{.State.Pid}}' "$NODE")
+  log "running the e2e suite in $NODE's network namespace"
+  (cd "$ROOT/test/e2e" && nsenter --net="/proc/$pid/ns/net" env KUBECONFIG="$STATE/kubeconfig.node" \
+    E2E_APISERVER_RESTART="$ROOT/hack/kind.sh restart-apiserver" GOPROXY=off GOFLAGS=-mod=readonly \
+    "$STATE/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-30m}" -ginkgo.v ${E2E_ARGS:-})
+}
+
 case ${1:-} in
   up) up ;;
   load) load ;;
-  down) "$KIND" delete cluster --name "$CLUSTER" ;;
-  *) die "usage: $0 up|load|down" ;;
+  down) down ;;
+  e2e) e2e ;;
+  restart-apiserver) restart_apiserver ;;
+  kubeconfig) echo "$STATE/kubeconfig" ;;
+  node) echo "$NODE" ;;
+  *) die "usage: $0 up|load|down|e2e|restart-apiserver|kubeconfig|node" ;;
 esac

@@ -11,6 +11,11 @@
 // /usr/lib/python3.X), the shared libraries they link (found with ldd) and
 // the dynamic loader go into the image, so python3 runs with no distribution
 // underneath. -python-packages adds a dist-packages tree (numpy...) the same way.
+//
+// With -base, a root file system tarball (a debootstrapped Debian, say) is the
+// image's first layer and the files above go into a second one: the kind
+// node's kube-proxy and kube-router need iptables and ipset with everything
+// they load. -tag may be given more than once to name one image several ways.
 package main
 
 import (
@@ -43,9 +48,10 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var opts options
-	var adds listFlag
+	var adds, tags listFlag
 	flag.StringVar(&opts.out, "o", "", "output tarball")
-	flag.StringVar(&opts.tag, "tag", "", "image name:tag")
+	flag.Var(&tags, "tag", "image name:tag (repeatable)")
+	flag.StringVar(&opts.base, "base", "", "root file system tarball to use as the first layer")
 	flag.StringVar(&opts.python, "python", "", "python interpreter to include, e.g. /usr/bin/python3.11")
 	flag.StringVar(&opts.pythonPackages, "python-packages", "", "dist-packages directory to include, e.g. /usr/lib/python3/dist-packages")
 	flag.Var(&adds, "add", "SRC:DEST file to add (repeatable)")
@@ -54,8 +60,8 @@ func main() {
 	flag.StringVar(&opts.user, "user", "", "user[:group] the container runs as")
 	flag.StringVar(&opts.workdir, "workdir", "", "working directory")
 	flag.Parse()
-	opts.adds = adds
-	if opts.out == "" || opts.tag == "" {
+	opts.adds, opts.tags = adds, tags
+	if opts.out == "" || len(opts.tags) == 0 {
 		fmt.Fprintln(os.Stderr, "imgbuild: -o and -tag are required")
 		os.Exit(2)
 	}
@@ -66,9 +72,9 @@ func main() {
 }
 
 type options struct {
-	out, tag, python, pythonPackages string
-	adds                             []string
-	entrypoint, cmd, user, workdir   string
+	out, base, python, pythonPackages string
+	adds, tags                        []string
+	entrypoint, cmd, user, workdir    string
 }
 
 func split(s string) []string {
@@ -79,9 +85,13 @@ func split(s string) []string {
 }
 
 func build(o options) error {
-	ref, err := name.ParseReference(o.tag)
-	if err != nil {
-		return fmt.Errorf("tag %q: %w", o.tag, err)
+	refs := make([]name.Reference, 0, len(o.tags))
+	for _, t := range o.tags {
+		ref, err := name.ParseReference(t)
+		if err != nil {
+			return fmt.Errorf("tag %q: %w", t, err)
+		}
+		refs = append(refs, ref)
 	}
 	files := newFileSet()
 	for _, a := range o.adds {
@@ -125,7 +135,15 @@ func build(o options) error {
 	if err != nil {
 		return err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	var layers []v1.Layer
+	if o.base != "" {
+		base, err := tarball.LayerFromFile(o.base)
+		if err != nil {
+			return fmt.Errorf("base %s: %w", o.base, err)
+		}
+		layers = append(layers, base)
+	}
+	img, err := mutate.AppendLayers(empty.Image, append(layers, layer)...)
 	if err != nil {
 		return err
 	}
@@ -137,7 +155,7 @@ func build(o options) error {
 	cfg.Architecture, cfg.OS = "amd64", "linux"
 	cfg.Config = v1.Config{
 		Entrypoint: split(o.entrypoint), Cmd: split(o.cmd), User: o.user, WorkingDir: o.workdir,
-		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
 	}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
@@ -146,10 +164,14 @@ func build(o options) error {
 	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
 		return err
 	}
-	if err := tarball.WriteToFile(o.out, ref, img); err != nil {
+	named := make(map[name.Reference]v1.Image, len(refs))
+	for _, ref := range refs {
+		named[ref] = img
+	}
+	if err := tarball.MultiRefWriteToFile(o.out, named); err != nil {
 		return fmt.Errorf("write %s: %w", o.out, err)
 	}
-	fmt.Printf("wrote %s (%s, %d files)\n", o.out, o.tag, len(files.entries))
+	fmt.Printf("wrote %s (%s, %d files)\n", o.out, strings.Join(o.tags, ", "), len(files.entries))
 	return nil
 }
 

@@ -72,7 +72,7 @@ func TestPythonImageIsSelfContained(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(tmp, "repl.tar")
-	err = build(options{out: out, tag: "warmpool.dev/repl:test", python: python,
+	err = build(options{out: out, tags: []string{"warmpool.dev/repl:test"}, python: python,
 		adds: []string{agent + ":/usr/local/bin/agent"}, entrypoint: "/usr/local/bin/agent", cmd: "serve,--listen,:8080",
 		user: "65532:65532", workdir: "/workspace"})
 	if err != nil {
