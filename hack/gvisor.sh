@@ -66,7 +66,7 @@ sed -i $'s|^\t\tcase cgroupv1FsName:$|&\\n\t\t\t// warmpool: only the hierarchy 
 go mod edit -replace gvisor.dev/gvisor=./gvisor-src
 # The patch's test (the mount tables of a kind node and of a nested container)
 # runs in the patched package before anything is built from it.
-cp "$HERE/gvisor/cgroup_mounts_test.go" gvisor-src/runsc/cgroup/
+cp "$HERE/gvisor/testdata/cgroup_mounts_test.go" gvisor-src/runsc/cgroup/
 go test gvisor.dev/gvisor/runsc/cgroup >&2 || die "the cgroup patch's test failed"
 go get "gvisor.dev/gvisor/runsc@$GVISOR_VERSION" "gvisor.dev/gvisor/shim@$GVISOR_VERSION" >&2
 grep -q "gvisor.dev/gvisor $GVISOR_VERSION" go.mod || die "go get moved gvisor.dev/gvisor off $GVISOR_VERSION"

@@ -64,25 +64,33 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mirror() { # the Debian mirror apt already uses here
-  local u
-  u=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
-  [[ -n $u ]] || u=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-  echo "${u:-http://deb.debian.org/debian}"
+debian_host() { [[ -r /etc/os-release ]] && (. /etc/os-release && [[ $ID == debian ]]); }
+
+mirror() { # the Debian mirror apt already uses here; Debian's own elsewhere (an Ubuntu CI runner, say)
+  local u=
+  if debian_host; then
+    u=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
+    [[ -n $u ]] || u=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+  fi
+  echo "${DEBIAN_MIRROR:-${u:-http://deb.debian.org/debian}}"
 }
 
 build_rootfs() {
   [[ -f $ROOTFS ]] && { log "root file system cached at $ROOTFS"; return; }
   command -v debootstrap >/dev/null || die "debootstrap missing: apt-get install debootstrap"
-  local r=$work/rootfs m t0=$SECONDS
+  local r=$work/rootfs m t0=$SECONDS keyring=()
   m=$(mirror)
+  if ! debian_host; then
+    [[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]] || die "Debian's archive keys missing: apt-get install debian-archive-keyring"
+    keyring=(--keyring /usr/share/keyrings/debian-archive-keyring.gpg)
+  fi
   log "debootstrap $DEBIAN_SUITE from $m"
-  debootstrap --variant=minbase "$DEBIAN_SUITE" "$r" "$m" >"$work/debootstrap.log" 2>&1 \
+  debootstrap --variant=minbase "${keyring[@]}" "$DEBIAN_SUITE" "$r" "$m" >"$work/debootstrap.log" 2>&1 \
     || { tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
-  # The host's apt sources (security updates included) rather than the bare mirror.
-  if ls /etc/apt/sources.list.d/*.sources >/dev/null 2>&1; then
+  # A Debian host's apt sources (security updates included) rather than the bare mirror.
+  if debian_host && [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
     rm -f "$r/etc/apt/sources.list"
-    cp /etc/apt/sources.list.d/debian.sources "$r/etc/apt/sources.list.d/" 2>/dev/null || true
+    cp /etc/apt/sources.list.d/debian.sources "$r/etc/apt/sources.list.d/"
   fi
   mount -t proc proc "$r/proc"; mount --rbind /sys "$r/sys"; mount --rbind /dev "$r/dev"
   cp /etc/resolv.conf "$r/etc/resolv.conf"

@@ -1,4 +1,4 @@
-// This file is not part of warmpool's module: hack/gvisor.sh copies it into its
+// This file is not part of warmpool's packages (testdata, so ./... skips it): hack/gvisor.sh copies it into its
 // copy of gVisor's runsc/cgroup package and runs it before building runsc, so
 // the patch to loadPathsHelper is tested against the mount tables it is for.
 
