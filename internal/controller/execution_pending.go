@@ -74,6 +74,14 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 	}
 	pl := r.Dispatcher.Place(ex)
 	if pl.Pod != "" && ex.Spec.Session != "" {
+		// The Session's status is the commit point of its lease: a run of the
+		// session goes only to the pod it names, never to a second pod a
+		// retried lease left labelled with the Session.
+		if named := r.sessionPodName(ctx, ex); named != "" && named != pl.Pod {
+			r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
+			r.waitingFor(ex, pool, dispatch.Placement{})
+			return ctrl.Result{RequeueAfter: waitBackstop}, nil
+		}
 		preds, err := r.sessionPredecessors(ctx, ex)
 		if err != nil {
 			return ctrl.Result{}, err

@@ -75,6 +75,16 @@ func (r *ExecutionReconciler) sessionInterpreter(ctx context.Context, ex *sandbo
 	return pod.Annotations[sandboxpod.AnnotationInterpreter]
 }
 
+// sessionPodName is the pod the Session of ex's session holds, as its status
+// says; "" when it is not known.
+func (r *ExecutionReconciler) sessionPodName(ctx context.Context, ex *sandboxv1alpha1.Execution) string {
+	ses := &sandboxv1alpha1.Session{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses); err != nil {
+		return ""
+	}
+	return ses.Status.PodName
+}
+
 // createSession makes the Session an Execution names, unless Executions of
 // it already ran (then it was deleted, and its state with it).
 func (r *ExecutionReconciler) createSession(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, bool, error) {

@@ -132,6 +132,13 @@ type session struct {
 	// uid is the Session object's: a pod left by an earlier Session of the
 	// same name is not this one's.
 	uid types.UID
+	// named is the pod the Session's status names once it is Ready: the
+	// session's only pod from then on. A lease retried while the pod
+	// informer lagged can leave a second pod labelled with the Session; its
+	// events must not make it the session's pod, or the session's next
+	// Execution runs on an interpreter that never had the session's state
+	// (found by the chaos suite).
+	named string
 }
 
 type pool struct {
@@ -231,7 +238,7 @@ func (p *pool) session(name string) *session {
 // owns reports whether a pod labelled with the session's name is the current
 // Session object's (or from before Session objects recorded their UID).
 func (s *session) owns(pi *podInfo) bool {
-	return pi.sessionUID == "" || s.uid == "" || pi.sessionUID == s.uid
+	return (pi.sessionUID == "" || s.uid == "" || pi.sessionUID == s.uid) && (s.named == "" || pi.name == s.named)
 }
 
 func (p *pool) gcSession(s *session) {
@@ -307,8 +314,13 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 	ready := ses.Status.Phase == sandboxv1alpha1.SessionReady && ses.DeletionTimestamp == nil
 	if s := p.sessions[ses.Name]; s != nil || ready {
 		s = p.session(ses.Name)
-		if s.ready != ready || s.uid != ses.UID {
-			s.ready, s.uid = ready, ses.UID
+		if s.ready != ready || s.uid != ses.UID || s.named != ses.Status.PodName {
+			s.ready, s.uid, s.named = ready, ses.UID, ses.Status.PodName
+			if pi := p.pods[s.named]; pi != nil && pi.session == ses.Name && s.owns(pi) {
+				s.pod = s.named
+			} else if s.named != "" && s.pod != s.named {
+				s.pod = "" // its pod's own event sets it
+			}
 			d.syncSession(p, s, &w)
 			p.gcSession(s)
 		}

@@ -290,6 +290,38 @@ func TestSessionOfTheSameNameDoesNotAdoptAnEarlierSessionsPod(t *testing.T) {
 	}
 }
 
+// Regression (found by the chaos suite): a lease retried while the pod
+// informer lagged left a second pod labelled with the Session, which went
+// Ready on the other one. The stray pod's later events made it the session's
+// pod: the session's first Execution ran there, on an interpreter without the
+// session's state (SessionLost), and the next ones ran on the Session's real
+// pod without what the first would have set.
+func TestSessionRunsOnlyOnThePodItsStatusNames(t *testing.T) {
+	d, _ := newDispatcher()
+	s := ses("s", 0).Obj()
+	d.UpdatePod(pod("stray").HeldBy(s).Obj())
+	d.UpdatePod(pod("leased").HeldBy(s).Obj())
+	d.UpdateSession(ses("s", 0).ReadyOn("leased").Obj())
+	d.UpdateExecution(ex("s-1", 1).Session("s").Obj())
+	// The stray pod's events keep coming until the pool deletes it.
+	d.UpdatePod(pod("stray").RV("2").HeldBy(s).Obj())
+	if pl := d.Place(ex("s-1", 1).Session("s").Obj()); pl.Pod != "leased" {
+		t.Fatalf("s-1: %+v, want the pod the Session's status names", pl)
+	}
+	// A new leader hears of the Session before its pod: nothing runs until the named pod is seen.
+	d2, _ := newDispatcher()
+	d2.UpdateSession(ses("s", 0).ReadyOn("leased").Obj())
+	d2.UpdateExecution(ex("s-1", 1).Session("s").Obj())
+	d2.UpdatePod(pod("stray").HeldBy(s).Obj())
+	if pl := d2.Place(ex("s-1", 1).Session("s").Obj()); pl.Pod != "" {
+		t.Fatalf("s-1 before the named pod is seen: %+v, want it to wait", pl)
+	}
+	d2.UpdatePod(pod("leased").HeldBy(s).Obj())
+	if pl := d2.Place(ex("s-1", 1).Session("s").Obj()); pl.Pod != "leased" {
+		t.Fatalf("s-1 after the named pod is seen: %+v, want it", pl)
+	}
+}
+
 func TestFailedClaimKeepsItsPlaceAndSkipsThePodUntilItChanges(t *testing.T) {
 	d, rec := newDispatcher()
 	d.UpdateExecution(ex("a", 0).Obj())
