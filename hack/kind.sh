@@ -284,7 +284,7 @@ down() {
     "$KIND" delete cluster --name "$CLUSTER" --kubeconfig "$STATE/kubeconfig"
   fi
   engine_down
-  rm -f "$STATE/kubeconfig" "$STATE/kind.yaml" "$STATE/runsc.toml"
+  rm -f "$STATE/kubeconfig" "$STATE/kubeconfig.node" "$STATE/kind.yaml" "$STATE/runsc.toml"
 }
 
 # restart_apiserver: a fault for the e2e chaos spec. kube-apiserver is a static
