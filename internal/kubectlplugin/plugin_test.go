@@ -200,6 +200,33 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("a Session's sandbox deleted under the code exits 5", func(t *testing.T) {
+		if err := admin.Create(ctx, wrappers.Session(ns, "doomed").Obj()); err != nil {
+			t.Fatal(err)
+		}
+		ses := &sandboxv1alpha1.Session{}
+		waitFor(t, func() bool {
+			return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "doomed"}, ses) == nil && ses.Status.Phase == sandboxv1alpha1.SessionReady
+		})
+		var out, errOut syncBuffer
+		done := make(chan int)
+		go func() {
+			done <- runCtx(ctx, &out, &errOut, "run", "--session", "doomed", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)")
+		}()
+		waitFor(t, func() bool { return out.String() == "started\n" })
+		if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: objectMeta(ns, ses.Status.PodName)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case code := <-done:
+			if code != kubectlplugin.ExitSandboxLost {
+				t.Fatalf("exit %d, stderr %q; want 5", code, errOut.String())
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("the run did not end after its pod was deleted")
+		}
+	})
+
 	t.Run("a Session keeps state between runs, is listed, and closes", func(t *testing.T) {
 		if err := admin.Create(ctx, wrappers.Session(ns, "nb").Obj()); err != nil {
 			t.Fatal(err)

@@ -241,17 +241,29 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 	}, "")
 }
 
-// sessionEndCode is 5 when the Session is Lost (its sandbox went away), else 6.
+// sessionEndCode is 5 when the Session is Lost (its sandbox went away), else
+// 6. The run's stream can break before the manager has stored the Session's
+// end, so a Session still Ready is asked again for a few seconds.
 func sessionEndCode(ctx context.Context, s *sessions.Session) int {
 	if s == nil {
 		return ExitOther
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if obj, err := s.Get(ctx); err == nil && obj.Status.Phase == sandboxv1alpha1.SessionLost {
-		return ExitSandboxLost
+	for {
+		obj, err := s.Get(ctx)
+		switch {
+		case err == nil && obj.Status.Phase == sandboxv1alpha1.SessionLost:
+			return ExitSandboxLost
+		case err == nil && obj.Status.Phase.IsFinished():
+			return ExitOther
+		}
+		select {
+		case <-ctx.Done():
+			return ExitOther
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return ExitOther
 }
 
 // contextValue is the data plane's JSON context for a --context-file.
