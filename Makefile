@@ -113,6 +113,8 @@ bench-autoscale: ## Replay the autoscaling trace on envtest: fixed pools, the ra
 		$(GO) run ./test/autoscalebench $(AUTOSCALE_BENCH_ARGS)
 
 E2E_TIMEOUT ?= 30m
+# What the e2e suite runs with, on either cluster.
+E2E_ENV = KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL)
 
 .PHONY: test-e2e
 test-e2e: kustomize prometheus helm-tool ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
@@ -121,7 +123,7 @@ test-e2e: kustomize prometheus helm-tool ## Run the e2e suite on the cluster in 
 		hack/local-cluster.sh up; \
 		export KUBECONFIG="$$local" E2E_APISERVER_RESTART="$(CURDIR)/hack/local-cluster.sh restart-apiserver"; \
 	fi; \
-	KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
+	$(E2E_ENV) $(GO) test -tags e2e ./test/e2e/ -count=1 -timeout $(E2E_TIMEOUT) \
 		-v -ginkgo.v $(E2E_ARGS)
 
 .PHONY: check-monitoring
@@ -215,8 +217,7 @@ kind-up: kind ## Create kind cluster "warmpool" with gVisor, NetworkPolicy and t
 
 .PHONY: test-e2e-kind
 test-e2e-kind: kind manifests kustomize prometheus helm-tool images ## Run the e2e suite on a fresh kind cluster (made, loaded, deleted; the host left as found; needs root).
-	KIND=$(KIND) KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) \
-		E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_ARGS="$(E2E_ARGS)" hack/kind.sh e2e
+	KIND=$(KIND) $(E2E_ENV) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_ARGS="$(E2E_ARGS)" hack/kind.sh e2e
 
 .PHONY: kind-load
 kind-load: kind images ## Load the image tarballs into the kind cluster.

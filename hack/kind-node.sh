@@ -34,7 +34,7 @@ ROOTFS_REV=1
 ROOTFS=$CACHE_ROOT/kind/rootfs-$DEBIAN_SUITE-r$ROOTFS_REV.tar
 PACKAGES=(systemd conntrack iptables nftables iproute2 ethtool util-linux mount kmod libseccomp2
   pigz bash ca-certificates curl jq procps containerd runc containernetworking-plugins ipset)
-# The image names kubeadm $K8S_VERSION and kind's containerd config look for.
+# The one node's Pod network: the local cluster's bridge addresses.
 POD_CIDR=10.244.0.0/24
 POD_GATEWAY=10.244.0.1
 

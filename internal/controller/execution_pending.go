@@ -67,17 +67,20 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 		return r.start(ctx, ex, pool, pod, next)
 	}
 
+	var sessionPod string
 	if ex.Spec.Session != "" {
-		if res, done, err := r.sessionGate(ctx, ex); done || err != nil {
+		pod, res, done, err := r.sessionGate(ctx, ex)
+		if done || err != nil {
 			return res, err
 		}
+		sessionPod = pod
 	}
 	pl := r.Dispatcher.Place(ex)
 	if pl.Pod != "" && ex.Spec.Session != "" {
 		// The Session's status is the commit point of its lease: a run of the
 		// session goes only to the pod it names, never to a second pod a
 		// retried lease left labelled with the Session.
-		if named := r.sessionPodName(ctx, ex); named != "" && named != pl.Pod {
+		if sessionPod != "" && sessionPod != pl.Pod {
 			r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
 			r.waitingFor(ex, pool, dispatch.Placement{})
 			return ctrl.Result{RequeueAfter: waitBackstop}, nil

@@ -26,26 +26,28 @@ import (
 // so does one whose Session was deleted after earlier Executions ran in it.
 
 // sessionGate lets an Execution of a session on to the dispatcher only while
-// its Session is Ready. done means the reconcile ends here with res (the
-// status says why it waits, or that it failed).
-func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execution) (res ctrl.Result, done bool, err error) {
+// its Session is Ready, and returns the pod the Session's status names. done
+// means the reconcile ends here with res (the status says why it waits, or
+// that it failed).
+func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execution) (pod string, res ctrl.Result, done bool, err error) {
 	ses := &sandboxv1alpha1.Session{}
 	err = r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses)
 	if apierrors.IsNotFound(err) {
-		return r.createSession(ctx, ex)
+		res, done, err = r.createSession(ctx, ex)
+		return "", res, done, err
 	}
 	if err != nil {
-		return ctrl.Result{}, true, err
+		return "", ctrl.Result{}, true, err
 	}
 	if ses.Spec.PoolRef.Name != ex.Spec.PoolRef.Name {
 		r.fail(ex, sandboxv1alpha1.ReasonSessionPoolMismatch, fmt.Sprintf(
 			"Session %s leases a pod of pool %s, not %s: name that pool in spec.poolRef, or use another session",
 			ses.Name, ses.Spec.PoolRef.Name, ex.Spec.PoolRef.Name), "")
-		return ctrl.Result{}, true, nil
+		return "", ctrl.Result{}, true, nil
 	}
 	switch ses.Status.Phase {
 	case sandboxv1alpha1.SessionReady:
-		return ctrl.Result{}, false, nil
+		return ses.Status.PodName, ctrl.Result{}, false, nil
 	case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
 		why := ""
 		if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil {
@@ -53,14 +55,14 @@ func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alph
 		}
 		r.fail(ex, sandboxv1alpha1.ReasonSessionLost, fmt.Sprintf(
 			"Session %s is %s%s, and with it the session's state: start a new session", ses.Name, ses.Status.Phase, why), "")
-		return ctrl.Result{}, true, nil
+		return "", ctrl.Result{}, true, nil
 	}
 	msg := fmt.Sprintf("waiting for Session %s to get a pod", ses.Name)
 	if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil && c.Message != "" {
 		msg += ": " + c.Message
 	}
 	r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, msg)
-	return ctrl.Result{RequeueAfter: waitBackstop}, true, nil
+	return "", ctrl.Result{RequeueAfter: waitBackstop}, true, nil
 }
 
 // sessionInterpreter is the interpreter an Execution of a session may run on:
@@ -73,16 +75,6 @@ func (r *ExecutionReconciler) sessionInterpreter(ctx context.Context, ex *sandbo
 		return ses.Status.Interpreter
 	}
 	return pod.Annotations[sandboxpod.AnnotationInterpreter]
-}
-
-// sessionPodName is the pod the Session of ex's session holds, as its status
-// says; "" when it is not known.
-func (r *ExecutionReconciler) sessionPodName(ctx context.Context, ex *sandboxv1alpha1.Execution) string {
-	ses := &sandboxv1alpha1.Session{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses); err != nil {
-		return ""
-	}
-	return ses.Status.PodName
 }
 
 // createSession makes the Session an Execution names, unless Executions of

@@ -299,11 +299,11 @@ func TestSessionOfTheSameNameDoesNotAdoptAnEarlierSessionsPod(t *testing.T) {
 func TestSessionRunsOnlyOnThePodItsStatusNames(t *testing.T) {
 	d, _ := newDispatcher()
 	s := ses("s", 0).Obj()
-	d.UpdatePod(pod("stray").HeldBy(s).Obj())
 	d.UpdatePod(pod("leased").HeldBy(s).Obj())
+	// The stray pod's events keep coming until the pool deletes it; one came last.
+	d.UpdatePod(pod("stray").HeldBy(s).Obj())
 	d.UpdateSession(ses("s", 0).ReadyOn("leased").Obj())
 	d.UpdateExecution(ex("s-1", 1).Session("s").Obj())
-	// The stray pod's events keep coming until the pool deletes it.
 	d.UpdatePod(pod("stray").RV("2").HeldBy(s).Obj())
 	if pl := d.Place(ex("s-1", 1).Session("s").Obj()); pl.Pod != "leased" {
 		t.Fatalf("s-1: %+v, want the pod the Session's status names", pl)

@@ -140,13 +140,9 @@ func TestPlugin(t *testing.T) {
 			return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ex) == nil && ex.Status.Phase == sandboxv1alpha1.PhaseRunning
 		})
 		expect(t, plugin("cancel", name), 0, "execution.sandbox.warmpool.dev/"+name+" cancel requested\n")
-		select {
-		case code := <-done:
-			if code != kubectlplugin.ExitCancelled || out.String() != "started\n" {
-				t.Fatalf("exit %d, stdout %q; want 4 and the output before the cancel (stderr %q)", code, out.String(), errOut.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatal("the run did not end after its cancel")
+		code := exitWithin(t, done, 60*time.Second, "the run did not end after its cancel")
+		if code != kubectlplugin.ExitCancelled || out.String() != "started\n" {
+			t.Fatalf("exit %d, stdout %q; want 4 and the output before the cancel (stderr %q)", code, out.String(), errOut.String())
 		}
 	})
 
@@ -160,13 +156,9 @@ func TestPlugin(t *testing.T) {
 		}()
 		waitFor(t, func() bool { return out.String() == "started\n" })
 		interrupt()
-		select {
-		case code := <-done:
-			if code != kubectlplugin.ExitCancelled {
-				t.Fatalf("exit %d, want 4 (stderr %q)", code, errOut.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("the run did not end after Ctrl-C")
+		code := exitWithin(t, done, 30*time.Second, "the run did not end after Ctrl-C")
+		if code != kubectlplugin.ExitCancelled {
+			t.Fatalf("exit %d, want 4 (stderr %q)", code, errOut.String())
 		}
 	})
 
@@ -190,13 +182,9 @@ func TestPlugin(t *testing.T) {
 		if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: objectMeta(ns, pod)}); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case code := <-done:
-			if code != kubectlplugin.ExitSandboxLost || !strings.Contains(errOut.String(), "SandboxLost") {
-				t.Fatalf("exit %d, stderr %q; want 5 and SandboxLost", code, errOut.String())
-			}
-		case <-time.After(90 * time.Second):
-			t.Fatal("the run did not end after its pod was deleted")
+		code := exitWithin(t, done, 90*time.Second, "the run did not end after its pod was deleted")
+		if code != kubectlplugin.ExitSandboxLost || !strings.Contains(errOut.String(), "SandboxLost") {
+			t.Fatalf("exit %d, stderr %q; want 5 and SandboxLost", code, errOut.String())
 		}
 	})
 
@@ -217,13 +205,9 @@ func TestPlugin(t *testing.T) {
 		if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: objectMeta(ns, ses.Status.PodName)}); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case code := <-done:
-			if code != kubectlplugin.ExitSandboxLost {
-				t.Fatalf("exit %d, stderr %q; want 5", code, errOut.String())
-			}
-		case <-time.After(90 * time.Second):
-			t.Fatal("the run did not end after its pod was deleted")
+		code := exitWithin(t, done, 90*time.Second, "the run did not end after its pod was deleted")
+		if code != kubectlplugin.ExitSandboxLost {
+			t.Fatalf("exit %d, stderr %q; want 5", code, errOut.String())
 		}
 	})
 
@@ -283,6 +267,19 @@ func TestPlugin(t *testing.T) {
 		expect(t, plugin("logs", "waits"), 1, "", "is Pending")
 		expect(t, plugin("logs", "no-such"), 1, "", "not found")
 	})
+}
+
+// exitWithin is the exit code of a run started in the background, which must
+// end within d (what says after what).
+func exitWithin(t *testing.T, done <-chan int, d time.Duration, what string) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(d):
+		t.Fatal(what)
+		return 0
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {
