@@ -9,9 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -32,11 +34,18 @@ const DefaultAgentKeysSecret = "warmpool-agent-keys"
 // reloads it when an administrator rotates keys (adds one and points
 // "current" at it). Pools are then reconciled so that idle pods started with
 // an older key are replaced; busy ones keep working with the key they trust.
+//
+// It runs in every replica, leader or not: the data plane, which every
+// replica serves, signs its calls to agents with these keys. Two replicas
+// that both find no Secret both create one; the second create fails with
+// AlreadyExists and both load the one stored.
 type AgentKeysReconciler struct {
 	client.Client
 	Secret types.NamespacedName
 	Keys   *agentauth.Keyring
-	// PoolEvents wakes every pool after the current key changed.
+	// PoolEvents wakes every pool after the current key changed. Only the
+	// leader's pool controller reads it; a follower's sends find it full and
+	// drop (the new leader reconciles every pool when it starts).
 	PoolEvents chan event.GenericEvent
 }
 
@@ -102,6 +111,7 @@ func (r *AgentKeysReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Secret{}, builder.WithPredicates(isKeys)).
 		WatchesRawSource(source.Channel(first, &handler.EnqueueRequestForObject{})).
 		Named("agentkeys").
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
 		Complete(r)
 }
 

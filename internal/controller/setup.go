@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -96,7 +98,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		resolver = runner.PodIPResolver{}
 	}
 	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: er.Runner,
-		Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")}
+		KeysLoaded: keys.Loaded, Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")}
+	// A replica without keys is not ready: the data plane's Service sends
+	// callers only to replicas that can sign their calls to agents.
+	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {
+		if !keys.Loaded() {
+			return errors.New("agent signing keys not loaded yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	if cfg.DataPlane.CertDir == "" {
 		certs := &servingcert.Manager{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Secret:     types.NamespacedName{Namespace: cfg.ManagerNamespace, Name: DataPlaneCertSecret},

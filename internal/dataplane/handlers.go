@@ -89,6 +89,12 @@ func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, 
 			metrics.DataPlaneRequests.WithLabelValues(sub, strconv.Itoa(rec.code)).Inc()
 			metrics.DataPlaneDuration.WithLabelValues(sub).Observe(time.Since(start).Seconds())
 		}()
+		if s.KeysLoaded != nil && !s.KeysLoaded() {
+			rec.Header().Set("Retry-After", "1")
+			writeStatus(rec, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				"this manager replica has not loaded the agent signing keys yet; retry in a moment")
+			return
+		}
 		t, code, reason, msg := s.resolve(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
 		if t == nil {
 			writeStatus(rec, code, reason, msg)

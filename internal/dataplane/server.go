@@ -73,7 +73,12 @@ type Server struct {
 	// just saw its Session Ready must not be told it is Pending.
 	APIReader client.Reader
 	// Runner signs the calls to the pods' agents.
-	Runner   *runner.Runner
+	Runner *runner.Runner
+	// KeysLoaded reports whether the agent signing keys are loaded; until
+	// then every Session request is answered 503, so a caller retries
+	// instead of reading a failed call to its agent as a broken sandbox.
+	// Nil: always.
+	KeysLoaded func() bool
 	Resolver runner.Resolver
 	// Certs, when set, is the serving certificate the APIService trusts
 	// (servingcert); until it has one the server serves a self-signed one.

@@ -1,0 +1,116 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/testing/testenv"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// leaderElectionID is cmd/manager's: a follower started with it waits on the Lease.
+const leaderElectionID = "manager.warmpool.dev"
+
+// startFollower starts a second manager replica, as cmd/manager runs it with
+// leader election, that never leads: the Lease is held by another holder for
+// an hour. It serves the data plane on a port of its own. It returns that
+// port; the replica stops with the spec.
+func startFollower() int {
+	GinkgoHelper()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: managerNamespace, Name: leaderElectionID},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a-leader-elsewhere"), LeaseDurationSeconds: ptr.To[int32](3600),
+			AcquireTime: &metav1.MicroTime{Time: time.Now()}, RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	Expect(k8s.Create(ctx, lease)).To(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
+
+	port, err := testenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	cfg := managerConfig()
+	dp := dataPlane
+	dp.Port = port
+	cfg.DataPlane = &dp
+	opts := managerOptions()
+	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
+	opts.LeaderElection = true
+	opts.LeaderElectionID = leaderElectionID
+	opts.LeaderElectionNamespace = managerNamespace
+	mgr, err := ctrl.NewManager(env.Config, opts)
+	Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(context.Background())
+	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
+	done := make(chan struct{})
+	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
+	DeferCleanup(func() { cancel(); <-done })
+	Consistently(mgr.Elected(), 500*time.Millisecond).ShouldNot(BeClosed(), "the second replica must not lead")
+	return port
+}
+
+// directTo returns a copy of c that calls the data plane of the replica on
+// port itself, authenticated with cfg's client certificate, not through the
+// API server's aggregator (which picks a replica of its own choosing).
+func directTo(c *sessions.Client, cfg *rest.Config, port int) *sessions.Client {
+	GinkgoHelper()
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	tlsCfg.InsecureSkipVerify, tlsCfg.RootCAs = true, nil // the replica's self-signed serving certificate
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), ForceAttemptHTTP2: false,
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+	return c.WithDataPlane(fmt.Sprintf("https://127.0.0.1:%d", port), hc)
+}
+
+var _ = Describe("Two manager replicas", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("serves the data plane from a replica that is not the leader: it loads the agent keys too", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		port := startFollower()
+		cfg := sessionUser(ns, "alice", true)
+		c := sessionsClient(cfg)
+		s, err := c.Create(ctx, ns, "on-follower", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		follower := directTo(c, cfg, port).Open(ns, s.Name)
+
+		// The follower answers 503 only until its keys are loaded (a moment
+		// after it starts), never 502 for a sandbox it cannot sign for.
+		var res *sessions.Result
+		Eventually(func() error {
+			res, err = follower.Run(ctx, sessions.ExecRequest{Code: "x = 6 * 7\nx"})
+			if err != nil && !sessions.IsStatus(err, http.StatusServiceUnavailable) {
+				StopTrying("the follower failed the run").Wrap(err).Now()
+			}
+			return err
+		}, 10*time.Second).Should(Succeed())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(*res.Result).To(Equal("42"))
+
+		// Streamed, and the state is the Session's whichever replica serves.
+		var out string
+		res, err = follower.RunStream(ctx, sessions.ExecRequest{Code: "print(x, flush=True)"},
+			sessions.Handlers{OnStdout: func(d string) { out += d }})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(Equal("42\n"))
+		res, err = s.Run(ctx, sessions.ExecRequest{Code: "x + 1"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(*res.Result).To(Equal("43"), "the leader's replica reaches the same interpreter")
+		v, err := follower.Variable(ctx, "x")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(v.JSON)).To(Equal("42"))
+		Expect(getSession(ns, s.Name).Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
+	})
+})
