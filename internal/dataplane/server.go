@@ -79,7 +79,7 @@ type Server struct {
 	// instead of reading a failed call to its agent as a broken sandbox.
 	// Nil: always.
 	KeysLoaded func() bool
-	Resolver runner.Resolver
+	Resolver   runner.Resolver
 	// Certs, when set, is the serving certificate the APIService trusts
 	// (servingcert); until it has one the server serves a self-signed one.
 	Certs CertSource
