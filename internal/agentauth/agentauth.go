@@ -141,6 +141,18 @@ func (k *Keyring) Has(keyID string) bool {
 	return ok
 }
 
+// Trusted returns the --trusted-keys value of a pod started with keyID (its
+// public key), and false when the keyring has no such key.
+func (k *Keyring) Trusted(keyID string) (string, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	key, ok := k.keys[keyID]
+	if !ok {
+		return "", false
+	}
+	return FormatTrustedKey(keyID, key.Public().(ed25519.PublicKey)), true
+}
+
 // KeyIDs lists the key IDs, sorted.
 func (k *Keyring) KeyIDs() []string {
 	k.mu.RLock()

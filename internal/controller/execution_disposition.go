@@ -12,7 +12,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -33,14 +33,14 @@ func (r *ExecutionReconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.E
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, pod); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if claim.ClaimedBy(pod) != ex.UID {
+	if lease.ClaimedBy(pod) != ex.UID {
 		// Done already, or the pod is someone else's now. A stale cache that
 		// still shows the claim fails the writes below on the resourceVersion.
 		return nil
 	}
 	switch ex.Status.PodDisposition {
 	case sandboxv1alpha1.DispositionReleaseToSession:
-		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return claim.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
+		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return lease.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
 	case sandboxv1alpha1.DispositionReset:
 		addr, err := r.Resolver.Address(pod)
 		if err != nil {
@@ -50,10 +50,10 @@ func (r *ExecutionReconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.E
 		released := false
 		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
 			released = false
-			if claim.ClaimedBy(p) != ex.UID {
+			if lease.ClaimedBy(p) != ex.UID {
 				return nil // released by an earlier call, whose reset is under way
 			}
-			err := claim.ReleaseForReset(ctx, r.Client, p, ex, r.now())
+			err := lease.ReleaseForReset(ctx, r.Client, p, ex, r.now())
 			released = err == nil
 			return err
 		}); err != nil || !released {
@@ -74,7 +74,7 @@ func (r *ExecutionReconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.E
 // changed since it was read, and then the pod is read again.
 func (r *ExecutionReconciler) deleteClaimedPod(ctx context.Context, pod *corev1.Pod, uid types.UID) error {
 	return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
-		if claim.ClaimedBy(p) != uid {
+		if lease.ClaimedBy(p) != uid {
 			return nil
 		}
 		err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})

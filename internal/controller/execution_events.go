@@ -16,6 +16,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -43,11 +44,11 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Dispatcher = dispatch.New(r.wakeups.Wake, nil)
 	}
 	r.Dispatcher.WakeExecution = r.wakeups.Wake
-	// Until the keys are loaded (just after a start) every pod counts as usable:
-	// judged then, all would be unusable until their next change. A pod whose
-	// key really is gone is replaced by its pool.
-	r.Dispatcher.Usable = func(p *corev1.Pod) bool {
-		return !r.Keys.Loaded() || r.Keys.Has(p.Labels[sandboxpod.LabelAgentKey])
+	// Until the keys are loaded (just after a start) a pod's key is not
+	// judged: judged then, all would be unusable until their next change. A
+	// pod whose key really is gone is replaced by its pool.
+	r.Dispatcher.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
+		return lease.Admits(pool, p, r.Keys) == nil
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -116,7 +116,7 @@ var _ = Describe("Execution under faults", func() {
 			}
 			return stray
 		}).ShouldNot(BeNil())
-		Expect(claim.Claim(ctx, k8s, stray, ex)).To(Succeed())
+		Expect(lease.Claim(ctx, k8s, stray, ex)).To(Succeed())
 		Eventually(func() bool { return podGone(stray) }).Should(BeTrue(), "the stray claim's pod is replaced")
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(2))
 	})
@@ -168,7 +168,7 @@ var _ = Describe("Execution under faults", func() {
 		Expect(stored.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning), "Running was stored")
 		pod := &corev1.Pod{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: stored.Status.PodName}, pod)).To(Succeed())
-		Expect(claim.ClaimedBy(pod)).To(BeEmpty(), "for a pod it never claimed")
+		Expect(lease.ClaimedBy(pod)).To(BeEmpty(), "for a pod it never claimed")
 		startManager()
 		done := finished(ex)
 		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "not SandboxLost: %+v", done.Status)

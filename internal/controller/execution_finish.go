@@ -9,7 +9,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -99,7 +99,7 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 	}
 	var disposition sandboxv1alpha1.PodDisposition
 	switch {
-	case pod == nil || claim.ClaimedBy(pod) != ex.UID:
+	case pod == nil || lease.ClaimedBy(pod) != ex.UID:
 		// Gone, or not ours: nothing to do with it.
 	case clean && ex.Spec.Session != "":
 		disposition = sandboxv1alpha1.DispositionReleaseToSession

@@ -17,11 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
-	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -152,7 +153,13 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	if !claim.Claimable(pod, ex) {
+	if !lease.Claimable(pod, ex) {
+		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if err := lease.Admits(pool, pod, r.Keys); err != nil {
+		// The dispatcher judged it from an event; this is the pod as it is now.
+		logf.FromContext(ctx).Info("not claiming a pod that is not the pool's", "pod", podName, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
@@ -177,7 +184,7 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 func (r *ExecutionReconciler) claimConcurrently(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, write func() error) (claimErr, writeErr error) {
 	claimer := ex.DeepCopy() // write changes ex while the claim reads it
 	done := make(chan error, 1)
-	go func() { done <- claim.Claim(ctx, r.Client, pod, claimer) }()
+	go func() { done <- lease.Claim(ctx, r.Client, pod, claimer) }()
 	writeErr = write()
 	return <-done, writeErr
 }

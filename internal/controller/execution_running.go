@@ -16,7 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -59,7 +59,7 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ours := pod != nil && claim.ClaimedBy(pod) == ex.UID
+	ours := pod != nil && lease.ClaimedBy(pod) == ex.UID
 	if o, ok := r.Runner.Outcome(ex.UID); ok {
 		if errors.Is(o.Err, runner.ErrNotStarted) {
 			return r.notStarted(ctx, ex, pool, pod, next)
@@ -78,12 +78,12 @@ func (r *ExecutionReconciler) reconcileRunning(ctx context.Context, ex *sandboxv
 		live := &corev1.Pod{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("read pod %s: %w", pod.Name, err)
-		} else if err == nil && live.UID == pod.UID && claim.ClaimedBy(live) != ex.UID && !sandboxpod.IsTerminal(live) {
+		} else if err == nil && live.UID == pod.UID && lease.ClaimedBy(live) != ex.UID && !sandboxpod.IsTerminal(live) {
 			logf.FromContext(ctx).Info("running on a pod it never claimed: back in the queue", "pod", pod.Name)
 			r.unclaimed(ex, fmt.Sprintf("its claim of pod %s did not commit: back in the queue", pod.Name))
 			r.Dispatcher.UpdatePod(live)
 			return ctrl.Result{}, nil
-		} else if err == nil && claim.ClaimedBy(live) == ex.UID {
+		} else if err == nil && lease.ClaimedBy(live) == ex.UID {
 			pod, ours = live, true
 		}
 	}
@@ -151,7 +151,7 @@ func (r *ExecutionReconciler) unreachable(ex *sandboxv1alpha1.Execution, pool *s
 func (r *ExecutionReconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
 	pod *corev1.Pod, next *afterWrite) (ctrl.Result, error) {
 	r.Runner.Forget(ex.UID)
-	if pod == nil || claim.ClaimedBy(pod) != ex.UID {
+	if pod == nil || lease.ClaimedBy(pod) != ex.UID {
 		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName), "")
 		return ctrl.Result{}, nil
 	}
@@ -226,7 +226,7 @@ func (r *ExecutionReconciler) runningPod(ctx context.Context, ex *sandboxv1alpha
 	key := types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, key, pod)
-	if err == nil && !sandboxpod.IsTerminal(pod) && claim.ClaimedBy(pod) == ex.UID {
+	if err == nil && !sandboxpod.IsTerminal(pod) && lease.ClaimedBy(pod) == ex.UID {
 		return pod, nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -71,7 +71,7 @@ func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alph
 func (r *ExecutionReconciler) sessionInterpreter(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod) string {
 	ses := &sandboxv1alpha1.Session{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses); err == nil &&
-		claim.HeldBy(pod, ses) && ses.Status.Interpreter != "" {
+		lease.HeldBy(pod, ses) && ses.Status.Interpreter != "" {
 		return ses.Status.Interpreter
 	}
 	return pod.Annotations[sandboxpod.AnnotationInterpreter]

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -45,7 +45,7 @@ func waitClaimed(ex *sandboxv1alpha1.Execution) {
 	Eventually(func() types.UID {
 		p := &corev1.Pod{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: got.Status.PodName}, p)).To(Succeed())
-		return claim.ClaimedBy(p)
+		return lease.ClaimedBy(p)
 	}).Should(Equal(got.UID))
 }
 

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 )
 
@@ -37,7 +37,7 @@ func recyclePod(log logr.Logger, c client.Client, reader client.Reader, rn *runn
 		}
 		return
 	}
-	if err := retryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return claim.ReturnToPool(ctx, c, p) }); err != nil {
+	if err := retryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return lease.ReturnToPool(ctx, c, p) }); err != nil {
 		log.Error(err, "return reset pod to its pool")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -34,8 +35,8 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/autoscale"
-	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -128,6 +129,9 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.List(ctx, &podList, client.InNamespace(pool.Namespace), client.MatchingLabels{sandboxpod.LabelPool: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", pool.Name, err)
 	}
+	// Pods with the pool's labels that the pool does not own are someone
+	// else's: not counted, never leased, never deleted.
+	podList.Items = slices.DeleteFunc(podList.Items, func(p corev1.Pod) bool { return !lease.Owned(&p, pool) })
 	seen := map[string]bool{}
 	for i := range podList.Items {
 		seen[podList.Items[i].Name] = podList.Items[i].DeletionTimestamp != nil
@@ -290,6 +294,7 @@ func (r *SandboxPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 const orphanSessionPodGrace = 30 * time.Second
 
 func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, items []corev1.Pod, deleting map[string]bool, now time.Time) poolPods {
+	log := logf.FromContext(ctx)
 	var out poolPods
 	hash := sandboxpod.TemplateHash(pool)
 	currentKey, _ := r.Keys.Current()
@@ -306,7 +311,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 			out.failed = append(out.failed, p)
 			continue
 		}
-		if s := claim.Session(p); s != "" && claim.ClaimedBy(p) == "" {
+		if s := lease.Session(p); s != "" && lease.ClaimedBy(p) == "" {
 			// A live Session frees its pod itself when it ends; a pod whose
 			// Session is gone (deleted, or ended by a manager that stopped before
 			// freeing it), or a second pod a Session leased while the cache lagged
@@ -314,7 +319,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 			// cache's lag behind a Session that has just claimed it.
 			ses := &sandboxv1alpha1.Session{}
 			if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: s}, ses); err == nil &&
-				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && claim.HeldBy(p, ses) &&
+				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
 				(ses.Status.PodName == "" || ses.Status.PodName == p.Name) {
 				out.busy = append(out.busy, p)
 				continue
@@ -330,7 +335,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 			}
 			continue
 		}
-		if since, resetting := claim.ResetSince(p); resetting {
+		if since, resetting := lease.ResetSince(p); resetting {
 			// Back to idle within a second or so; one that stays resetting lost its
 			// reset to a manager restart and is replaced.
 			if out.expiresIn(since, resetTimeout, now) <= 0 {
@@ -340,7 +345,7 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 			}
 			continue
 		}
-		if p.Labels[sandboxpod.LabelState] == sandboxpod.StateBusy || claim.ClaimedBy(p) != "" || promised[p.Name] {
+		if p.Labels[sandboxpod.LabelState] == sandboxpod.StateBusy || lease.ClaimedBy(p) != "" || promised[p.Name] {
 			out.busy = append(out.busy, p)
 			continue
 		}
@@ -353,6 +358,15 @@ func (r *SandboxPoolReconciler) classify(ctx context.Context, pool *sandboxv1alp
 		}
 		// Built from an older spec, or trusting a key that is no longer current.
 		stale := p.Labels[sandboxpod.LabelTemplateHash] != hash || key != currentKey
+		if !stale {
+			if err := lease.Admits(pool, p, r.Keys); err != nil {
+				// Says it is the pool's and of its current template, and is not
+				// built so: the dispatcher never leases it; replace it.
+				log.Info("replacing a pod that is not built as its pool builds them", "pod", p.Name, "reason", err.Error())
+				out.failed = append(out.failed, p)
+				continue
+			}
+		}
 		switch {
 		case stale && ready:
 			out.staleIdle = append(out.staleIdle, p)
@@ -389,7 +403,7 @@ func podTrouble(p *corev1.Pod) (reason, message string) {
 			}
 		}
 	}
-	if p.Status.Phase == corev1.PodFailed && claim.ClaimedBy(p) == "" {
+	if p.Status.Phase == corev1.PodFailed && lease.ClaimedBy(p) == "" {
 		return "PodFailed", fmt.Sprintf("failed before it ran code: %s %s", p.Status.Reason, p.Status.Message)
 	}
 	return "", ""
@@ -438,7 +452,7 @@ func (r *SandboxPoolReconciler) observeStarts(pool types.NamespacedName, pods []
 func (r *SandboxPoolReconciler) orphans(ctx context.Context, busy []*corev1.Pod) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod
 	for _, p := range busy {
-		uid := claim.ClaimedBy(p)
+		uid := lease.ClaimedBy(p)
 		if uid == "" {
 			continue
 		}
@@ -558,7 +572,7 @@ func (r *SandboxPoolReconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool,
 	metrics.PoolPending.WithLabelValues(pool.Namespace, pool.Name).Set(float64(pending))
 	sessions := 0
 	for _, p := range pods.busy {
-		if claim.Session(p) != "" {
+		if lease.Session(p) != "" {
 			sessions++
 		}
 	}
@@ -587,7 +601,7 @@ func oldestCreated(lists ...[]*corev1.Pod) time.Time {
 	var oldest time.Time
 	for _, pods := range lists {
 		for _, p := range pods {
-			if _, resetting := claim.ResetSince(p); resetting {
+			if _, resetting := lease.ResetSince(p); resetting {
 				continue
 			}
 			if t := p.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {

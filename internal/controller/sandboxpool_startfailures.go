@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -61,7 +61,7 @@ func (s *startFailures) observe(pool types.NamespacedName, hash string, pods []c
 			f = nil
 			continue
 		}
-		if p.Status.Phase != corev1.PodFailed || claim.ClaimedBy(p) != "" || p.Annotations[sandboxpod.AnnotationUsed] != "" {
+		if p.Status.Phase != corev1.PodFailed || lease.ClaimedBy(p) != "" || p.Annotations[sandboxpod.AnnotationUsed] != "" {
 			continue
 		}
 		if f == nil {

@@ -24,8 +24,8 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
-	"github.com/warmpool/warmpool/internal/claim"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -75,6 +75,8 @@ type SessionReconciler struct {
 	// Dispatcher is shared with the Execution reconciler: one queue per pool.
 	Dispatcher *dispatch.Dispatcher
 	Clock      clock.PassiveClock
+	// Keys admit the pods a Session may lease (lease.Admits).
+	Keys lease.Keys
 
 	wakeups *wakeups
 	// statusWritten: when each Ready Session's activity was last written.
@@ -164,10 +166,15 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 			tag <- tagAnswer{interp: h.Interpreter}
 		}(pod.DeepCopy())
 	}
-	if err := claim.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
+	if err := lease.Admits(pool, pod, r.Keys); err != nil {
+		log.Info("not claiming a pod that is not the pool's", "pod", pod.Name, "reason", err.Error())
+		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: claimRetry}, nil
+	}
+	if err := lease.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
 		log.V(1).Info("the claim did not commit", "pod", pod.Name, "err", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
-		if !apierrors.IsConflict(err) && err != claim.ErrNotClaimable {
+		if !apierrors.IsConflict(err) && err != lease.ErrNotClaimable {
 			return ctrl.Result{}, err // the pod goes back to the queue meanwhile
 		}
 		// A fixed short retry, not the rate limiter's: a cache that lags
@@ -224,7 +231,7 @@ func (r *SessionReconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha
 		return nil, fmt.Errorf("list pods of session %s: %w", ses.Name, err)
 	}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; claim.HeldBy(p, ses) && !sandboxpod.IsTerminal(p) && p.DeletionTimestamp == nil {
+		if p := &pods.Items[i]; lease.HeldBy(p, ses) && !sandboxpod.IsTerminal(p) && p.DeletionTimestamp == nil {
 			return p, nil
 		}
 	}
@@ -346,7 +353,7 @@ func (r *SessionReconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha
 	case err != nil || sandboxpod.IsTerminal(pod):
 		// The dispatcher hears of it and places the Session afresh.
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
-	case claim.ClaimedBy(pod) != "":
+	case lease.ClaimedBy(pod) != "":
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf(
 			"waiting to adopt pod %s, which carries the Session's name, until the run that holds it ends", name))
 	}
@@ -394,7 +401,7 @@ func (r *SessionReconciler) check(ctx context.Context, ses *sandboxv1alpha1.Sess
 	if t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationLastUsed]); err == nil && (last == nil || t.After(last.Time)) {
 		last = &metav1.Time{Time: t}
 	}
-	runs, busy := ses.Status.Runs, claim.ClaimedBy(pod) != ""
+	runs, busy := ses.Status.Runs, lease.ClaimedBy(pod) != ""
 	if herr == nil {
 		// The agent's clock (or a compromised agent) must not keep a Session alive past now.
 		if h := health.LastActivity; h != nil && (last == nil || h.After(last.Time)) {
@@ -446,7 +453,7 @@ func (r *SessionReconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1
 	key := types.NamespacedName{Namespace: ses.Namespace, Name: ses.Status.PodName}
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, key, pod)
-	if err == nil && claim.HeldBy(pod, ses) && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
+	if err == nil && lease.HeldBy(pod, ses) && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
 		return pod, "", nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -459,7 +466,7 @@ func (r *SessionReconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1
 		return nil, "", err
 	}
 	switch {
-	case !claim.HeldBy(pod, ses):
+	case !lease.HeldBy(pod, ses):
 		return nil, fmt.Sprintf("pod %s no longer belongs to the session", key.Name), nil
 	case pod.DeletionTimestamp != nil:
 		return nil, fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name), nil
@@ -559,7 +566,7 @@ func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Sessi
 	if err != nil || pod == nil {
 		return ctrl.Result{}, err
 	}
-	if claim.ClaimedBy(pod) != "" {
+	if lease.ClaimedBy(pod) != "" {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
@@ -571,9 +578,9 @@ func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Sessi
 	if addr, aerr := r.Resolver.Address(pod); reuse && aerr == nil {
 		released := false
 		if err := retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
-			held = claim.ClaimedBy(p) != ""
-			err := claim.ReleaseSessionForReset(ctx, r.Client, p, ses, r.Clock.Now())
-			released = err == nil && claim.Session(p) == ""
+			held = lease.ClaimedBy(p) != ""
+			err := lease.ReleaseSessionForReset(ctx, r.Client, p, ses, r.Clock.Now())
+			released = err == nil && lease.Session(p) == ""
 			return err
 		}); err != nil {
 			return ctrl.Result{}, err
@@ -584,7 +591,7 @@ func (r *SessionReconciler) free(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		}
 	} else {
 		err = retryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
-			if held = claim.ClaimedBy(p) != ""; !claim.HeldBy(p, ses) || held {
+			if held = lease.ClaimedBy(p) != ""; !lease.HeldBy(p, ses) || held {
 				return nil
 			}
 			err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
@@ -658,7 +665,7 @@ func sessionPodEvents() handler.TypedEventHandler[client.Object, ctrl.Request] {
 				return
 			}
 			switch {
-			case claim.Session(old) != claim.Session(cur):
+			case lease.Session(old) != lease.Session(cur):
 				// The Session that lost the pod must know. The one that gained it
 				// claimed it itself and writes its status next: a reconcile now
 				// would read it from a cache that has not seen that status yet

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
@@ -62,8 +62,8 @@ var _ = Describe("Session", func() {
 			HaveField("Status", "True"), HaveField("Reason", sandboxv1alpha1.ReasonSandboxClaimed)))
 		pod := &corev1.Pod{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ready.Status.PodName}, pod)).To(Succeed())
-		Expect(claim.Session(pod)).To(Equal("nb"))
-		Expect(claim.ClaimedBy(pod)).To(BeEmpty(), "free for the session's runs")
+		Expect(lease.Session(pod)).To(Equal("nb"))
+		Expect(lease.ClaimedBy(pod)).To(BeEmpty(), "free for the session's runs")
 
 		first := run(wrappers.Execution(ns, "s-1").Session("nb").Code("import os\nx = 41\n(context, os.environ['GREETING'])").Obj())
 		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", first.Status)
@@ -135,7 +135,7 @@ var _ = Describe("Session", func() {
 			HaveField("Reason", sandboxv1alpha1.ReasonContextFailed), HaveField("Message", ContainSubstring("not valid JSON"))))
 		Expect(lost.Status.PodName).To(BeEmpty())
 		for _, p := range poolPods(ns, "python") {
-			Expect(claim.Session(p.DeepCopy())).To(BeEmpty(), "pod %s was leased for a Session that could never be Ready", p.Name)
+			Expect(lease.Session(p.DeepCopy())).To(BeEmpty(), "pod %s was leased for a Session that could never be Ready", p.Name)
 		}
 		Expect(idleReady(ns, "python")).To(Equal(1), "the warm pod is still warm")
 	})

@@ -87,7 +87,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := er.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SessionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Runner: er.Runner, Dispatcher: d}).SetupWithManager(mgr); err != nil {
+	if err := (&SessionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Runner: er.Runner, Dispatcher: d, Keys: keys}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if cfg.DataPlane == nil {

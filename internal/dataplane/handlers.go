@@ -23,7 +23,7 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/protocol"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/pkg/sessions"
@@ -144,7 +144,7 @@ func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name stri
 	}
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Status.PodName}, pod)
-	if err != nil || !claim.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil {
+	if err != nil || !lease.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil {
 		return nil, http.StatusConflict, metav1.StatusReasonConflict,
 			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
 	}

@@ -5,7 +5,7 @@
 // of waiting Executions instead of a sort of the whole pool per reconcile.
 //
 // The dispatcher decides; the claim written on the pod commits
-// (internal/claim). A decision can fail to commit (the pod changed, another
+// (internal/lease). A decision can fail to commit (the pod changed, another
 // manager claimed it, the cache was stale): the Execution then goes back to
 // its place in the queue and the pod waits for its next event. Nothing is
 // lost when the manager restarts: the queues are rebuilt from the informers'
@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -56,9 +56,12 @@ type Dispatcher struct {
 	WakeSession func(types.NamespacedName)
 	// WakePool asks for a reconcile of a pool whose demand for fresh pods changed.
 	WakePool func(types.NamespacedName)
-	// Usable reports whether the manager can call a pod's agent (its key is
-	// still known); unusable pods are never chosen. Nil: all are usable.
-	Usable func(*corev1.Pod) bool
+	// Usable reports whether a pod labelled with a pool's name may be leased
+	// as one of its sandboxes (lease.Admits: the pool owns it, it is built as
+	// the pool builds its pods, the manager has its key); unusable pods are
+	// never chosen. pool is nil until the pool's first event: then none is.
+	// Nil: all are usable.
+	Usable func(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) bool
 	// OnClaim hears of each new claim of a pool's pod (an Execution outside
 	// a session, a Session), at its creation time, once: the demand the
 	// pool's autoscaler plans for. Called without the dispatcher's lock.
@@ -106,6 +109,7 @@ type entry struct {
 
 type podInfo struct {
 	name        string
+	pod         *corev1.Pod // as last seen: judged again when its pool changes
 	rv          string
 	current     bool // built from the pool's current template
 	idle        bool // a fresh pod free to claim
@@ -144,6 +148,7 @@ type session struct {
 type pool struct {
 	key        types.NamespacedName
 	hash       string
+	obj        *sandboxv1alpha1.SandboxPool // nil until seen, and once deleted
 	queue      entryHeap
 	sessions   map[string]*session
 	pods       map[string]*podInfo
@@ -519,12 +524,13 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 		p.pods[pod.Name] = pi
 	}
 	oldSession := pi.session
+	pi.pod = pod
 	pi.rv = pod.ResourceVersion
 	pi.current = p.hash == "" || pod.Labels[sandboxpod.LabelTemplateHash] == p.hash
-	pi.claimedBy = claim.ClaimedBy(pod)
-	pi.session = claim.Session(pod)
-	pi.sessionUID = claim.SessionUID(pod)
-	usable := d.Usable == nil || d.Usable(pod)
+	pi.claimedBy = lease.ClaimedBy(pod)
+	pi.session = lease.Session(pod)
+	pi.sessionUID = lease.SessionUID(pod)
+	usable := d.Usable == nil || (p.obj != nil && d.Usable(p.obj, pod))
 	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
 	pi.readySince = time.Time{}
@@ -596,10 +602,20 @@ func (d *Dispatcher) UpdatePool(obj *sandboxv1alpha1.SandboxPool) {
 	d.mu.Lock()
 	var w wakes
 	p := d.pool(types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name})
+	old := p.obj
 	if obj.DeletionTimestamp != nil {
-		p.hash = ""
+		p.hash, p.obj = "", nil
 	} else {
-		p.hash = sandboxpod.TemplateHash(obj)
+		p.hash, p.obj = sandboxpod.TemplateHash(obj), obj
+	}
+	// Which pods are current and which may be leased depend on the pool's
+	// spec (and UID): judge them again when that changes.
+	if old == nil || p.obj == nil || old.UID != p.obj.UID || old.Generation != p.obj.Generation {
+		for _, pi := range p.pods {
+			if pi.pod != nil {
+				d.updatePod(p, pi.pod, &w)
+			}
+		}
 	}
 	d.mu.Unlock()
 	d.deliver(w)
@@ -609,11 +625,18 @@ func (d *Dispatcher) UpdatePool(obj *sandboxv1alpha1.SandboxPool) {
 // report that the pool is missing) and its pods go with their own events.
 func (d *Dispatcher) DeletePool(key types.NamespacedName) {
 	d.mu.Lock()
+	var w wakes
 	if p := d.pools[key]; p != nil {
-		p.hash = ""
+		p.hash, p.obj = "", nil
+		for _, pi := range p.pods {
+			if pi.pod != nil {
+				d.updatePod(p, pi.pod, &w)
+			}
+		}
 		d.gc(p)
 	}
 	d.mu.Unlock()
+	d.deliver(w)
 }
 
 // syncSession keeps a session's lease in the pool's queue while the session

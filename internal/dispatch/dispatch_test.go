@@ -424,7 +424,7 @@ func TestClaimSeenBeforeTheStatusEndsTheWait(t *testing.T) {
 
 func TestCurrentTemplateFirstAndUnusablePodsNever(t *testing.T) {
 	d, _ := newDispatcher()
-	d.Usable = func(p *corev1.Pod) bool { return p.Name != "bad" }
+	d.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "bad" }
 	pool := wrappers.Pool(ns, "python").Obj()
 	d.UpdatePool(pool)
 	d.UpdatePod(pod("a-old").TemplateHash("old").Obj())

@@ -96,11 +96,18 @@ func Selector(pool *sandboxv1alpha1.SandboxPool) string {
 	return LabelPool + "=" + pool.Name
 }
 
+// builderVersion changes whenever New builds the same pool's pods
+// differently: pods of an earlier manager are then of an older template,
+// replaced as the pool's idle pods are after a spec change, instead of
+// looking current and failing Conforms.
+const builderVersion = 2
+
 // TemplateHash hashes what the pool's pods are built from, so pods built from
-// an older spec can be found and replaced.
+// an older spec (or by an earlier manager) can be found and replaced.
 func TemplateHash(pool *sandboxv1alpha1.SandboxPool) string {
 	s := pool.Spec
 	b, _ := json.Marshal(struct {
+		Builder           int
 		Image, PullPolicy string
 		Resources         corev1.ResourceRequirements
 		Env               []corev1.EnvVar
@@ -108,7 +115,7 @@ func TemplateHash(pool *sandboxv1alpha1.SandboxPool) string {
 		RuntimeClass      *string
 		Python            sandboxv1alpha1.PythonSpec
 		Limits            sandboxv1alpha1.SandboxLimits
-	}{s.Image, string(s.ImagePullPolicy), s.Resources, s.Env, s.Template, s.RuntimeClassName, s.Python, s.Limits})
+	}{builderVersion, s.Image, string(s.ImagePullPolicy), s.Resources, s.Env, s.Template, s.RuntimeClassName, s.Python, s.Limits})
 	h := fnv.New32a()
 	_, _ = h.Write(b)
 	return fmt.Sprintf("%08x", h.Sum32())

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -70,7 +70,7 @@ func (h *harness) watchIdleWaits(stop <-chan struct{}) {
 		idle := map[string]int{}
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			if sandboxpod.IsIdle(p) && claim.ClaimedBy(p) == "" && claim.Session(p) == "" {
+			if sandboxpod.IsIdle(p) && lease.ClaimedBy(p) == "" && lease.Session(p) == "" {
 				idle[p.Labels[sandboxpod.LabelPool]]++
 			}
 		}
@@ -127,14 +127,14 @@ func (h *harness) leaked() []string {
 		if sandboxpod.IsTerminal(p) {
 			continue
 		}
-		if uid := claim.ClaimedBy(p); uid != "" {
+		if uid := lease.ClaimedBy(p); uid != "" {
 			ex := &sandboxv1alpha1.Execution{}
 			err := h.k8s.Get(context.Background(), keyOf(p.Annotations[sandboxpod.AnnotationClaimedBy]), ex)
 			if apierrors.IsNotFound(err) || (err == nil && (ex.UID != uid || ex.Status.Phase.IsFinished())) {
 				out = append(out, p.Name+" claimed by ended "+p.Annotations[sandboxpod.AnnotationClaimedBy])
 			}
 		}
-		if since, ok := claim.ResetSince(p); ok && time.Since(since) > 2*time.Minute {
+		if since, ok := lease.ResetSince(p); ok && time.Since(since) > 2*time.Minute {
 			out = append(out, p.Name+" stuck resetting")
 		}
 	}

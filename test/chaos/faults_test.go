@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 )
@@ -88,7 +88,7 @@ func (h *harness) busyPods() []corev1.Pod {
 	}
 	var out []corev1.Pod
 	for _, p := range list.Items {
-		if claim.ClaimedBy(&p) != "" && !sandboxpod.IsTerminal(&p) {
+		if lease.ClaimedBy(&p) != "" && !sandboxpod.IsTerminal(&p) {
 			out = append(out, p)
 		}
 	}

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/claim"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -150,7 +150,7 @@ var _ = Describe("exactly once under faults on a real cluster", Ordered, func() 
 		for _, pool := range []*sandboxv1alpha1.SandboxPool{plain, fresh} {
 			Eventually(func(g Gomega) {
 				for _, p := range poolPods(g, pool) {
-					if uid := claim.ClaimedBy(&p); uid != "" && p.DeletionTimestamp == nil {
+					if uid := lease.ClaimedBy(&p); uid != "" && p.DeletionTimestamp == nil {
 						g.Expect(uid).To(BeEmpty(), "pod %s is still claimed by %s", p.Name, p.Annotations[sandboxpod.AnnotationClaimedBy])
 					}
 				}

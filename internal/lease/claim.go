@@ -3,7 +3,7 @@
 // resourceVersion, so the API server refuses the second of two concurrent
 // claims: two workers or two managers can never hand one pod to two Executions,
 // and a restarted manager rebuilds every claim from the pods.
-package claim
+package lease
 
 import (
 	"context"

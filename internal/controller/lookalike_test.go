@@ -1,0 +1,125 @@
+package controller_test
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// lookalike copies a pod of the pool as a tenant with the right to create
+// pods could: the pool's labels and the agent's arguments (so the test
+// kubelet starts a real agent that would answer), under a name that sorts
+// before the pool's own pods (the dispatcher takes the lowest name among
+// equals), then changed by change.
+func lookalike(of *corev1.Pod, name string, change func(*corev1.Pod)) *corev1.Pod {
+	GinkgoHelper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: of.Namespace, Name: name,
+		Labels: of.Labels, Annotations: of.Annotations}, Spec: *of.Spec.DeepCopy()}
+	p.Spec.NodeName = ""
+	change(p)
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	if len(p.OwnerReferences) > 0 {
+		return p // the pool may replace it before it is Ready
+	}
+	Eventually(func() bool {
+		got := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+		for _, c := range got.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}).Should(BeTrue(), "the look-alike's agent runs and it is Ready, as a tenant's would be")
+	return p
+}
+
+var _ = Describe("Pods that only look like a pool's", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("never get an Execution, a Session or a deletion; a pod the pool owns and built does (the control)", func() {
+		pool := createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		real := poolPods(ns, "python")[0]
+		pool = getPool(ns, "python")
+		owner := metav1.OwnerReference{APIVersion: sandboxv1alpha1.GroupVersion.String(), Kind: "SandboxPool",
+			Name: pool.Name, UID: pool.UID, Controller: ptrTo(true)}
+		fakes := []*corev1.Pod{
+			// The pool's labels on a plain runc pod of another image.
+			lookalike(&real, "aa-runc", func(p *corev1.Pod) {
+				p.Spec.RuntimeClassName = nil
+				p.Spec.Containers[0].Image = "example.com/tenant/not-the-agent:1"
+			}),
+			// The pool as its controller too (any pod creator can write that), runc.
+			lookalike(&real, "ab-owned-runc", func(p *corev1.Pod) {
+				p.OwnerReferences = []metav1.OwnerReference{owner}
+				p.Spec.RuntimeClassName = nil
+			}),
+			// Built exactly like the pool's pods, but not the pool's.
+			lookalike(&real, "ac-not-owned", func(*corev1.Pod) {}),
+			// The pool's, but with an agent that lets anyone in.
+			lookalike(&real, "ad-no-auth", func(p *corev1.Pod) {
+				p.OwnerReferences = []metav1.OwnerReference{owner}
+				p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--insecure-no-auth=true")
+			}),
+		}
+		for i := 0; i < 3; i++ {
+			ex := run(wrappers.Execution(ns, fmt.Sprintf("run-%d", i)).Pool("python").Code("1 + 1").Obj())
+			Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
+			for _, f := range fakes {
+				Expect(ex.Status.PodName).NotTo(Equal(f.Name))
+			}
+		}
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "s").Obj())).To(Succeed())
+		ses := sessionIn(ns, "s", sandboxv1alpha1.SessionReady)
+		for _, f := range fakes {
+			Expect(ses.Status.PodName).NotTo(Equal(f.Name))
+		}
+		// Not deleted by the pool (neither as surplus nor as a pod to replace),
+		// never claimed, unless it names the pool as its controller.
+		Consistently(func(g Gomega) {
+			for _, f := range fakes {
+				got := &corev1.Pod{}
+				err := k8s.Get(ctx, client.ObjectKeyFromObject(f), got)
+				if f.OwnerReferences != nil {
+					// It says it is the pool's: the pool replaces it as a pod not built right.
+					g.Expect(err == nil && got.DeletionTimestamp == nil).To(BeFalse(), "pod %s is replaced", f.Name)
+					continue
+				}
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(got.DeletionTimestamp).To(BeNil(), "pod %s is not the pool's to delete", f.Name)
+				g.Expect(lease.ClaimedBy(got)).To(BeEmpty(), "pod %s", f.Name)
+				g.Expect(lease.Session(got)).To(BeEmpty(), "pod %s", f.Name)
+			}
+		}, 2*time.Second).Should(Succeed())
+		Expect(getPool(ns, "python").Status.Replicas).To(BeNumerically("<=", 2), "the look-alikes are not counted as the pool's")
+
+		// The control: a pod the pool owns and that is built as the pool
+		// builds them is leased, so the checks above are not vacuous.
+		// With the manager stopped, it becomes the pool's only idle pod.
+		stopManager()
+		<-managerDone
+		faithful := lookalike(&real, "a0-faithful", func(p *corev1.Pod) { p.OwnerReferences = nil })
+		Expect(k8s.Patch(ctx, faithful, client.RawPatch(types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":"SandboxPool","name":%q,"uid":%q,"controller":true}]}}`,
+				owner.APIVersion, owner.Name, owner.UID))))).To(Succeed())
+		for _, p := range poolPods(ns, "python") {
+			if p.Name != faithful.Name && lease.Owned(&p, pool) && lease.Session(&p) == "" {
+				Expect(k8s.Delete(ctx, &p, client.GracePeriodSeconds(0))).To(Succeed())
+			}
+		}
+		startManager()
+		ex := run(wrappers.Execution(ns, "control").Pool("python").Code("2 + 2").Obj())
+		Expect(ex.Status.PodName).To(Equal("a0-faithful"), "%+v", ex.Status)
+	})
+})
