@@ -26,6 +26,14 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 	var reason, msg string
 	var execErr *sandboxv1alpha1.ExecutionError
 	switch {
+	case errors.Is(o.Err, runner.ErrBusy):
+		// The Session's interpreter ran a data-plane run all along: nothing ran
+		// here, and the interpreter is the Session's as it was.
+		phase, reason = sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonSessionBusy
+		msg = fmt.Sprintf("session %s's interpreter was running another run (through the data plane) until this Execution's "+
+			"timeout of %s: the code never ran", ex.Spec.Session, timeoutOf(ex, pool))
+		execErr = &sandboxv1alpha1.ExecutionError{Type: reason, Message: msg}
+		clean = true
 	case o.Err != nil:
 		switch {
 		case o.Cancelled:
@@ -94,7 +102,8 @@ func (r *ExecutionReconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandbo
 	// A timeout always costs the pod unless a session keeps its (cleanly
 	// interrupted) interpreter; so does a full disk, which a fresh interpreter
 	// would inherit (a session may delete files and go on).
-	if (phase == sandboxv1alpha1.PhaseTimedOut || reason == sandboxv1alpha1.ReasonDiskLimitReached) && ex.Spec.Session == "" {
+	if (phase == sandboxv1alpha1.PhaseTimedOut || reason == sandboxv1alpha1.ReasonDiskLimitReached) && ex.Spec.Session == "" &&
+		reason != sandboxv1alpha1.ReasonSessionBusy {
 		clean = false
 	}
 	var disposition sandboxv1alpha1.PodDisposition

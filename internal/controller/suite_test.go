@@ -208,7 +208,7 @@ var dataPlane dataplane.Options
 
 func managerConfig() controller.Config {
 	// A 10 s claim-rate window: an autoscaled pool comes down within the spec's patience.
-	return controller.Config{ManagerNamespace: managerNamespace, Resolver: kubelet, DataPlane: &dataPlane,
+	return controller.Config{ManagerNamespace: managerNamespace, Resolver: proxiedResolver{}, DataPlane: &dataPlane,
 		AutoscaleWindow: 10 * time.Second}
 }
 

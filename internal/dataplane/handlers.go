@@ -185,7 +185,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	if stream {
 		accept = protocol.ContentTypeNDJSON
 	}
-	resp, err := t.agent.Raw(r.Context(), http.MethodPost, protocol.PathExecute, bytes.NewReader(body), "application/json", accept)
+	resp, err := s.send(r.Context(), t, body, accept, time.Duration(req.TimeoutMillis)*time.Millisecond)
 	if err != nil {
 		s.callerGone(r, t, runID, stream)
 		agentFailed(w, err)
@@ -258,6 +258,37 @@ func (s *Server) poolDefaults(ctx context.Context, ses *sandboxv1alpha1.Session,
 	}
 	if req.MaxOutputBytes == 0 && d.MaxOutputBytes > 0 {
 		req.MaxOutputBytes = int(d.MaxOutputBytes)
+	}
+}
+
+// busyWait bounds the wait between two sends of a run the agent refused
+// because the Session's interpreter was busy.
+const busyWait = 250 * time.Millisecond
+
+// send sends a run to the agent. While the Session's interpreter runs
+// another run (an Execution that names the Session, or another caller's run)
+// the agent refuses it with 409 and keeps nothing of it: the run is sent
+// again, so it queues behind the other, for at most its own timeout (30 s
+// when it has none); then the 409 goes to the caller.
+func (s *Server) send(ctx context.Context, t *target, body []byte, accept string, timeout time.Duration) (*http.Response, error) {
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	giveUp := time.Now().Add(timeout)
+	wait := 25 * time.Millisecond
+	for {
+		resp, err := t.agent.Raw(ctx, http.MethodPost, protocol.PathExecute, bytes.NewReader(body), "application/json", accept)
+		if err != nil || resp.StatusCode != http.StatusConflict || time.Now().Add(wait).After(giveUp) {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, busyWait)
 	}
 }
 

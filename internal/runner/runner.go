@@ -39,6 +39,10 @@ var ErrNoAnswer = errors.New("the sandbox agent did not answer")
 // never reached it, or the agent restarted and lost it).
 var ErrNotStarted = errors.New("the sandbox agent does not know this run")
 
+// ErrBusy: the agent refused the run until its deadline because the
+// interpreter was running another run of the same Session; the code never ran.
+var ErrBusy = errors.New("the sandbox's interpreter was busy with another run of the session until the deadline; the code never ran")
+
 // attachPoll is how often a re-attached run asks the agent how it ended.
 const attachPoll = 500 * time.Millisecond
 
@@ -211,8 +215,20 @@ func (r *Runner) Start(job Job) {
 				}()
 			}
 		}
-		res, err := c.ExecuteStream(ctx, req, onEvent)
+		res, err := r.execute(ctx, c, req, onEvent, job.Deadline)
+		if err != nil && !errors.Is(err, ErrBusy) && ctx.Err() == nil && !client.IsAPIError(err) {
+			// The connection broke mid-run (a reset, a proxy, the manager's own
+			// network): the code may well still run. Follow it by its ID, as a
+			// restarted manager does, instead of calling the sandbox lost.
+			metrics.AgentErrors.WithLabelValues("execute").Inc()
+			r.follow(ctx, job, c)
+			return
+		}
 		o := Outcome{Result: res}
+		if errors.Is(err, ErrBusy) {
+			r.finish(job.UID, Outcome{Err: err})
+			return
+		}
 		if err != nil {
 			metrics.AgentErrors.WithLabelValues("execute").Inc()
 			if ctx.Err() != nil {
@@ -225,6 +241,37 @@ func (r *Runner) Start(job Job) {
 		}
 		r.finish(job.UID, o)
 	}()
+}
+
+// busyRetry bounds the wait between two sends of a run the agent refused
+// because its interpreter was busy.
+const busyRetry = 500 * time.Millisecond
+
+// execute sends the run. An agent whose interpreter is busy with another run
+// of the same Session (a data-plane run: both paths share one interpreter)
+// refuses it with 409 and keeps nothing of it; the run is sent again until
+// the agent takes it, so it queues behind the other run, or until its
+// deadline, when it ends with ErrBusy without having run.
+func (r *Runner) execute(ctx context.Context, c *client.Client, req protocol.ExecuteRequest, onEvent func(protocol.Event),
+	deadline time.Time) (*protocol.Result, error) {
+	wait := 50 * time.Millisecond
+	for {
+		res, err := c.ExecuteStream(ctx, req, onEvent)
+		if !client.IsStatus(err, http.StatusConflict) {
+			return res, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w: %v", ErrBusy, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v", ErrBusy, err)
+		case <-time.After(min(wait, left)):
+		}
+		wait = min(2*wait, busyRetry)
+		req.TimeoutMillis = max(time.Until(deadline).Milliseconds(), 1)
+	}
 }
 
 // partialOutput is what a streamed run printed so far, within the output limit.
@@ -304,9 +351,17 @@ func (r *Runner) Attach(job Job) {
 		return
 	}
 	c := r.client(job.Address, job.PodUID, job.KeyID)
-	id := string(job.UID)
 	go func() {
 		defer cancel()
+		r.follow(ctx, job, c)
+	}()
+}
+
+// follow asks the agent how the run ended, or waits for it to end, without
+// sending the code again, until ctx ends.
+func (r *Runner) follow(ctx context.Context, job Job, c *client.Client) {
+	id := string(job.UID)
+	{
 		interrupted := false
 		var last error
 		for {
@@ -335,12 +390,14 @@ func (r *Runner) Attach(job Job) {
 					r.finish(job.UID, Outcome{Err: fmt.Errorf("the sandbox agent is gone (re-attaching: %w)", last)})
 					return
 				}
-				r.finish(job.UID, Outcome{Err: fmt.Errorf("%w by %s after re-attaching: %v", ErrNoAnswer, job.Grace+Slack, last)})
+				o := Outcome{Err: fmt.Errorf("%w by %s after re-attaching: %v", ErrNoAnswer, job.Grace+Slack, last)}
+				o.Stdout, o.Stderr = r.Partial(job.UID)
+				r.finish(job.UID, o)
 				return
 			case <-time.After(attachPoll):
 			}
 		}
-	}()
+	}
 }
 
 func (r *Runner) finish(uid types.UID, o Outcome) {

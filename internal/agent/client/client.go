@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -66,6 +67,13 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("agent: %d: %s", e.Code, e.Message) }
+
+// IsAPIError reports whether err is (or wraps) an answer of the agent, as
+// opposed to a failure to reach it or to read its answer.
+func IsAPIError(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae)
+}
 
 // IsStatus reports whether err is an APIError with this HTTP status.
 func IsStatus(err error, code int) bool {
