@@ -86,4 +86,19 @@ var _ = Describe("Both paths on one Session", func() {
 		Expect(getSession(ns, "busy").Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
 		Expect(sessionPodGone(ns, pod)()).To(BeFalse())
 	})
+
+	It("keeps a Session whose shell command runs past its idle timeout", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		s, err := sessionsClient(sessionUser(ns, "alice", true)).Create(ctx, ns, "sh", "python",
+			&sessions.Options{IdleTimeout: 2 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "sleep 5; echo done", Language: "shell"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(res.Stdout).To(Equal("done\n"))
+		Expect(getSession(ns, "sh").Status.Phase).To(Equal(sandboxv1alpha1.SessionReady),
+			"a run in progress is activity, whatever its language")
+		// And idle it still ends.
+		sessionIn(ns, "sh", sandboxv1alpha1.SessionClosed)
+	})
 })

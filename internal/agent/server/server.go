@@ -85,6 +85,10 @@ type Server struct {
 	sessions map[string]int // session -> worker index
 	// runs and lastActivity (Unix nanoseconds) are reported by /readyz.
 	runs, lastActivity atomic.Int64
+	// shells counts the shell commands running (POST /v1/shell), which hold
+	// no worker: /readyz counts them busy, so a Session's idle timeout does
+	// not pass under a long command.
+	shells atomic.Int64
 }
 
 // apiError is an error with the HTTP status it is answered with.
@@ -657,6 +661,8 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = s.cfg.MaxOutputBytes
 	}
+	s.shells.Add(1)
+	defer s.shells.Add(-1)
 	res, err := shell.Run(r.Context(), req.Command, shell.Options{
 		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env), Timeout: protocol.Millis(req.TimeoutMillis, s.cfg.DefaultTimeout),
 		Grace: s.cfg.DefaultGrace, MaxOutputBytes: limit,
@@ -690,10 +696,14 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		if len(s.workers) == 1 {
 			h.Interpreter = info.Tag
 		}
-		if wk.interp.Busy() {
+		s.mu.Lock()
+		held := wk.busy // a run of either language holds its worker
+		s.mu.Unlock()
+		if held || wk.interp.Busy() {
 			h.Busy++
 		}
 	}
+	h.Busy += int(s.shells.Load())
 	h.Runs = s.runs.Load()
 	if t := s.lastActivity.Load(); t != 0 {
 		last := time.Unix(0, t).UTC()

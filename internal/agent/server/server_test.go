@@ -340,6 +340,57 @@ func TestShell(t *testing.T) {
 	}
 }
 
+// busy is what /readyz says of the agent's runs in progress.
+func busy(t *testing.T, a *agent) int {
+	t.Helper()
+	resp, err := http.Get(a.url + protocol.PathReadyz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var h protocol.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h.Busy
+}
+
+// A Session's idle timeout counts from the agent's last activity unless it
+// reports a run in progress: shell commands are runs too.
+func TestShellRunsCountAsBusy(t *testing.T) {
+	a := startAgent(t, 1)
+	ctx := context.Background()
+	for name, run := range map[string]func() error{
+		"shell": func() error {
+			_, err := a.c.Shell(ctx, protocol.ShellRequest{Command: "touch started; sleep 1"})
+			return err
+		},
+		"execute shell": func() error {
+			_, err := a.c.Execute(ctx, protocol.ExecuteRequest{Code: "touch started; sleep 1", Language: "shell"})
+			return err
+		},
+	} {
+		_ = os.Remove(filepath.Join(a.ws, "started"))
+		done := make(chan error, 1)
+		go func() { done <- run() }()
+		for {
+			if _, err := os.Stat(filepath.Join(a.ws, "started")); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := busy(t, a); got != 1 {
+			t.Errorf("%s: busy %d while the command runs, want 1", name, got)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := busy(t, a); got != 0 {
+			t.Errorf("%s: busy %d after the command, want 0", name, got)
+		}
+	}
+}
+
 func TestReadinessReportsFailedPreload(t *testing.T) {
 	a := startAgent(t, 1, "no_such_module_abc")
 	resp, err := http.Get(a.url + protocol.PathReadyz)
