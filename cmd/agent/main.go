@@ -138,6 +138,7 @@ func serve(args []string) error {
 	egressCanary := fs.String("egress-canary", os.Getenv("WARMPOOL_EGRESS_CANARY"),
 		"host:port the pool's NetworkPolicy must block: not ready until a dial to it fails")
 	egressWait := fs.Duration("egress-canary-timeout", 2*time.Minute, "give up (exit) when the canary is still reachable after this long")
+	scratchDirs := fs.String("scratch-dirs", "", "comma-separated directories emptied with the workspace when the sandbox passes to another user (in a pod: /tmp)")
 	var ifl interpFlags
 	ifl.register(fs, "/workspace")
 	_ = fs.Parse(args)
@@ -213,6 +214,7 @@ func serve(args []string) error {
 	srv := server.New(server.Config{
 		Token: token, Verify: verify, Workers: interps, Workspace: ws, DefaultTimeout: ifl.timeout, DefaultGrace: ifl.grace,
 		MaxOutputBytes: ifl.maxOutput, MaxTimeout: ifl.maxTimeout, Isolation: canary, Log: log,
+		ScratchDirs: splitList(*scratchDirs),
 	})
 	var ln net.Listener
 	if *socket != "" {
@@ -367,4 +369,15 @@ func exitWith(terminationLog, reason string) {
 	}
 	fmt.Fprintln(os.Stderr, reason)
 	os.Exit(1)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

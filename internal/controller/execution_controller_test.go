@@ -236,6 +236,29 @@ while True:
 		Expect(second.Status.Result).To(Equal("False"), "but its interpreter is fresh")
 	})
 
+	It("leaves none of a user's files in /workspace or the temporary directory for a reused pod's next user", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		leave := "import os, tempfile\nopen('secret.txt', 'w').write('alice')\n" +
+			"open(os.path.join(tempfile.gettempdir(), 'secret.tmp'), 'w').write('alice')\nos.getcwd()"
+		look := "import os, tempfile\nsorted(os.listdir('.')) + sorted(os.listdir(tempfile.gettempdir()))"
+		first := run(wrappers.Execution(ns, "f-1").Code(leave).Obj())
+		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", first.Status)
+		second := run(wrappers.Execution(ns, "f-2").Code(look).Obj())
+		Expect(second.Status.PodName).To(Equal(first.Status.PodName), "the pod is reused")
+		Expect(second.Status.Result).To(Equal("[]"), "an Execution's files are gone")
+
+		// A Session's too, once it ends.
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "alice").Obj())).To(Succeed())
+		sessionIn(ns, "alice", sandboxv1alpha1.SessionReady)
+		Expect(run(wrappers.Execution(ns, "s-1").Session("alice").Code(leave).Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		Expect(run(wrappers.Execution(ns, "s-2").Session("alice").Code("open('secret.txt').read()").Obj()).Status.Result).
+			To(Equal("'alice'"), "a Session keeps its files between its runs")
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "bob").Obj())).To(Succeed())
+		closeSession(ns, "alice")
+		Expect(sessionIn(ns, "bob", sandboxv1alpha1.SessionReady).Status.PodName).To(Equal(first.Status.PodName))
+		Expect(run(wrappers.Execution(ns, "b-1").Session("bob").Code(look).Obj()).Status.Result).To(Equal("[]"))
+	})
+
 	It("waits with MaxPodsReached while the pool is at its cap", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Obj())
 		busy := wrappers.Execution(ns, "holder").Code("import time; time.sleep(3)").Obj()

@@ -542,7 +542,7 @@ func (r *Runner) Agent(addr string, podUID types.UID, keyID string) *client.Clie
 func (r *Runner) Reset(ctx context.Context, addr string, podUID types.UID, keyID string) error {
 	c := r.client(addr, podUID, keyID)
 	for wait := 20 * time.Millisecond; ; wait *= 2 {
-		err := c.Reset(ctx)
+		err := c.ResetForReuse(ctx)
 		if !client.IsStatus(err, http.StatusConflict) || wait > 2*time.Second {
 			if err != nil {
 				metrics.AgentErrors.WithLabelValues("reset").Inc()

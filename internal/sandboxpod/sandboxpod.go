@@ -70,6 +70,8 @@ const (
 	EnvPodUID = "WARMPOOL_POD_UID"
 	// WorkspaceDir is the code's writable working directory.
 	WorkspaceDir = "/workspace"
+	// TmpDir is the code's other writable directory.
+	TmpDir = "/tmp"
 	// RunAsUser is the non-root user of sandbox containers.
 	RunAsUser = 65532
 )
@@ -156,6 +158,8 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 		"--listen", fmt.Sprintf(":%d", AgentPort),
 		"--trusted-keys", key.Trusted,
 		"--workspace", WorkspaceDir,
+		// Emptied with the workspace before a FreshInterpreter pod's next user.
+		"--scratch-dirs", TmpDir,
 	}
 	if len(s.Python.Preload) > 0 {
 		args = append(args, "--preload", strings.Join(s.Python.Preload, ","))
@@ -172,7 +176,7 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 
 	env := append([]corev1.EnvVar{
 		{Name: "HOME", Value: WorkspaceDir},
-		{Name: "TMPDIR", Value: "/tmp"},
+		{Name: "TMPDIR", Value: TmpDir},
 	}, s.Env...)
 	// Last, so that no pool env of the same name replaces it (the API refuses
 	// WARMPOOL_ names in spec.env too).

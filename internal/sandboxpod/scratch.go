@@ -37,7 +37,7 @@ func scratchVolumes(pool *sandboxv1alpha1.SandboxPool) []scratchVolume {
 	}
 	return []scratchVolume{
 		{name: "workspace", path: WorkspaceDir, size: workspace},
-		{name: "tmp", path: "/tmp", size: tmp},
+		{name: "tmp", path: TmpDir, size: tmp},
 	}
 }
 

@@ -218,6 +218,12 @@ func (c *Client) Reset(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, protocol.PathReset, nil, nil)
 }
 
+// ResetForReuse replaces the interpreter and empties the workspace and the
+// agent's scratch directories: the pod goes to another user.
+func (c *Client) ResetForReuse(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, protocol.PathReset+"?"+protocol.QueryWipe+"=true", nil, nil)
+}
+
 // Shell runs a command in the workspace.
 func (c *Client) Shell(ctx context.Context, req protocol.ShellRequest) (*protocol.ShellResult, error) {
 	var res protocol.ShellResult

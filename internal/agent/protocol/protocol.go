@@ -25,6 +25,11 @@ const (
 	PathReadyz    = "/v1/readyz"
 )
 
+// QueryWipe, set to "true" on PathReset, also empties the workspace and the
+// agent's scratch directories once the interpreter is replaced: the pod is
+// passed to another user, who must find none of the last one's files.
+const QueryWipe = "wipe"
+
 // ContentTypeNDJSON asks execute for a stream of Events instead of one Result.
 const ContentTypeNDJSON = "application/x-ndjson"
 

@@ -40,6 +40,9 @@ type Config struct {
 	// Workers are the interpreters; requests go to a free one.
 	Workers   []*interpreter.Interpreter
 	Workspace *workspace.Workspace
+	// ScratchDirs are emptied, with the workspace, by a reset with
+	// protocol.QueryWipe (in a pod: /tmp).
+	ScratchDirs []string
 	// KeepResults is how many finished executions are remembered by ID.
 	KeepResults    int
 	DefaultTimeout time.Duration
@@ -625,6 +628,16 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = wk.interp.Reset()
+	if err == nil && r.URL.Query().Get(protocol.QueryWipe) == "true" {
+		// After the interpreter (and every process it started) is gone, so
+		// nothing writes while the directories are emptied.
+		for _, dir := range append([]string{s.cfg.Workspace.Dir()}, s.cfg.ScratchDirs...) {
+			if werr := workspace.Empty(dir); werr != nil {
+				writeError(w, http.StatusInternalServerError, "empty "+dir+" for the next user: "+werr.Error())
+				return
+			}
+		}
+	}
 	if err == nil {
 		s.mu.Lock()
 		if session != "" && wk.session == session {

@@ -32,6 +32,11 @@ type agent struct {
 
 func startAgent(t testing.TB, workers int, preload ...string) *agent {
 	t.Helper()
+	return startAgentWith(t, workers, nil, preload...)
+}
+
+func startAgentWith(t testing.TB, workers int, scratch []string, preload ...string) *agent {
+	t.Helper()
 	dir := t.TempDir()
 	ws, err := workspace.Open(dir)
 	if err != nil {
@@ -44,7 +49,7 @@ func startAgent(t testing.TB, workers int, preload ...string) *agent {
 		t.Cleanup(it.Close)
 		interps = append(interps, it)
 	}
-	srv := New(Config{Token: token, Workers: interps, Workspace: ws, Log: testr.NewWithInterface(t, testr.Options{})})
+	srv := New(Config{Token: token, Workers: interps, Workspace: ws, ScratchDirs: scratch, Log: testr.NewWithInterface(t, testr.Options{})})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &agent{url: hs.URL, c: client.New(hs.URL, token), ws: dir}
@@ -337,6 +342,52 @@ func TestShell(t *testing.T) {
 	ex, err := a.c.Execute(ctx, protocol.ExecuteRequest{Code: "echo $GREETING; exit 2", Language: "shell", Env: map[string]string{"GREETING": "hi"}})
 	if err != nil || ex.Status != protocol.StatusFailed || *ex.ExitCode != 2 || ex.Stdout != "hi\n" {
 		t.Fatalf("shell execute: %+v %v", ex, err)
+	}
+}
+
+// A pod that passes to another user (reusePolicy FreshInterpreter) keeps
+// none of its files: a reset with wipe empties the workspace and the scratch
+// directories, whatever the code did to them; a plain reset keeps them.
+func TestResetForReuseEmptiesWorkspaceAndScratch(t *testing.T) {
+	tmp, outside := t.TempDir(), t.TempDir()
+	a := startAgentWith(t, 1, []string{tmp})
+	ctx := context.Background()
+	if err := os.WriteFile(filepath.Join(outside, "keep"), []byte("not the sandbox's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code := fmt.Sprintf(`import os
+open('secret.txt', 'w').write('alice')
+open(os.path.join(%[1]q, 'secret.tmp'), 'w').write('alice')
+os.makedirs('locked/deeper')
+open('locked/deeper/f', 'w').write('x')
+os.chmod('locked/deeper', 0)
+os.chmod('locked', 0)
+os.symlink(%[2]q, 'link-out')
+os.symlink(%[2]q, os.path.join(%[1]q, 'link-out'))
+x = 1`, tmp, outside)
+	if res, err := a.c.Execute(ctx, protocol.ExecuteRequest{Code: code}); err != nil || res.Status != protocol.StatusSucceeded {
+		t.Fatalf("write files: %+v %v", res, err)
+	}
+	if err := a.c.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(a.ws, "secret.txt")); err != nil {
+		t.Fatalf("a plain reset (a Session's own) keeps its files: %v", err)
+	}
+	if err := a.c.ResetForReuse(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{a.ws, tmp} {
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Errorf("%s after a reset for reuse: %v %v", dir, entries, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "keep")); err != nil || string(b) != "not the sandbox's" {
+		t.Errorf("a link's target outside the sandbox was touched: %q %v", b, err)
+	}
+	res, err := a.c.Execute(ctx, protocol.ExecuteRequest{Code: "'x' in globals()"})
+	if err != nil || res.Result == nil || *res.Result != "False" {
+		t.Errorf("the interpreter is fresh too: %+v %v", res, err)
 	}
 }
 

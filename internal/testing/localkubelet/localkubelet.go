@@ -282,6 +282,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o755); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		return err
+	}
 	ip, port := "127.0.0.1", k.AgentPort
 	if port == 0 {
 		var err error
@@ -303,6 +306,8 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 			args[i+1] = fmt.Sprintf("%s:%d", ip, port)
 		case "--workspace":
 			args[i+1] = filepath.Join(dir, "workspace")
+		case "--scratch-dirs":
+			args[i+1] = filepath.Join(dir, "tmp")
 		}
 	}
 	if k.Python != "" {
@@ -312,7 +317,8 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	terminationLog := filepath.Join(dir, "termination-log")
 	args = append(args, "--termination-log", terminationLog)
 	cmd := exec.Command(k.AgentBinary, args...)
-	cmd.Env = os.Environ()
+	// The pod's /tmp, per pod, as its emptyDir would be.
+	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(dir, "tmp"))
 	for _, e := range pod.Spec.Containers[0].Env {
 		if e.Name == "HOME" || e.Name == "TMPDIR" {
 			continue
