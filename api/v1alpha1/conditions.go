@@ -44,6 +44,9 @@ const (
 	ReasonCancelled      = "Cancelled"
 	ReasonSandboxLost    = "SandboxLost"
 	ReasonSessionLost    = "SessionLost"
+	// ReasonTimeoutAboveLimit: the Execution asks for a longer timeout than
+	// its pool's executionDefaults.maxTimeout.
+	ReasonTimeoutAboveLimit = "TimeoutAboveLimit"
 	// ReasonSessionBusy: an earlier Execution of the session runs or waits.
 	ReasonSessionBusy = "SessionBusy"
 	// ReasonSessionPending: the Execution's Session waits for a pod.

@@ -322,12 +322,23 @@ type PythonSpec struct {
 }
 
 // ExecutionDefaults are the per-pool defaults and limits of Executions.
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || !has(self.maxTimeout) || duration(self.timeout) <= duration(self.maxTimeout)",message="executionDefaults.timeout must not exceed executionDefaults.maxTimeout"
 type ExecutionDefaults struct {
 	// timeout of an Execution that does not set spec.timeout.
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="timeout must be greater than 0s and at most 24h"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// maxTimeout is the longest timeout an Execution or a Session's run of this
+	// pool may ask for: an Execution asking more fails (TimeoutAboveLimit)
+	// before it takes a pod, a data-plane run asking more is refused (400),
+	// and the sandbox's agent refuses it too. The platform's guard rails can
+	// bound it (docs/security.md).
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="maxTimeout must be greater than 0s and at most 24h"
+	// +optional
+	MaxTimeout *metav1.Duration `json:"maxTimeout,omitempty"`
 
 	// interruptGracePeriod is how long code may take to stop after SIGINT
 	// (KeyboardInterrupt) before its pod is deleted.

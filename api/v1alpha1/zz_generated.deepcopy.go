@@ -143,6 +143,11 @@ func (in *ExecutionDefaults) DeepCopyInto(out *ExecutionDefaults) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.MaxTimeout != nil {
+		in, out := &in.MaxTimeout, &out.MaxTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.InterruptGracePeriod != nil {
 		in, out := &in.InterruptGracePeriod, &out.InterruptGracePeriod
 		*out = new(v1.Duration)

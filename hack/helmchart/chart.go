@@ -42,6 +42,10 @@ type defaults struct {
 	GuardrailsImagePrefixes    []string
 	GuardrailsMaxCPU           string
 	GuardrailsMaxMemory        string
+	GuardrailsMaxTimeout       string
+	GuardrailsMaxWorkspaceSize string
+	GuardrailsMaxTmpSize       string
+	GuardrailsMaxProcesses     string
 	GuardrailsAllowEgress      bool
 }
 
@@ -476,6 +480,18 @@ func (c *chart) guardrailsParams(t *templater, obj *yaml.Node) error {
 		case "maxMemory":
 			c.d.GuardrailsMaxMemory = v
 			set(data, k, t.value("{{ .Values.guardrails.maxMemory | quote }}"), "")
+		case "maxTimeout":
+			c.d.GuardrailsMaxTimeout = v
+			set(data, k, t.value("{{ .Values.guardrails.maxTimeout | quote }}"), "")
+		case "maxWorkspaceSize":
+			c.d.GuardrailsMaxWorkspaceSize = v
+			set(data, k, t.value("{{ .Values.guardrails.maxWorkspaceSize | quote }}"), "")
+		case "maxTmpSize":
+			c.d.GuardrailsMaxTmpSize = v
+			set(data, k, t.value("{{ .Values.guardrails.maxTmpSize | quote }}"), "")
+		case "maxProcesses":
+			c.d.GuardrailsMaxProcesses = v
+			set(data, k, t.value("{{ .Values.guardrails.maxProcesses | toString | quote }}"), "")
 		case "allowEgress":
 			c.d.GuardrailsAllowEgress, err = strconv.ParseBool(v)
 			if err != nil {

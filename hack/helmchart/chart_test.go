@@ -453,12 +453,17 @@ func TestValues(t *testing.T) {
   allowedImagePrefixes: ["registry.example/sandboxes/", "warmpool.dev/repl:"]
   maxCPU: 4
   maxMemory: 8Gi
+  maxTimeout: 6h
+  maxWorkspaceSize: 10Gi
+  maxTmpSize: 2Gi
+  maxProcesses: 1024
   allowEgress: true
 `,
 		check: func(t *testing.T, objs map[string]object) {
 			cm := objs["v1/ConfigMap/"+namespace+"/warmpool-guardrails"]
 			want := object{"runtimeClassName": "gvisor-kvm", "allowedImagePrefixes": "registry.example/sandboxes/,warmpool.dev/repl:",
-				"maxCPU": "4", "maxMemory": "8Gi", "allowEgress": "true"}
+				"maxCPU": "4", "maxMemory": "8Gi", "allowEgress": "true", "maxTimeout": "6h", "maxWorkspaceSize": "10Gi",
+				"maxTmpSize": "2Gi", "maxProcesses": "1024"}
 			if d := cmp.Diff(want, cm["data"]); d != "" {
 				t.Errorf("parameters (-want +got):\n%s", d)
 			}

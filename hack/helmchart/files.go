@@ -144,6 +144,13 @@ guardrails:
   # Upper bounds of a sandbox's CPU and memory limit (quantities).
   maxCPU: [[ quote .GuardrailsMaxCPU ]]
   maxMemory: [[ .GuardrailsMaxMemory ]]
+  # The longest spec.executionDefaults.maxTimeout a pool may set (a duration): no run asks for more.
+  maxTimeout: [[ .GuardrailsMaxTimeout ]]
+  # Upper bounds of a sandbox's /workspace and /tmp (quantities).
+  maxWorkspaceSize: [[ .GuardrailsMaxWorkspaceSize ]]
+  maxTmpSize: [[ .GuardrailsMaxTmpSize ]]
+  # Most processes and threads of a sandbox; a pool without a limit (0) is refused.
+  maxProcesses: [[ .GuardrailsMaxProcesses ]]
   # Let pools list spec.network.egress destinations; false keeps every sandbox without egress.
   allowEgress: [[ .GuardrailsAllowEgress ]]
 `

@@ -53,6 +53,13 @@ func (r *ExecutionReconciler) reconcilePending(ctx context.Context, ex *sandboxv
 			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ex.Spec.PoolRef.Name, ex.Namespace))
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
+	if limit := sandboxpod.MaxTimeout(pool); timeoutOf(ex, pool) > limit {
+		msg := fmt.Sprintf("spec.timeout %s is longer than pool %s allows (spec.executionDefaults.maxTimeout %s): "+
+			"ask for at most %s, or have the pool's owner raise its maxTimeout", timeoutOf(ex, pool), pool.Name, limit, limit)
+		r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonTimeoutAboveLimit, msg,
+			&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonTimeoutAboveLimit, Message: msg}, "")
+		return ctrl.Result{}, nil
+	}
 	if first && ex.Spec.CodeFrom != nil {
 		// Say at once when the code cannot be read, rather than after the wait for a pod.
 		if _, err := r.code(ctx, ex); err != nil {

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"net/http"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -8,6 +9,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
 // Hostile input, resource side (issue 11): code that reaches a limit ends
@@ -86,5 +88,27 @@ time.sleep(30)`).Obj())
 		Expect(completeReason(done)).To(Equal(sandboxv1alpha1.ReasonOOMKilled))
 		Expect(done.Status.Error.Message).To(ContainSubstring("more than its memory limit of 512Mi"))
 		Expect(done.Status.Stdout).To(Equal("before the kill\n"))
+	})
+
+	It("holds every run to the pool's maxTimeout and maxOutputBytes, whatever it asks for", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").MaxTimeout(time.Minute).MaxOutputBytes(4096).Obj())
+		long := run(wrappers.Execution(ns, "long").Code("1").Timeout(24 * time.Hour).Obj())
+		Expect(long.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(completeReason(long)).To(Equal(sandboxv1alpha1.ReasonTimeoutAboveLimit))
+		Expect(long.Status.Error.Message).To(ContainSubstring("spec.timeout 24h0m0s is longer than pool python allows (spec.executionDefaults.maxTimeout 1m0s)"))
+		Expect(long.Status.PodName).To(BeEmpty(), "it never took a pod")
+		Expect(run(wrappers.Execution(ns, "within").Code("1").Timeout(time.Minute).Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+
+		s, err := sessionsClient(sessionUser(ns, "alice", true)).Create(ctx, ns, "limits", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = s.Run(ctx, sessions.ExecRequest{Code: "1", TimeoutMillis: (2 * time.Minute).Milliseconds()})
+		Expect(sessions.IsStatus(err, http.StatusBadRequest)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("timeoutMillis 120000 is longer than pool python allows"))
+		_, err = s.Run(ctx, sessions.ExecRequest{Code: "1", MaxOutputBytes: 8192})
+		Expect(sessions.IsStatus(err, http.StatusBadRequest)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("maxOutputBytes 8192 is more than pool python keeps"))
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "1", TimeoutMillis: 1000})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded))
 	})
 })

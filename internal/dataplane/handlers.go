@@ -170,7 +170,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		req.ID = uuid.NewString()
 	}
 	runID := agentRunID(req.ID)
-	s.poolDefaults(r.Context(), t.ses, &req)
+	if msg := s.poolDefaults(r.Context(), t.ses, &req); msg != "" {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
+		return
+	}
 	stream := req.Stream || acceptsNDJSON(r)
 	if req.Bridge && !stream {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "bridge needs a streamed exec (stream: true): bridge calls arrive as events")
@@ -244,12 +247,21 @@ func agentRunID(id string) string { return "dp-" + id }
 
 // poolDefaults fills what the caller left unset from the pool's
 // executionDefaults, as for an Execution of that pool.
-func (s *Server) poolDefaults(ctx context.Context, ses *sandboxv1alpha1.Session, req *sessions.ExecRequest) {
+func (s *Server) poolDefaults(ctx context.Context, ses *sandboxv1alpha1.Session, req *sessions.ExecRequest) (refused string) {
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
-		return // the agent's own defaults apply
+		return "" // the agent's own defaults and limits apply (it was started with the pool's)
 	}
 	d := pool.Spec.ExecutionDefaults
+	// What the pool allows is a ceiling, not a default a caller may exceed.
+	if limit := sandboxpod.MaxTimeout(pool); time.Duration(req.TimeoutMillis)*time.Millisecond > limit {
+		return fmt.Sprintf("timeoutMillis %d is longer than pool %s allows (spec.executionDefaults.maxTimeout %s)",
+			req.TimeoutMillis, pool.Name, limit)
+	}
+	if d.MaxOutputBytes > 0 && req.MaxOutputBytes > int(d.MaxOutputBytes) {
+		return fmt.Sprintf("maxOutputBytes %d is more than pool %s keeps (spec.executionDefaults.maxOutputBytes %d)",
+			req.MaxOutputBytes, pool.Name, d.MaxOutputBytes)
+	}
 	if req.TimeoutMillis == 0 && d.Timeout != nil {
 		req.TimeoutMillis = d.Timeout.Milliseconds()
 	}
@@ -259,6 +271,7 @@ func (s *Server) poolDefaults(ctx context.Context, ses *sandboxv1alpha1.Session,
 	if req.MaxOutputBytes == 0 && d.MaxOutputBytes > 0 {
 		req.MaxOutputBytes = int(d.MaxOutputBytes)
 	}
+	return ""
 }
 
 // busyWait bounds the wait between two sends of a run the agent refused

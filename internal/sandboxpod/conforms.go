@@ -124,7 +124,7 @@ func sameVolumes(got, want []corev1.Volume) bool {
 
 // mayVary are the agent flags a change of the pool's spec changes: a pod
 // built from an older template may have other values, or lack them.
-var mayVary = map[string]bool{"preload": true, "default-timeout": true, "memory-limit": true,
+var mayVary = map[string]bool{"preload": true, "default-timeout": true, "max-timeout": true, "memory-limit": true,
 	"max-processes": true, "egress-canary": true}
 
 type agentArgs struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -167,6 +168,8 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 	if d := s.ExecutionDefaults.Timeout; d != nil {
 		args = append(args, "--default-timeout", d.Duration.String())
 	}
+	// The agent refuses longer runs too, whichever path sends them.
+	args = append(args, "--max-timeout", MaxTimeout(pool).String())
 	args = append(args, "--max-output-bytes", fmt.Sprint(sandboxv1alpha1.MaxOutputBytesLimit))
 	memory, processes := CodeLimits(pool)
 	args = append(args, "--memory-limit", fmt.Sprint(memory), "--max-processes", fmt.Sprint(processes))
@@ -253,6 +256,18 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 		pod.Spec.RuntimeClassName = ptr.To(*rc)
 	}
 	return pod
+}
+
+// DefaultMaxTimeout is spec.executionDefaults.maxTimeout of pools written
+// before it existed (the CRD defaults it for new ones).
+const DefaultMaxTimeout = time.Hour
+
+// MaxTimeout is the longest timeout a run of the pool may ask for.
+func MaxTimeout(pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if m := pool.Spec.ExecutionDefaults.MaxTimeout; m != nil {
+		return m.Duration
+	}
+	return DefaultMaxTimeout
 }
 
 // IsReady reports whether the pod's Ready condition is true.

@@ -61,6 +61,12 @@ func (w *PoolWrapper) Timeout(d time.Duration) *PoolWrapper {
 }
 
 // GracePeriod sets spec.executionDefaults.interruptGracePeriod.
+// MaxTimeout sets spec.executionDefaults.maxTimeout.
+func (w *PoolWrapper) MaxTimeout(d time.Duration) *PoolWrapper {
+	w.Spec.ExecutionDefaults.MaxTimeout = &metav1.Duration{Duration: d}
+	return w
+}
+
 func (w *PoolWrapper) GracePeriod(d time.Duration) *PoolWrapper {
 	w.Spec.ExecutionDefaults.InterruptGracePeriod = &metav1.Duration{Duration: d}
 	return w

@@ -126,6 +126,14 @@ var _ = Describe("Validation", func() {
   image: repl
   executionDefaults:
     timeout: 0s`, "spec.executionDefaults.timeout", "timeout must be greater than 0s and at most 24h"),
+		Entry("pool default timeout above its ceiling", poolHeader+`
+  image: repl
+  executionDefaults:
+    timeout: 2h`, "spec.executionDefaults", "executionDefaults.timeout must not exceed executionDefaults.maxTimeout"),
+		Entry("pool timeout ceiling above a day", poolHeader+`
+  image: repl
+  executionDefaults:
+    maxTimeout: 25h`, "spec.executionDefaults.maxTimeout", "maxTimeout must be greater than 0s and at most 24h"),
 		Entry("pool output limit above the maximum", poolHeader+`
   image: repl
   executionDefaults:

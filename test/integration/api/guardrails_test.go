@@ -187,6 +187,21 @@ spec:
 		Entry("no limit but a request above the bound (the operator raises the limit to the request)", `
   image: warmpool.dev/repl:1
   resources: {requests: {cpu: "4"}}`, "the sandbox CPU limit is 4 (no spec.resources.limits.cpu: the operator's default, or the request if larger), above"),
+		Entry("a longer maxTimeout than the bound", `
+  image: warmpool.dev/repl:1
+  executionDefaults: {maxTimeout: 24h}`, "spec.executionDefaults.maxTimeout is 24h, above this namespace's maximum of 1h (guard rails): set it to at most 1h"),
+		Entry("a larger workspace than the bound", `
+  image: warmpool.dev/repl:1
+  limits: {workspaceSize: 500Gi}`, "spec.limits.workspaceSize is 500Gi, above this namespace's maximum of 2Gi (guard rails)"),
+		Entry("a larger /tmp than the bound", `
+  image: warmpool.dev/repl:1
+  limits: {tmpSize: 2Gi}`, "spec.limits.tmpSize is 2Gi, above this namespace's maximum of 1Gi (guard rails)"),
+		Entry("no process limit", `
+  image: warmpool.dev/repl:1
+  limits: {processes: 0}`, "spec.limits.processes is 0 (no limit), outside this namespace's bounds of 1 to 512 (guard rails)"),
+		Entry("more processes than the bound", `
+  image: warmpool.dev/repl:1
+  limits: {processes: 4096}`, "spec.limits.processes is 4096, outside this namespace's bounds of 1 to 512"),
 		Entry("egress", `
   image: warmpool.dev/repl:1
   network:
