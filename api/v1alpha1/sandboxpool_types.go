@@ -118,6 +118,13 @@ type SandboxPoolSpec struct {
 	// +optional
 	SessionIdleTimeout *metav1.Duration `json:"sessionIdleTimeout,omitempty"`
 
+	// sessionTTLSecondsAfterFinished deletes the pool's Sessions this long
+	// after they ended (Closed or Lost), unless they set their own. Unset:
+	// 3600 (one hour).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	SessionTTLSecondsAfterFinished *int32 `json:"sessionTTLSecondsAfterFinished,omitempty"`
+
 	// reusePolicy says whether a used pod is deleted (Never, the default) or
 	// returned to the pool with a fresh interpreter (FreshInterpreter).
 	// +kubebuilder:default=Never

@@ -39,6 +39,12 @@ type SessionSpec struct {
 	// +optional
 	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
 
+	// ttlSecondsAfterFinished deletes the Session this long after it ended
+	// (Closed or Lost); the pool's sessionTTLSecondsAfterFinished when unset.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
 	// maxLifetime ends the Session this long after it became Ready, however
 	// busy; unlimited when unset.
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="spec.maxLifetime must be between 1s and 168h"
@@ -94,6 +100,10 @@ type SessionStatus struct {
 	// seconds (never once per run); the idle timeout counts from it.
 	// +optional
 	LastActivityTime *metav1.Time `json:"lastActivityTime,omitempty"`
+
+	// endTime is when the Session ended (Closed or Lost); its TTL counts from it.
+	// +optional
+	EndTime *metav1.Time `json:"endTime,omitempty"`
 
 	// runs counts the runs of the Session as of lastActivityTime.
 	// +optional

@@ -781,6 +781,11 @@ func (in *SandboxPoolSpec) DeepCopyInto(out *SandboxPoolSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.SessionTTLSecondsAfterFinished != nil {
+		in, out := &in.SessionTTLSecondsAfterFinished, &out.SessionTTLSecondsAfterFinished
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Network != nil {
 		in, out := &in.Network, &out.Network
 		*out = new(NetworkSpec)
@@ -918,6 +923,11 @@ func (in *SessionSpec) DeepCopyInto(out *SessionSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.TTLSecondsAfterFinished != nil {
+		in, out := &in.TTLSecondsAfterFinished, &out.TTLSecondsAfterFinished
+		*out = new(int32)
+		**out = **in
+	}
 	if in.MaxLifetime != nil {
 		in, out := &in.MaxLifetime, &out.MaxLifetime
 		*out = new(v1.Duration)
@@ -954,6 +964,10 @@ func (in *SessionStatus) DeepCopyInto(out *SessionStatus) {
 	}
 	if in.LastActivityTime != nil {
 		in, out := &in.LastActivityTime, &out.LastActivityTime
+		*out = (*in).DeepCopy()
+	}
+	if in.EndTime != nil {
+		in, out := &in.EndTime, &out.EndTime
 		*out = (*in).DeepCopy()
 	}
 	if in.Conditions != nil {

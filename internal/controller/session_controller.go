@@ -98,7 +98,7 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case ses.DeletionTimestamp != nil:
 		return ctrl.Result{}, nil
 	case ses.Status.Phase.IsFinished():
-		return r.free(ctx, ses)
+		return r.finished(ctx, ses)
 	case ses.Spec.Close:
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonClosed, "closed by spec.close")
 	case ses.Status.PodName == "":
@@ -541,6 +541,8 @@ func (r *SessionReconciler) pending(ctx context.Context, ses *sandboxv1alpha1.Se
 // end stores a final phase, then frees the pod: the status is the commit point.
 func (r *SessionReconciler) end(ctx context.Context, ses *sandboxv1alpha1.Session, phase sandboxv1alpha1.SessionPhase, reason, msg string) (ctrl.Result, error) {
 	ses.Status.Phase = phase
+	now := metav1.NewTime(r.Clock.Now())
+	ses.Status.EndTime = &now
 	r.setReady(ses, metav1.ConditionFalse, reason, msg)
 	if err := r.Status().Update(ctx, ses); err != nil {
 		return ctrl.Result{}, fmt.Errorf("store %s status of session %s: %w", phase, ses.Name, err)

@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,6 +50,29 @@ func sessionPodGone(ns, name string) func() bool {
 var _ = Describe("Session", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
+
+	It("deletes ended Sessions after their TTL, their own or their pool's, and keeps the others", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(3).SessionTTL(2).Obj())
+		for _, s := range []*sandboxv1alpha1.Session{
+			wrappers.Session(ns, "own").TTL(0).Obj(),
+			wrappers.Session(ns, "pools").Obj(),
+			wrappers.Session(ns, "kept").TTL(3600).Obj(),
+		} {
+			Expect(k8s.Create(ctx, s)).To(Succeed())
+			sessionIn(ns, s.Name, sandboxv1alpha1.SessionReady)
+			closeSession(ns, s.Name)
+		}
+		gone := func(name string) func() bool {
+			return func() bool {
+				return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sandboxv1alpha1.Session{}))
+			}
+		}
+		Eventually(gone("own")).Should(BeTrue(), "its own TTL of 0")
+		kept := sessionIn(ns, "kept", sandboxv1alpha1.SessionClosed)
+		Expect(kept.Status.EndTime).NotTo(BeNil())
+		Eventually(gone("pools"), 10*time.Second).Should(BeTrue(), "the pool's TTL of 2 s")
+		Consistently(gone("kept"), 2*time.Second).Should(BeFalse(), "its own TTL of an hour")
+	})
 
 	It("leases a warm pod, applies its context and env once, runs its Executions with shared state, and frees the pod when deleted", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())

@@ -286,6 +286,12 @@ func (w *PodWrapper) Session(s string) *PodWrapper {
 }
 
 // ExecutionTTL sets spec.executionDefaults.ttlSecondsAfterFinished.
+// SessionTTL sets spec.sessionTTLSecondsAfterFinished.
+func (w *PoolWrapper) SessionTTL(seconds int32) *PoolWrapper {
+	w.Spec.SessionTTLSecondsAfterFinished = &seconds
+	return w
+}
+
 func (w *PoolWrapper) ExecutionTTL(seconds int32) *PoolWrapper {
 	w.Spec.ExecutionDefaults.TTLSecondsAfterFinished = &seconds
 	return w
@@ -318,6 +324,12 @@ func (w *SessionWrapper) Created(t time.Time) *SessionWrapper {
 }
 
 // IdleTimeout sets spec.idleTimeout.
+// TTL sets spec.ttlSecondsAfterFinished.
+func (w *SessionWrapper) TTL(seconds int32) *SessionWrapper {
+	w.Spec.TTLSecondsAfterFinished = &seconds
+	return w
+}
+
 func (w *SessionWrapper) IdleTimeout(d time.Duration) *SessionWrapper {
 	w.Spec.IdleTimeout = &metav1.Duration{Duration: d}
 	return w
