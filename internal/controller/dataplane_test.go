@@ -143,6 +143,16 @@ var _ = Describe("Session data plane", func() {
 		Expect(res.Stdout).To(Equal("four six\n"))
 		Expect(*res.Result).To(Equal("'foursix'"))
 
+		// An answer made after the run timed out reaches nobody; the result still comes.
+		res, err = s.RunStream(ctx, sessions.ExecRequest{Code: "print('asking', flush=True)\nllm_query('x')", TimeoutMillis: 500},
+			sessions.Handlers{OnBridge: func(context.Context, sessions.BridgeCall) (json.RawMessage, error) {
+				time.Sleep(1500 * time.Millisecond)
+				return json.Marshal("too late")
+			}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusTimedOut))
+		Expect(res.Stdout).To(Equal("asking\n"))
+
 		// An answer that is an error reaches the code as an exception.
 		res, err = s.RunStream(ctx, sessions.ExecRequest{Code: "llm_query('x')"},
 			sessions.Handlers{OnBridge: func(context.Context, sessions.BridgeCall) (json.RawMessage, error) {

@@ -332,7 +332,13 @@ func (s *Session) answer(ctx context.Context, runID string, call BridgeCall, on 
 	} else {
 		a.Result = res
 	}
-	return s.call(ctx, http.MethodPost, "bridge", nil, a, nil)
+	err := s.call(ctx, http.MethodPost, "bridge", nil, a, nil)
+	if IsStatus(err, http.StatusNotFound) {
+		// The run ended (its timeout, an interrupt) while the answer was being
+		// made: nobody waits for it, and the run's result follows on the stream.
+		return nil
+	}
+	return err
 }
 
 // Interrupt sends SIGINT to a run (KeyboardInterrupt in the code).

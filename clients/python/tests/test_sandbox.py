@@ -54,6 +54,19 @@ def test_llm_query_is_answered_by_the_caller(sandbox):
     assert failed.status == "failed" and "model unavailable" in failed.error.value
 
 
+def test_a_late_bridge_answer_keeps_the_result(sandbox):
+    # The run times out while the caller still thinks about its llm_query:
+    # the answer comes too late for anyone, and the result is still returned.
+    def slow(prompt):
+        time.sleep(2)  # past the run's timeout
+        return "too late"
+
+    ex = sandbox.run_code("print('asking', flush=True)\nllm_query('x')", on_llm_query=slow, timeout=1)
+    assert ex.status == "timed_out"
+    assert ex.stdout == "asking\n"
+    assert sandbox.run_code("1 + 1").text == "2"
+
+
 def test_timeout_interrupts_with_partial_output(sandbox):
     ex = sandbox.run_code("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", timeout=1)
     assert ex.status == "timed_out"

@@ -237,7 +237,14 @@ class Sandbox:
         except Exception as e:  # the code sees it as an exception
             answer.pop("result", None)
             answer["error"] = f"{type(e).__name__}: {e}"
-        _api.request(self._api, "POST", self._path("bridge"), body=answer)
+        try:
+            _api.request(self._api, "POST", self._path("bridge"), body=answer)
+        except errors.APIError as e:
+            if e.status != 404:
+                raise
+            # The run ended (its timeout, an interrupt) while the handler
+            # thought: nobody waits for this answer, and the run's result
+            # follows on the stream.
 
     def interrupt(self):
         """Interrupt the run under way (KeyboardInterrupt in the code); False when none runs."""

@@ -100,6 +100,12 @@ func (r *registry) forget(id string) {
 }
 
 func (r *registry) finish(e *execution, res *protocol.Result) {
+	// A bridge call still unanswered when the run ended (its timeout, an
+	// interrupt) has nobody waiting: its late answer is refused (404), not
+	// taken into a buffer no one reads.
+	e.mu.Lock()
+	clear(e.bridges)
+	e.mu.Unlock()
 	r.mu.Lock()
 	e.result = res
 	r.finished = append(r.finished, e.id)
