@@ -76,6 +76,9 @@ type Config struct {
 	// MaxVariableBytes bounds the JSON of a variable that Variable returns;
 	// default DefaultMaxVariableBytes.
 	MaxVariableBytes int
+	// VariableTimeout bounds how long Variable waits for the interpreter
+	// before it interrupts it (a __repr__ that never returns); default 10 s.
+	VariableTimeout time.Duration
 	// Limits bound the memory and processes of the code (limits.go).
 	Limits Limits
 	Log    logr.Logger
@@ -122,6 +125,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxVariableBytes == 0 {
 		c.MaxVariableBytes = DefaultMaxVariableBytes
+	}
+	if c.VariableTimeout == 0 {
+		c.VariableTimeout = 10 * time.Second
 	}
 	if c.Env == nil {
 		c.Env = os.Environ()
@@ -545,20 +551,34 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 	want := strconv.Quote(id)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	var graceC <-chan time.Time
 	for {
 		select {
 		case m, ok := <-p.msgs:
 			if !ok {
-				return nil, errors.New("interpreter died")
+				return nil, fmt.Errorf("%s: the interpreter died, and the state with it", method)
 			}
 			if m.Method == "" && string(m.ID) == want {
 				if m.Error != nil {
 					return nil, errors.New(m.Error.Message)
 				}
+				if graceC != nil {
+					return nil, fmt.Errorf("%s: interrupted after %s (the value's __repr__ or JSON did not finish)", method, timeout)
+				}
 				return m.Result, nil
 			}
 		case <-timer.C:
-			return nil, fmt.Errorf("%s: no answer within %s", method, timeout)
+			// Code of the user's runs in the interpreter (a __repr__ that never
+			// returns): interrupt it as a run is, or the next run finds the
+			// interpreter still busy and is killed for it.
+			_ = p.cmd.Process.Signal(syscall.SIGINT)
+			graceC = time.After(it.cfg.DefaultGrace)
+		case <-graceC:
+			p.kill()
+			<-p.exited
+			it.restartAsync()
+			return nil, fmt.Errorf("%s: no answer within %s nor after SIGINT, so the interpreter was killed and a fresh one "+
+				"started: the state is lost", method, timeout)
 		}
 	}
 }
@@ -570,7 +590,7 @@ func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 	}
 	defer it.busy.Unlock()
 	limit := it.cfg.MaxVariableBytes
-	raw, err := it.call("get_variable", map[string]any{"name": name, "max_bytes": limit}, 10*time.Second)
+	raw, err := it.call("get_variable", map[string]any{"name": name, "max_bytes": limit}, it.cfg.VariableTimeout)
 	if err != nil {
 		return nil, false, err
 	}

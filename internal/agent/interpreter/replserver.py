@@ -68,6 +68,15 @@ def _stash_fd(fd):
         return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
 
 
+# What the server needs, bound before any code runs: code that patches os,
+# json or builtins must not break the server's own channel to the agent.
+_os_read, _os_write, _getpid, _exit = os.read, os.write, os.getpid, os._exit
+_encoder = json.JSONEncoder(separators=(",", ":"), default=repr)
+_decoder = json.JSONDecoder()
+# A child the code forks without exiting returns into the server loop: it
+# must never serve the agent (the next runs would go to a copy).
+_SERVER_PID = os.getpid()
+
 _RPC_IN, _RPC_OUT = _stash_fd(3), _stash_fd(4)
 os.close(3)
 os.close(4)
@@ -95,15 +104,15 @@ def _write_fd(fd, data):
     view = memoryview(data)
     while view:
         try:
-            view = view[os.write(fd, view):]
+            view = view[_os_write(fd, view):]
         except InterruptedError:
             pass
 
 
 def _send(msg):
-    data = json.dumps(msg, separators=(",", ":"), default=repr).encode()
+    data = _encoder.encode(msg).encode()
     if len(data) > _MAX_MESSAGE_BYTES and "result" in msg:
-        data = json.dumps({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": (
+        data = _encoder.encode({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": (
             f"the reply is {len(data)} bytes of JSON, above the agent's limit of {_MAX_MESSAGE_BYTES} bytes")}}).encode()
     # The leading newline ends whatever the code may have left unterminated on the pipe.
     _write_fd(_RPC_OUT, b"\n" + data + b"\n")
@@ -117,9 +126,9 @@ def _recv():
         if nl >= 0:
             line, _in_buf = _in_buf[:nl], _in_buf[nl + 1:]
             if line.strip():
-                return json.loads(line)
+                return _decoder.decode(line.decode())
             continue
-        chunk = os.read(_RPC_IN, 1 << 16)
+        chunk = _os_read(_RPC_IN, 1 << 16)
         if not chunk:
             return None
         _in_buf += chunk
@@ -455,18 +464,24 @@ def _get_variable(params):
         return {"found": False}
     value = _globals[name]
     kind = type(value).__name__
+    # The value's own code (__repr__, a JSON hook) runs here: it is the user's
+    # code, interrupted by SIGINT like a run.
+    _state.running = True
     try:
-        # Encoded piecewise, so a huge value is refused after `limit` bytes
-        # instead of being turned into one huge string first.
-        parts, size = [], 0
-        for part in json.JSONEncoder(allow_nan=False, separators=(",", ":")).iterencode(value):
-            size += len(part)
-            if size > limit:
-                return {"found": True, "too_large": True, "limit": limit, "type": kind}
-            parts.append(part)
-        return {"found": True, "json": json.loads("".join(parts)), "type": kind}
-    except (TypeError, ValueError, RecursionError):
-        return {"found": True, "repr": _safe_repr(value, 65536), "type": kind}
+        try:
+            # Encoded piecewise, so a huge value is refused after `limit` bytes
+            # instead of being turned into one huge string first.
+            parts, size = [], 0
+            for part in json.JSONEncoder(allow_nan=False, separators=(",", ":")).iterencode(value):
+                size += len(part)
+                if size > limit:
+                    return {"found": True, "too_large": True, "limit": limit, "type": kind}
+                parts.append(part)
+            return {"found": True, "json": _decoder.decode("".join(parts)), "type": kind}
+        except (TypeError, ValueError, RecursionError):
+            return {"found": True, "repr": _safe_repr(value, 65536), "type": kind}
+    finally:
+        _state.running = False
 
 
 def _write_marker(marker):
@@ -529,8 +544,15 @@ def main():
         except KeyboardInterrupt:
             res = {"status": "interrupted", "result": None, "error": {"type": "KeyboardInterrupt", "message": "", "traceback": ""}}
         except Exception as e:
+            if _getpid() != _SERVER_PID:
+                _exit(0)
             _send({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": f"{type(e).__name__}: {e}"}})
             continue
+        if _getpid() != _SERVER_PID:
+            # A child the code forked came back here: it ends, and only the
+            # interpreter answers (with the child's output flushed first).
+            _flush_output()
+            _exit(0)
         try:
             _write_marker((msg.get("params") or {}).get("marker"))
         except KeyboardInterrupt:
