@@ -55,15 +55,10 @@ type chaosCase struct {
 }
 
 var _ = Describe("exactly once under faults on a real cluster", Ordered, func() {
-	const managerNS, deployment = "warmpool-system", "deployment/warmpool-controller-manager"
 
 	BeforeAll(func() {
-		run(kubectl(), "-n", managerNS, "scale", deployment, "--replicas=2")
-		run(kubectl(), "-n", managerNS, "rollout", "status", deployment, "--timeout=180s")
-		DeferCleanup(func() {
-			run(kubectl(), "-n", managerNS, "scale", deployment, "--replicas=1")
-			run(kubectl(), "-n", managerNS, "rollout", "status", deployment, "--timeout=180s")
-		})
+		scaleManager("2") // a leader to kill, and one to take over
+		DeferCleanup(func() { scaleManager(managerReplicas) })
 	})
 
 	It("ends every Execution once, with the right result, and leaks no pod while leaders, pods and the API server fail", func() {

@@ -65,7 +65,20 @@ var _ = BeforeSuite(func() {
 	// runs the image that was just built and loaded, not an older one.
 	run(kubectl(), "-n", "warmpool-system", "rollout", "restart", "deployment/warmpool-controller-manager")
 	run(kubectl(), "-n", "warmpool-system", "rollout", "status", "deployment/warmpool-controller-manager", "--timeout=180s")
+	scaleManager(managerReplicas)
 })
+
+// managerReplicas is how many manager replicas the suite runs (one leads, the
+// others serve the data plane too): two unless E2E_MANAGER_REPLICAS says.
+var managerReplicas = envOr("E2E_MANAGER_REPLICAS", "2")
+
+// scaleManager runs n replicas of the manager and waits until each is Ready
+// (which includes having loaded the agent signing keys).
+func scaleManager(n string) {
+	GinkgoHelper()
+	run(kubectl(), "-n", "warmpool-system", "scale", "deployment/warmpool-controller-manager", "--replicas="+n)
+	run(kubectl(), "-n", "warmpool-system", "rollout", "status", "deployment/warmpool-controller-manager", "--timeout=180s")
+}
 
 var _ = ReportAfterSuite("manager logs on failure", func(r Report) {
 	if r.SuiteSucceeded {

@@ -49,6 +49,7 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 			run("make", "-C", repoRoot(), "--no-print-directory", "deploy")
 			run(kubectl(), "-n", releaseNS, "rollout", "restart", "deployment/warmpool-controller-manager")
 			run(kubectl(), "-n", releaseNS, "rollout", "status", "deployment/warmpool-controller-manager", "--timeout=180s")
+			scaleManager(managerReplicas)
 		})
 
 		By("removing the kustomize deployment")
