@@ -18,6 +18,9 @@ import (
 )
 
 // The suite's managers use a 10 s claim-rate window (a 1 s burst window).
+// The spec freezes the autoscaler's clock: the claims stay in the window
+// however slowly the machine runs the burst, and the delay passes on the
+// clock's steps, not on the wall clock.
 var _ = Describe("SandboxPool autoscaling", func() {
 	It("scales up within one reconcile of a burst, says why, and comes back down only after the delay", func() {
 		ns := newNamespace()
@@ -35,13 +38,14 @@ var _ = Describe("SandboxPool autoscaling", func() {
 		// A burst of 12 Executions: the reconcile the burst wakes scales the
 		// pool (the dispatcher's debounce, then one reconcile), capped by
 		// maxReplicas, and the status shows the arithmetic.
+		autoscaleClock.freeze()
+		burstAt := autoscaleClock.Now()
 		var burst []*sandboxv1alpha1.Execution
 		for i := range 12 {
 			ex := wrappers.Execution(ns, fmt.Sprintf("burst-%d", i)).Code("print(1)").Obj()
 			Expect(k8s.Create(ctx, ex)).To(Succeed())
 			burst = append(burst, ex)
 		}
-		burstAt := time.Now()
 		Eventually(replicas, 3*time.Second, 50*time.Millisecond).Should(BeEquivalentTo(6))
 		Eventually(func() string { return getPool(ns, "python").Status.Autoscaling.Reason }).Should(Equal(autoscale.ReasonMaxReplicas))
 		st := getPool(ns, "python").Status.Autoscaling
@@ -77,19 +81,23 @@ var _ = Describe("SandboxPool autoscaling", func() {
 		Eventually(func() int { return idleReady(ns, "python") }).Should(BeNumerically(">=", 6))
 
 		// Demand is gone: the pool holds its size while the burst is in the
-		// rate window and for the delay after, then steps down to the minimum.
+		// rate window and for the delay after, then steps down to the
+		// minimum. The clock moves a second at each look: the pool reconciles
+		// every few (wall) seconds and sees a minute pass in a few of them.
+		Consistently(replicas, 2*time.Second).Should(BeEquivalentTo(6), "the clock stands still: so does the pool")
 		var downAt time.Time
 		var steps []int32
 		Eventually(func() int32 {
+			now := autoscaleClock.step(time.Second)
 			n := replicas()
 			if n < 6 && downAt.IsZero() {
-				downAt = time.Now()
+				downAt = now
 			}
 			if len(steps) == 0 || steps[len(steps)-1] != n {
 				steps = append(steps, n)
 			}
 			return n
-		}, time.Minute, 100*time.Millisecond).Should(BeEquivalentTo(1))
+		}, 2*time.Minute, 100*time.Millisecond).Should(BeEquivalentTo(1))
 		Expect(downAt.Sub(burstAt)).To(BeNumerically(">=", delay), "scaled down before the scale-down delay")
 		Expect(steps).To(ContainElement(And(BeNumerically(">", 1), BeNumerically("<", 6))),
 			"down in steps of at most half, not at once: %v", steps)

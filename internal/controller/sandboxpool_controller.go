@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -67,6 +68,9 @@ type SandboxPoolReconciler struct {
 	Dispatcher *dispatch.Dispatcher
 	// AutoscaleWindow is the long window of autoscaled pools' claim rate (0: 60 s).
 	AutoscaleWindow time.Duration
+	// Clock dates the autoscaler's claims and decisions: its rate windows,
+	// scale-down delay and steps (the wall clock when nil).
+	Clock clock.PassiveClock
 
 	demandWakes  *wakeups
 	expectations *expectations
@@ -632,7 +636,10 @@ func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
 	// Creation times are whole seconds: a pod made in the second the manager started counts.
 	r.started = time.Now().Truncate(time.Second)
-	r.autoscalers = newAutoscalers(time.Now, r.AutoscaleWindow)
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.autoscalers = newAutoscalers(r.Clock.Now, r.AutoscaleWindow)
 	r.Dispatcher.OnClaim = r.autoscalers.claim
 	r.Dispatcher.OnClaimed = r.autoscalers.claimed
 	if r.KeyEvents == nil {

@@ -45,6 +45,8 @@ type Config struct {
 	// AutoscaleWindow is the long window of autoscaled pools' claim rate
 	// (the short one is a tenth of it); 0: 60 s. Tests shorten it.
 	AutoscaleWindow time.Duration
+	// Clock decides time in the autoscaler (nil: the wall clock). Tests step it.
+	Clock clock.PassiveClock
 }
 
 // KeysSecret is the agent keys Secret's name and namespace.
@@ -72,7 +74,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	d := dispatch.New(nil, nil)
 	if err := (&SandboxPoolReconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: d,
-		AutoscaleWindow: cfg.AutoscaleWindow,
+		AutoscaleWindow: cfg.AutoscaleWindow, Clock: cfg.Clock,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,7 +210,49 @@ var dataPlane dataplane.Options
 func managerConfig() controller.Config {
 	// A 10 s claim-rate window: an autoscaled pool comes down within the spec's patience.
 	return controller.Config{ManagerNamespace: managerNamespace, Resolver: proxiedResolver{}, DataPlane: &dataPlane,
-		AutoscaleWindow: 10 * time.Second}
+		AutoscaleWindow: 10 * time.Second, Clock: autoscaleClock}
+}
+
+// autoscaleClock is the autoscaler's clock: the wall clock, until a spec
+// freezes it and moves it only by its own steps, so that what it asserts
+// does not depend on how fast the machine runs the spec.
+var autoscaleClock = &steppedClock{}
+
+type steppedClock struct {
+	mu     sync.Mutex
+	frozen bool
+	at     time.Time
+}
+
+func (c *steppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.frozen {
+		return c.at
+	}
+	return time.Now()
+}
+
+func (c *steppedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// freeze stops the clock at the wall clock's time, until the spec ends.
+func (c *steppedClock) freeze() {
+	c.mu.Lock()
+	c.frozen, c.at = true, time.Now()
+	c.mu.Unlock()
+	DeferCleanup(func() {
+		c.mu.Lock()
+		c.frozen = false
+		c.mu.Unlock()
+	})
+}
+
+// step moves a frozen clock on by d and returns the new time.
+func (c *steppedClock) step(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = c.at.Add(d)
+	return c.at
 }
 
 func restartManager() {
