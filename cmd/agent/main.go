@@ -31,11 +31,11 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
 	"github.com/warmpool/warmpool/internal/agent/isolation"
 	"github.com/warmpool/warmpool/internal/agent/procs"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agent/reaper"
 	"github.com/warmpool/warmpool/internal/agent/server"
 	"github.com/warmpool/warmpool/internal/agent/workspace"
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 const usage = `usage:
@@ -99,8 +99,8 @@ func (f *interpFlags) register(fs *flag.FlagSet, defaultWorkspace string) {
 	fs.StringVar(&f.python, "python", "python3", "Python interpreter to run")
 	fs.StringVar(&f.preload, "preload", os.Getenv("WARMPOOL_PRELOAD"), "comma-separated modules to import before ready")
 	fs.StringVar(&f.workspace, "workspace", defaultWorkspace, "directory the code runs in and the file API serves")
-	fs.DurationVar(&f.timeout, "default-timeout", 30*time.Second, "timeout of executions that do not set one")
-	fs.DurationVar(&f.grace, "grace", 5*time.Second, "time interrupted code has to stop before the interpreter is killed")
+	fs.DurationVar(&f.timeout, "default-timeout", protocol.DefaultTimeout, "timeout of executions that do not set one")
+	fs.DurationVar(&f.grace, "grace", protocol.DefaultGrace, "time interrupted code has to stop before the interpreter is killed")
 	fs.IntVar(&f.maxOutput, "max-output-bytes", 128*1024, "most bytes of stdout and of stderr kept per execution")
 	fs.DurationVar(&f.maxTimeout, "max-timeout", 24*time.Hour, "largest timeout a request may ask for")
 	fs.Int64Var(&f.memory, "memory-limit", envInt("WARMPOOL_MEMORY_LIMIT"),

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/client"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // buildAgent builds the real binary once per test run.

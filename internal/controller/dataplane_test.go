@@ -17,6 +17,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -203,7 +204,7 @@ var _ = Describe("Session data plane", func() {
 		}()
 		Eventually(started2, 10*time.Second).Should(BeClosed())
 		cancel()
-		Eventually(func() string {
+		Eventually(func() protocol.Status {
 			info, err := s.RunInfo(ctx, "abandoned")
 			Expect(err).NotTo(HaveOccurred())
 			if info.Result == nil {

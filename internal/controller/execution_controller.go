@@ -19,11 +19,11 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // ExecutionReconciler runs Executions. Each concern has its file:

@@ -8,10 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // finish turns a run's outcome into the final status and decides the pod's

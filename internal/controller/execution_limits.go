@@ -11,9 +11,9 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Naming the limit that ended a run. The agent keeps the code within the

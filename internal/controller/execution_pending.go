@@ -20,11 +20,11 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // reconcilePending takes a waiting Execution through the dispatcher's
@@ -291,14 +291,14 @@ func timeoutOf(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool)
 	if pool.Spec.ExecutionDefaults.Timeout != nil {
 		return pool.Spec.ExecutionDefaults.Timeout.Duration
 	}
-	return 30 * time.Second
+	return protocol.DefaultTimeout
 }
 
 func graceOf(pool *sandboxv1alpha1.SandboxPool) time.Duration {
 	if g := pool.Spec.ExecutionDefaults.InterruptGracePeriod; g != nil {
 		return g.Duration
 	}
-	return 5 * time.Second
+	return protocol.DefaultGrace
 }
 
 // code returns the code to run, reading spec.codeFrom when set (uncached: the

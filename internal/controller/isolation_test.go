@@ -16,11 +16,11 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/controller"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // keysSecret reads the manager's agent keys Secret, as an administrator would.

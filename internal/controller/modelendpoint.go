@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/llm"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=modelendpoints,verbs=get;list;watch

@@ -22,10 +22,10 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -285,7 +285,7 @@ const busyWait = 250 * time.Millisecond
 // when it has none); then the 409 goes to the caller.
 func (s *Server) send(ctx context.Context, t *target, body []byte, accept string, timeout time.Duration) (*http.Response, error) {
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = protocol.DefaultTimeout
 	}
 	giveUp := time.Now().Add(timeout)
 	wait := 25 * time.Millisecond

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -237,7 +237,7 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 		return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in Session %s: %w", s.Name, err))
 	}
 	return p.report(outcome{
-		status: res.Status, result: res.Result, err: resultError(res.Error),
+		status: string(res.Status), result: res.Result, err: resultError(res.Error),
 	}, "")
 }
 
@@ -407,7 +407,7 @@ var (
 )
 
 func exitCodeOf(o outcome) int {
-	switch o.status {
+	switch protocol.Status(o.status) {
 	case sessions.StatusSucceeded:
 		return ExitSucceeded
 	case sessions.StatusTimedOut:

@@ -18,8 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Endpoint is a resolved ModelEndpoint: where to ask, with what key, within what limits.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/testing/fakellm"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 func fake(t *testing.T, respond func(w http.ResponseWriter, r fakellm.Request)) *fakellm.Server {

@@ -139,7 +139,7 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 	if err != nil {
 		return nil, RunCodeOutput{}, toolError(err)
 	}
-	out := RunCodeOutput{Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
+	out := RunCodeOutput{Status: string(res.Status), Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated, DurationSeconds: res.DurationMillis / 1000}
 	if out.DurationSeconds == 0 {
 		out.DurationSeconds = time.Since(start).Seconds()

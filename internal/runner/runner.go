@@ -24,9 +24,9 @@ import (
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/output"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Slack is how long after deadline + grace the runner still waits for the agent.
@@ -183,7 +183,7 @@ func (r *Runner) Start(job Job) {
 		// with it (an OOM kill of the container, an eviction).
 		limit := req.MaxOutputBytes
 		if limit <= 0 {
-			limit = 64 << 10 // the agent's default too
+			limit = protocol.DefaultMaxOutputBytes
 		}
 		out := r.partial(job.UID, limit)
 		onEvent := out.add

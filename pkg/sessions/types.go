@@ -3,7 +3,8 @@ package sessions
 import (
 	"encoding/json"
 	"fmt"
-	"time"
+
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Wire types of the data plane (data.warmpool.dev/v1alpha1). The server
@@ -48,90 +49,44 @@ type BridgeAnswer struct {
 	Error  string          `json:"error,omitempty"`
 }
 
+// The events and results of a run are the agent's own (pkg/protocol, the
+// wire contract every client is tested against with its golden streams):
+// the data plane relays them as they are.
+
 // Event types of a streamed run.
 const (
-	EventStdout = "stdout"
-	EventStderr = "stderr"
-	EventBridge = "bridge"
-	EventResult = "result"
+	EventStdout = protocol.EventStdout
+	EventStderr = protocol.EventStderr
+	EventBridge = protocol.EventBridge
+	EventResult = protocol.EventResult
 )
-
-// Event is one line of a streamed run.
-type Event struct {
-	Type   string      `json:"type"`
-	Data   string      `json:"data,omitempty"`
-	Call   *BridgeCall `json:"call,omitempty"`
-	Result *Result     `json:"result,omitempty"`
-}
-
-// BridgeCall is a call from the code (llm_query, rlm_query) for the caller to answer.
-type BridgeCall struct {
-	ID     string          `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-}
 
 // Status of a finished run.
 const (
-	StatusSucceeded   = "succeeded"
-	StatusFailed      = "failed"
-	StatusInterrupted = "interrupted"
-	StatusTimedOut    = "timed_out"
+	StatusSucceeded   = protocol.StatusSucceeded
+	StatusFailed      = protocol.StatusFailed
+	StatusInterrupted = protocol.StatusInterrupted
+	StatusTimedOut    = protocol.StatusTimedOut
 )
 
-// Result of a run.
-type Result struct {
-	ID              string       `json:"id"`
-	Status          string       `json:"status"`
-	Stdout          string       `json:"stdout"`
-	Stderr          string       `json:"stderr"`
-	StdoutTruncated bool         `json:"stdoutTruncated,omitempty"`
-	StderrTruncated bool         `json:"stderrTruncated,omitempty"`
-	Result          *string      `json:"result,omitempty"`
-	Final           bool         `json:"final,omitempty"`
-	Error           *ResultError `json:"error,omitempty"`
-	ExitCode        *int         `json:"exitCode,omitempty"`
-	// StateLost: the interpreter was killed or died; the Session is lost.
-	StateLost      bool      `json:"stateLost,omitempty"`
-	Interpreter    string    `json:"interpreter,omitempty"`
-	StartedAt      time.Time `json:"startedAt"`
-	FinishedAt     time.Time `json:"finishedAt"`
-	DurationMillis float64   `json:"durationMillis"`
-}
-
-// ResultError says why the code failed: a Python exception's name and
-// message, or one of the agent's own (InterpreterDied, InterpreterKilled,
-// InterpreterRestarted).
-type ResultError struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback,omitempty"`
-}
-
-// RunInfo answers GET .../sessions/NAME/executions?id=ID.
-type RunInfo struct {
-	ID      string  `json:"id"`
-	Running bool    `json:"running"`
-	Result  *Result `json:"result,omitempty"`
-}
-
-// Variable is a global of the interpreter: JSON when it serialises, else its repr.
-type Variable struct {
-	Name string          `json:"name"`
-	Type string          `json:"type"`
-	JSON json.RawMessage `json:"json,omitempty"`
-	Repr string          `json:"repr,omitempty"`
-}
-
-// FileInfo describes a file or directory of the Session's workspace.
-type FileInfo struct {
-	Path    string    `json:"path"`
-	Name    string    `json:"name"`
-	Size    int64     `json:"size"`
-	Dir     bool      `json:"dir"`
-	Mode    string    `json:"mode"`
-	ModTime time.Time `json:"modTime"`
-}
+type (
+	// Event is one line of a streamed run.
+	Event = protocol.Event
+	// BridgeCall is a call from the code (llm_query, rlm_query) for the caller to answer.
+	BridgeCall = protocol.BridgeCall
+	// Result of a run. StateLost: the interpreter was killed or died; the Session is lost.
+	Result = protocol.Result
+	// ResultError says why the code failed: a Python exception's name and
+	// message, or one of the agent's own (InterpreterDied, InterpreterKilled,
+	// InterpreterRestarted).
+	ResultError = protocol.Error
+	// RunInfo answers GET .../sessions/NAME/executions?id=ID.
+	RunInfo = protocol.ExecutionInfo
+	// Variable is a global of the interpreter: JSON when it serialises, else its repr.
+	Variable = protocol.Variable
+	// FileInfo describes a file or directory of the Session's workspace.
+	FileInfo = protocol.FileInfo
+)
 
 // Error is a refusal of the data plane or the API server.
 type Error struct {

@@ -14,11 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/controller"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 

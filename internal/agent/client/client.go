@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Client talks to one agent.

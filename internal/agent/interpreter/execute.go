@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/output"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // markerWait bounds how long the agent waits, after the reply, for the end

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Hostile code against the interpreter's own machinery: whatever it does, the

@@ -42,7 +42,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/warmpool/warmpool/internal/agent/procs"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 //go:embed replserver.py
@@ -106,13 +106,13 @@ func (c *Config) setDefaults() {
 		c.ReadyTimeout = 2 * time.Minute
 	}
 	if c.DefaultTimeout == 0 {
-		c.DefaultTimeout = 30 * time.Second
+		c.DefaultTimeout = protocol.DefaultTimeout
 	}
 	if c.DefaultGrace == 0 {
-		c.DefaultGrace = 5 * time.Second
+		c.DefaultGrace = protocol.DefaultGrace
 	}
 	if c.DefaultMaxOutputBytes == 0 {
-		c.DefaultMaxOutputBytes = 64 * 1024
+		c.DefaultMaxOutputBytes = protocol.DefaultMaxOutputBytes
 	}
 	if c.DefaultMaxBridgeCalls == 0 {
 		c.DefaultMaxBridgeCalls = 16

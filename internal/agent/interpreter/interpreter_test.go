@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 func newInterp(t *testing.T, mut ...func(*Config)) *Interpreter {

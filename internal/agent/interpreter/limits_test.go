@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Earlier executions' source does not pile up in linecache; tracebacks of the

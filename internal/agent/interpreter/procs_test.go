@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 func processAlive(pid int) bool {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // protoFDs is Python that finds the protocol channel to the agent, wherever

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // BenchmarkPrintFlood: code that prints a line at a time, as the agent streams

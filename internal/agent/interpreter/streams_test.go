@@ -3,7 +3,7 @@ package interpreter
 import (
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Closing or replacing the standard streams in one execution does not break

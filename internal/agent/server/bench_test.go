@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 func percentiles(b *testing.B, d []time.Duration) {

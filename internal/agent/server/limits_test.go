@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // A variable too large to return is a 413 that says the limit.

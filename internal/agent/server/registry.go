@@ -3,7 +3,7 @@ package server
 import (
 	"sync"
 
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // execution is one run, remembered by its ID so that a caller that comes back

@@ -23,9 +23,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agent/shell"
 	"github.com/warmpool/warmpool/internal/agent/workspace"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Config of a Server.
@@ -116,10 +116,10 @@ func New(cfg Config) *Server {
 		cfg.KeepResults = 256
 	}
 	if cfg.DefaultTimeout == 0 {
-		cfg.DefaultTimeout = 30 * time.Second
+		cfg.DefaultTimeout = protocol.DefaultTimeout
 	}
 	if cfg.DefaultGrace == 0 {
-		cfg.DefaultGrace = 5 * time.Second
+		cfg.DefaultGrace = protocol.DefaultGrace
 	}
 	if cfg.MaxOutputBytes == 0 {
 		cfg.MaxOutputBytes = 64 * 1024

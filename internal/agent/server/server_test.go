@@ -18,8 +18,8 @@ import (
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
 	"github.com/warmpool/warmpool/internal/agent/workspace"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 const token = "s3cret"

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/warmpool/warmpool/internal/agent/client"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Sessions never share an interpreter: with every interpreter bound to a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/agent/output"
 	"github.com/warmpool/warmpool/internal/agent/procs"
-	"github.com/warmpool/warmpool/internal/agent/protocol"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Options of one command.

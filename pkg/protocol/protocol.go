@@ -1,6 +1,9 @@
-// Package protocol defines the agent's HTTP API (version /v1): the JSON bodies
-// the manager, the CLI and the agent exchange, and the two helpers every side
-// needs to read them (millisecond fields, result timing).
+// Package protocol is warmpool's wire contract, version /v1: the agent's HTTP
+// API and what the data plane relays of it (runs, their NDJSON events and
+// results, bridge calls, variables, files), the defaults every side assumes,
+// and the error names and event kinds a client acts on. The manager, the
+// agent, the Go client (pkg/sessions) and the Python client are tested
+// against the golden streams in testdata/.
 package protocol
 
 import (
@@ -231,6 +234,14 @@ type Health struct {
 type ErrorBody struct {
 	Error string `json:"error"`
 }
+
+// What the agent applies to a request that leaves a field out, and what
+// every other side assumes of it: written here once.
+const (
+	DefaultTimeout        = 30 * time.Second
+	DefaultGrace          = 5 * time.Second
+	DefaultMaxOutputBytes = 64 << 10
+)
 
 // Millis turns a millisecond field into a duration; 0 (unset) gives def.
 func Millis(ms int64, def time.Duration) time.Duration {
