@@ -474,24 +474,12 @@ func (c *chart) guardrailsParams(t *templater, obj *yaml.Node) error {
 				c.d.GuardrailsImagePrefixes = append(c.d.GuardrailsImagePrefixes, strings.TrimSpace(p))
 			}
 			set(data, k, t.value(`{{ join "," .Values.guardrails.allowedImagePrefixes | quote }}`), "")
-		case "maxCPU":
-			c.d.GuardrailsMaxCPU = v
-			set(data, k, t.value("{{ .Values.guardrails.maxCPU | quote }}"), "")
-		case "maxMemory":
-			c.d.GuardrailsMaxMemory = v
-			set(data, k, t.value("{{ .Values.guardrails.maxMemory | quote }}"), "")
-		case "maxTimeout":
-			c.d.GuardrailsMaxTimeout = v
-			set(data, k, t.value("{{ .Values.guardrails.maxTimeout | quote }}"), "")
-		case "maxWorkspaceSize":
-			c.d.GuardrailsMaxWorkspaceSize = v
-			set(data, k, t.value("{{ .Values.guardrails.maxWorkspaceSize | quote }}"), "")
-		case "maxTmpSize":
-			c.d.GuardrailsMaxTmpSize = v
-			set(data, k, t.value("{{ .Values.guardrails.maxTmpSize | quote }}"), "")
-		case "maxProcesses":
-			c.d.GuardrailsMaxProcesses = v
-			set(data, k, t.value("{{ .Values.guardrails.maxProcesses | toString | quote }}"), "")
+		case "maxCPU", "maxMemory", "maxTimeout", "maxWorkspaceSize", "maxTmpSize", "maxProcesses":
+			*map[string]*string{"maxCPU": &c.d.GuardrailsMaxCPU, "maxMemory": &c.d.GuardrailsMaxMemory,
+				"maxTimeout": &c.d.GuardrailsMaxTimeout, "maxWorkspaceSize": &c.d.GuardrailsMaxWorkspaceSize,
+				"maxTmpSize": &c.d.GuardrailsMaxTmpSize, "maxProcesses": &c.d.GuardrailsMaxProcesses}[k] = v
+			// toString: a value given as a number (maxCPU: 4) renders as one.
+			set(data, k, t.value("{{ .Values.guardrails."+k+" | toString | quote }}"), "")
 		case "allowEgress":
 			c.d.GuardrailsAllowEgress, err = strconv.ParseBool(v)
 			if err != nil {
