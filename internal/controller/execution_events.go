@@ -48,7 +48,7 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// judged: judged then, all would be unusable until their next change. A
 	// pod whose key really is gone is replaced by its pool.
 	r.Dispatcher.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
-		return lease.Admits(pool, p, r.Keys) == nil
+		return lease.MayServe(pool, p, r.Keys) == nil
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()

@@ -164,7 +164,7 @@ func (r *ExecutionReconciler) claimAndStart(ctx context.Context, ex *sandboxv1al
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	if err := lease.Admits(pool, pod, r.Keys); err != nil {
+	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
 		// The dispatcher judged it from an event; this is the pod as it is now.
 		logf.FromContext(ctx).Info("not claiming a pod that is not the pool's", "pod", podName, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)

@@ -122,4 +122,18 @@ var _ = Describe("Pods that only look like a pool's", func() {
 		ex := run(wrappers.Execution(ns, "control").Pool("python").Code("2 + 2").Obj())
 		Expect(ex.Status.PodName).To(Equal("a0-faithful"), "%+v", ex.Status)
 	})
+
+	It("keep serving a Session on its pod after the pool's image changed (its lease was admitted when given)", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "s").Obj())).To(Succeed())
+		pod := sessionIn(ns, "s", sandboxv1alpha1.SessionReady).Status.PodName
+		Expect(run(wrappers.Execution(ns, "before").Session("s").Code("kept = 'yes'").Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		pool := getPool(ns, "python")
+		pool.Spec.Image = "warmpool.dev/repl:next"
+		Expect(k8s.Update(ctx, pool)).To(Succeed())
+		after := run(wrappers.Execution(ns, "after").Session("s").Code("kept").Obj())
+		Expect(after.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", after.Status)
+		Expect(after.Status.PodName).To(Equal(pod))
+		Expect(after.Status.Result).To(Equal("'yes'"))
+	})
 })

@@ -166,7 +166,7 @@ func (r *SessionReconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Sess
 			tag <- tagAnswer{interp: h.Interpreter}
 		}(pod.DeepCopy())
 	}
-	if err := lease.Admits(pool, pod, r.Keys); err != nil {
+	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
 		log.Info("not claiming a pod that is not the pool's", "pod", pod.Name, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: claimRetry}, nil

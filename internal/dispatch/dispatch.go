@@ -56,10 +56,10 @@ type Dispatcher struct {
 	WakeSession func(types.NamespacedName)
 	// WakePool asks for a reconcile of a pool whose demand for fresh pods changed.
 	WakePool func(types.NamespacedName)
-	// Usable reports whether a pod labelled with a pool's name may be leased
-	// as one of its sandboxes (lease.Admits: the pool owns it, it is built as
-	// the pool builds its pods, the manager has its key); unusable pods are
-	// never chosen. pool is nil until the pool's first event: then none is.
+	// Usable reports whether a pod labelled with a pool's name may serve a
+	// run (lease.MayServe: the pool owns it and the manager has its key, and
+	// a pod not yet held by a session is built as the pool builds its pods);
+	// unusable pods are never chosen. pool is nil until the pool's first event: then none is.
 	// Nil: all are usable.
 	Usable func(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) bool
 	// OnClaim hears of each new claim of a pool's pod (an Execution outside

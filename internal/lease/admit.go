@@ -38,6 +38,25 @@ func Owned(pod *corev1.Pod, pool *sandboxv1alpha1.SandboxPool) bool {
 		ref.APIVersion == sandboxv1alpha1.GroupVersion.String()
 }
 
+// MayServe returns nil when pod may serve a run: a pod held by a session (its
+// lease was admitted when it was given) while the pool owns it and the
+// manager has its key, so that a change of the pool's image or spec does not
+// strand a Session on its pod; any other pod only if Admits.
+func MayServe(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, keys Keys) error {
+	if Session(pod) == "" {
+		return Admits(pool, pod, keys)
+	}
+	if !Owned(pod, pool) {
+		return ErrNotOwned
+	}
+	if keys != nil && keys.Loaded() {
+		if _, ok := keys.Trusted(pod.Labels[sandboxpod.LabelAgentKey]); !ok {
+			return fmt.Errorf("the manager has no key %q, which the pod's agent trusts", pod.Labels[sandboxpod.LabelAgentKey])
+		}
+	}
+	return nil
+}
+
 // Admits returns nil when pod may be leased as one of pool's sandboxes: the
 // pool owns it, it is built as the pool builds its pods, and its agent trusts
 // a key the manager signs with. Until the keys are loaded the key is not

@@ -105,3 +105,35 @@ func setArg(p *corev1.Pod, flag, v string) {
 		}
 	}
 }
+
+func TestMayServe(t *testing.T) {
+	pool := wrappers.Pool("ns", "python").Obj()
+	pool.UID = "pool-uid"
+	pool.Spec.RuntimeClassName = ptr.To("gvisor")
+	ring := keys{"k1": "k1=PUBLIC"}
+	p := sandboxpod.New(pool, sandboxpod.AgentKey{ID: "k1", Trusted: "k1=PUBLIC"})
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: sandboxv1alpha1.GroupVersion.String(), Kind: "SandboxPool",
+		Name: pool.Name, UID: pool.UID, Controller: ptr.To(true)}}
+	p.Labels[sandboxpod.LabelSession] = "notebook"
+	newer := pool.DeepCopy()
+	newer.Spec.Image = "warmpool.dev/repl:next"
+	if err := MayServe(newer, p, ring); err != nil {
+		t.Errorf("a Session's pod after its pool's image changed: %v", err)
+	}
+	if err := Admits(newer, p, ring); err == nil {
+		t.Errorf("a new lease on a pod of the old image was admitted")
+	}
+	free := p.DeepCopy()
+	delete(free.Labels, sandboxpod.LabelSession)
+	if err := MayServe(newer, free, ring); err == nil {
+		t.Errorf("a free pod of the old image may serve a new lease")
+	}
+	foreign := p.DeepCopy()
+	foreign.OwnerReferences = nil
+	if err := MayServe(pool, foreign, ring); err == nil {
+		t.Errorf("a session-labelled pod the pool does not own may serve")
+	}
+	if err := MayServe(pool, p, keys{"k2": "k2=OTHER"}); err == nil {
+		t.Errorf("a pod whose key the manager lost may serve")
+	}
+}
