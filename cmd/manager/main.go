@@ -131,6 +131,9 @@ func main() {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
+	// Every replica loads the agent keys and serves the data plane and its
+	// certificate; only the leader runs the reconcilers, the dispatcher and
+	// the Executions' runs (controller.Runtime says which part is which).
 	if err := controller.Setup(ctx, mgr, cfg); err != nil {
 		setupLog.Error(err, "unable to set up the controllers")
 		os.Exit(1)

@@ -15,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/dispatch"
-	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -35,20 +33,6 @@ func (r *ExecutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
-	}
-	r.wakeups = &wakeups{}
-	if r.Runner == nil {
-		r.Runner = runner.New(r.Keys, r.wakeups.Wake)
-	}
-	if r.Dispatcher == nil {
-		r.Dispatcher = dispatch.New(r.wakeups.Wake, nil)
-	}
-	r.Dispatcher.WakeExecution = r.wakeups.Wake
-	// Until the keys are loaded (just after a start) a pod's key is not
-	// judged: judged then, all would be unusable until their next change. A
-	// pod whose key really is gone is replaced by its pool.
-	r.Dispatcher.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
-		return lease.MayServe(pool, p, r.Keys) == nil
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()

@@ -629,10 +629,6 @@ func setTimestamp(g *prometheus.GaugeVec, pool *sandboxv1alpha1.SandboxPool, t t
 // and the Executions that name them (their demand).
 func (r *SandboxPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations = newExpectations()
-	// The dispatcher says when a pool's demand changed, a little later so
-	// that a burst of Executions becomes one reconcile.
-	r.demandWakes = &wakeups{delay: demandDebounce}
-	r.Dispatcher.WakePool = r.demandWakes.Wake
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
 	// Creation times are whole seconds: a pod made in the second the manager started counts.
 	r.started = time.Now().Truncate(time.Second)

@@ -635,8 +635,6 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.statusWritten = map[types.UID]time.Time{}
-	r.wakeups = &wakeups{}
-	r.Dispatcher.WakeSession = r.wakeups.Wake
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Session{}).
 		WatchesRawSource(r.wakeups).

@@ -11,9 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/dataplane"
-	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/llm"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/servingcert"
@@ -64,17 +62,21 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := SetupIndexes(ctx, mgr); err != nil {
 		return err
 	}
-	keys := &agentauth.Keyring{}
+	rt := newRuntime(cfg)
+	keys := rt.Keys
+
+	// Every replica: the keys, and below, the data plane and its certificate.
 	poolEvents := make(chan event.GenericEvent, 1024)
 	if err := (&AgentKeysReconciler{
 		Client: mgr.GetClient(), Secret: cfg.KeysSecret(), Keys: keys, PoolEvents: poolEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	d := dispatch.New(nil, nil)
+
+	// The leader: the reconcilers, each given what it uses of the runtime.
 	if err := (&SandboxPoolReconciler{
-		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: d,
-		AutoscaleWindow: cfg.AutoscaleWindow, Clock: cfg.Clock,
+		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
+		Dispatcher: rt.Dispatcher, AutoscaleWindow: cfg.AutoscaleWindow, Clock: rt.Clock, demandWakes: rt.poolWakes,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -85,22 +87,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := (&ModelEndpointReconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	er := &ExecutionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Keys: keys, Dispatcher: d, Models: models}
-	if err := er.SetupWithManager(mgr); err != nil {
+	if err := (&ExecutionReconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Keys: keys, Dispatcher: rt.Dispatcher,
+		Runner: rt.Runner, Models: models, wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SessionReconciler{Client: mgr.GetClient(), Resolver: cfg.Resolver, Runner: er.Runner, Dispatcher: d, Keys: keys}).SetupWithManager(mgr); err != nil {
+	if err := (&SessionReconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
+		Keys: keys, wakeups: rt.sessionWakes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if cfg.DataPlane == nil {
 		return nil
 	}
-	resolver := cfg.Resolver
-	if resolver == nil {
-		resolver = runner.PodIPResolver{}
-	}
-	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: er.Runner,
-		KeysLoaded: keys.Loaded, Resolver: resolver, Log: mgr.GetLogger().WithName("dataplane")}
+	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
+		KeysLoaded: keys.Loaded, Resolver: rt.Resolver, Log: mgr.GetLogger().WithName("dataplane")}
 	// A replica without keys is not ready: the data plane's Service sends
 	// callers only to replicas that can sign their calls to agents.
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {

@@ -1,0 +1,66 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/runner"
+)
+
+// Runtime is the machinery the manager's parts share, built once by
+// newRuntime: the one place where the dispatcher's hooks, the runner and the
+// wake-ups between them are wired. Reconcilers get what they need of it when
+// Setup builds them; none creates or rewires any of it.
+//
+// What runs where (the manager runs under leader election):
+//   - every replica: the agent keys (AgentKeysReconciler loads them), the data
+//     plane and its serving certificate, so a caller may reach any replica;
+//     the data plane's calls to agents go through Runner, signed with Keys;
+//   - the leader only: the pool, Execution, Session and ModelEndpoint
+//     reconcilers, and with them the Dispatcher's queues and the runs of
+//     Executions.
+type Runtime struct {
+	// Keys sign every call to an agent (internal/agentauth).
+	Keys *agentauth.Keyring
+	// Dispatcher hands free pods to waiting Executions and Sessions, one
+	// queue per pool, fed by the reconcilers' watch events.
+	Dispatcher *dispatch.Dispatcher
+	// Runner runs Executions on their agents and calls agents for the data
+	// plane and the Session controller.
+	Runner   *runner.Runner
+	Resolver runner.Resolver
+	// Clock decides time where tests step it (the autoscaler).
+	Clock clock.PassiveClock
+
+	// The wake-ups the dispatcher and the runner deliver to each
+	// reconciler's queue.
+	executionWakes, sessionWakes, poolWakes *wakeups
+}
+
+func newRuntime(cfg Config) *Runtime {
+	rt := &Runtime{Keys: &agentauth.Keyring{}, Resolver: cfg.Resolver, Clock: cfg.Clock,
+		executionWakes: &wakeups{}, sessionWakes: &wakeups{},
+		// A burst of Executions becomes one pool reconcile.
+		poolWakes: &wakeups{delay: demandDebounce}}
+	if rt.Resolver == nil {
+		rt.Resolver = runner.PodIPResolver{}
+	}
+	if rt.Clock == nil {
+		rt.Clock = clock.RealClock{}
+	}
+	rt.Runner = runner.New(rt.Keys, rt.executionWakes.Wake)
+	d := dispatch.New(rt.executionWakes.Wake, rt.poolWakes.Wake)
+	d.WakeSession = rt.sessionWakes.Wake
+	// Until the keys are loaded (just after a start) a pod's key is not
+	// judged: judged then, all would be unusable until their next change. A
+	// pod whose key really is gone is replaced by its pool.
+	d.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
+		return lease.MayServe(pool, p, rt.Keys) == nil
+	}
+	rt.Dispatcher = d
+	return rt
+}
