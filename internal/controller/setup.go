@@ -99,7 +99,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		return nil
 	}
 	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
-		KeysLoaded: keys.Loaded, Resolver: rt.Resolver, Log: mgr.GetLogger().WithName("dataplane")}
+		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Log: mgr.GetLogger().WithName("dataplane")}
 	// A replica without keys is not ready: the data plane's Service sends
 	// callers only to replicas that can sign their calls to agents.
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {

@@ -144,7 +144,17 @@ func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name stri
 	}
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Status.PodName}, pod)
-	if err != nil || !lease.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil {
+	gone := err != nil || !lease.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil
+	if !gone {
+		// The pod under the name the Session's status gives must be one its
+		// pool owns: anyone who may create pods can reuse a deleted pod's name.
+		pool := &sandboxv1alpha1.SandboxPool{}
+		if perr := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Spec.PoolRef.Name}, pool); perr != nil ||
+			lease.MayServe(pool, pod, s.Keys) != nil {
+			gone = true
+		}
+	}
+	if gone {
 		return nil, http.StatusConflict, metav1.StatusReasonConflict,
 			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
 	}

@@ -38,6 +38,7 @@ import (
 	"k8s.io/apiserver/pkg/server/options"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 )
 
@@ -79,7 +80,10 @@ type Server struct {
 	// instead of reading a failed call to its agent as a broken sandbox.
 	// Nil: always.
 	KeysLoaded func() bool
-	Resolver   runner.Resolver
+	// Keys check that the Session's pod may serve it (lease.MayServe): a pod
+	// someone made under the name of the Session's gone pod gets no code.
+	Keys     lease.Keys
+	Resolver runner.Resolver
 	// Certs, when set, is the serving certificate the APIService trusts
 	// (servingcert); until it has one the server serves a self-signed one.
 	Certs CertSource

@@ -49,12 +49,21 @@ func MayServe(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, keys Keys) err
 	if !Owned(pod, pool) {
 		return ErrNotOwned
 	}
-	if keys != nil && keys.Loaded() {
-		if _, ok := keys.Trusted(pod.Labels[sandboxpod.LabelAgentKey]); !ok {
-			return fmt.Errorf("the manager has no key %q, which the pod's agent trusts", pod.Labels[sandboxpod.LabelAgentKey])
-		}
+	_, err := trustedKey(pod, keys)
+	return err
+}
+
+// trustedKey returns the --trusted-keys value of the pod's key ID, "" while
+// the keys are not loaded, and an error when the manager no longer has it.
+func trustedKey(pod *corev1.Pod, keys Keys) (string, error) {
+	if keys == nil || !keys.Loaded() {
+		return "", nil
 	}
-	return nil
+	trusted, ok := keys.Trusted(pod.Labels[sandboxpod.LabelAgentKey])
+	if !ok {
+		return "", fmt.Errorf("the manager has no key %q, which the pod's agent trusts", pod.Labels[sandboxpod.LabelAgentKey])
+	}
+	return trusted, nil
 }
 
 // Admits returns nil when pod may be leased as one of pool's sandboxes: the
@@ -65,12 +74,9 @@ func Admits(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, keys Keys) error
 	if !Owned(pod, pool) {
 		return ErrNotOwned
 	}
-	trusted := ""
-	if keys != nil && keys.Loaded() {
-		var ok bool
-		if trusted, ok = keys.Trusted(pod.Labels[sandboxpod.LabelAgentKey]); !ok {
-			return fmt.Errorf("the manager has no key %q, which the pod's agent trusts", pod.Labels[sandboxpod.LabelAgentKey])
-		}
+	trusted, err := trustedKey(pod, keys)
+	if err != nil {
+		return err
 	}
 	if err := sandboxpod.Conforms(pod, pool, trusted); err != nil {
 		return fmt.Errorf("the pod is not built as pool %s builds its pods: %w", pool.Name, err)
