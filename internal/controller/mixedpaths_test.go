@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -51,9 +53,15 @@ var _ = Describe("Both paths on one Session", func() {
 		Expect(dp).To(Receive(&res))
 		Expect(res.Status).To(Equal(sessions.StatusSucceeded))
 
-		slow := wrappers.Execution(ns, "before-dp").Session("mix").Code("import time\ntime.sleep(2)\nshared = 10").Obj()
+		// Running is stored before the code is sent: wait until it runs in
+		// the interpreter (it leaves a file in the pod's workspace).
+		slow := wrappers.Execution(ns, "before-dp").Session("mix").
+			Code("open('started', 'w').close()\nimport time\ntime.sleep(2)\nshared = 10").Obj()
 		Expect(k8s.Create(ctx, slow)).To(Succeed())
-		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(slow).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
+		Eventually(func() error {
+			_, err := os.Stat(filepath.Join(kubelet.Dir, ns, pod, "workspace", "started"))
+			return err
+		}).Should(Succeed())
 		res, err = s.Run(ctx, sessions.ExecRequest{Code: "shared + 1", TimeoutMillis: 30000})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
