@@ -179,15 +179,17 @@ uninstall: manifests kustomize ## Remove the CRDs from the cluster in KUBECONFIG
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy CRDs, RBAC, the manager, the data plane's APIService and the gvisor RuntimeClass to the cluster in KUBECONFIG.
+deploy: manifests kustomize ## Deploy CRDs, RBAC, the manager, the data plane's APIService, the owner admission policy and the gvisor RuntimeClass to the cluster in KUBECONFIG.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUSTOMIZE) build config/runtimeclass | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUSTOMIZE) build config/apiservice | $(KUBECTL) apply --server-side --force-conflicts -f -
+	$(KUSTOMIZE) build config/admission | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUBECTL) -n warmpool-system rollout status deployment/warmpool-controller-manager --timeout=180s
 
 .PHONY: undeploy
 undeploy: kustomize ## Remove everything `make deploy` created (pools, Executions and sandbox pods with it).
 	$(KUSTOMIZE) build config/apiservice | $(KUBECTL) delete --ignore-not-found -f -
+	$(KUSTOMIZE) build config/admission | $(KUBECTL) delete --ignore-not-found -f -
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found --wait=true -f -
 	$(KUSTOMIZE) build config/runtimeclass | $(KUBECTL) delete --ignore-not-found -f -
 

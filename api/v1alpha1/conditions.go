@@ -53,6 +53,9 @@ const (
 	ReasonSessionPending = "SessionPending"
 	// ReasonSessionPoolMismatch: the Execution names a Session of another pool.
 	ReasonSessionPoolMismatch = "SessionPoolMismatch"
+	// ReasonSessionOwnerOnly: the Execution names a Session bound to its
+	// owner (spec.access Owner), and its spec.owner is not that user.
+	ReasonSessionOwnerOnly = "SessionOwnerOnly"
 	// Session reasons. ReasonIdleTimeout, ReasonMaxLifetime and ReasonClosed
 	// end a Session (Closed); ReasonSandboxLost, ReasonInterpreterRestarted and
 	// ReasonContextFailed lose it (Lost).

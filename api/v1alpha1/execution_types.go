@@ -125,7 +125,7 @@ type EnvVar struct {
 // ExecutionSpec is what to run and where. It cannot change after creation,
 // except cancel and ttlSecondsAfterFinished.
 // +kubebuilder:validation:XValidation:rule="has(self.code) != has(self.codeFrom)",message="exactly one of spec.code or spec.codeFrom must be set"
-// +kubebuilder:validation:XValidation:rule="has(self.code) == has(oldSelf.code) && has(self.codeFrom) == has(oldSelf.codeFrom) && has(self.timeout) == has(oldSelf.timeout) && has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env) && has(self.session) == has(oldSelf.session)",message="spec is immutable except cancel and ttlSecondsAfterFinished: create a new Execution instead"
+// +kubebuilder:validation:XValidation:rule="has(self.code) == has(oldSelf.code) && has(self.codeFrom) == has(oldSelf.codeFrom) && has(self.timeout) == has(oldSelf.timeout) && has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env) && has(self.session) == has(oldSelf.session) && has(self.owner) == has(oldSelf.owner)",message="spec is immutable except cancel and ttlSecondsAfterFinished: create a new Execution instead"
 type ExecutionSpec struct {
 	// poolRef names the SandboxPool, in this namespace, whose pod runs the code.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
@@ -187,6 +187,16 @@ type ExecutionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.session is immutable"
 	// +optional
 	Session string `json:"session,omitempty"`
+
+	// owner is the user who created the Execution, as kube-apiserver
+	// authenticated them (kubectl auth whoami). The clients fill it in; the
+	// ValidatingAdmissionPolicy warmpool-owner refuses an Execution whose
+	// owner is anyone but the user creating it. An Execution may run in a
+	// Session with access Owner only when it names the Session's owner here.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.owner is immutable"
+	// +optional
+	Owner string `json:"owner,omitempty"`
 
 	// cancel stops the Execution: a pending one never runs, a running one is
 	// interrupted. It ends Cancelled.
@@ -325,6 +335,7 @@ type ExecutionStatus struct {
 // +kubebuilder:printcolumn:name="Duration",type=string,JSONPath=`.status.duration`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`,priority=1
 type Execution struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

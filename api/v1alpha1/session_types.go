@@ -26,8 +26,23 @@ const (
 // IsFinished reports whether the phase is terminal.
 func (p SessionPhase) IsFinished() bool { return p == SessionClosed || p == SessionLost }
 
+// SessionAccess says who may use a Session's interpreter.
+// +kubebuilder:validation:Enum=Namespace;Owner
+type SessionAccess string
+
+const (
+	// SessionAccessNamespace: whoever RBAC lets use the namespace's Sessions
+	// (sessions/exec and the other subresources of data.warmpool.dev, or
+	// creating Executions), as pods/exec does for pods.
+	SessionAccessNamespace SessionAccess = "Namespace"
+	// SessionAccessOwner: only spec.owner, through the data plane and as
+	// Executions whose spec.owner is that user.
+	SessionAccessOwner SessionAccess = "Owner"
+)
+
 // SessionSpec is a lease on one warm interpreter of a pool.
-// +kubebuilder:validation:XValidation:rule="has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env)",message="spec is immutable except close, idleTimeout and maxLifetime: create a new Session instead"
+// +kubebuilder:validation:XValidation:rule="has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env) && has(self.owner) == has(oldSelf.owner)",message="spec is immutable except close, idleTimeout and maxLifetime: create a new Session instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.access) || self.access != 'Owner' || has(self.owner)",message="spec.access Owner binds the Session to spec.owner: set spec.owner to your user name (kubectl auth whoami)"
 type SessionSpec struct {
 	// poolRef names the SandboxPool, in the Session's namespace, whose pod the Session leases.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
@@ -70,6 +85,26 @@ type SessionSpec struct {
 	// +listMapKey=name
 	// +optional
 	Env []EnvVar `json:"env,omitempty"`
+
+	// owner is the user who created the Session, as kube-apiserver
+	// authenticated them (kubectl auth whoami). The clients fill it in; the
+	// ValidatingAdmissionPolicy warmpool-owner refuses a Session whose owner
+	// is anyone but the user creating it. Unset: nobody was recorded (a
+	// manifest without it, or a Session the manager made for an Execution,
+	// which its created-for annotation names).
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.owner is immutable"
+	// +optional
+	Owner string `json:"owner,omitempty"`
+
+	// access: Namespace (default), anyone who may use the namespace's
+	// Sessions; Owner, spec.owner alone: the data plane answers anyone else
+	// 403, and an Execution naming the Session fails unless its spec.owner is
+	// the same user. Deleting or closing the Session stays with RBAC.
+	// +kubebuilder:default=Namespace
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.access is immutable"
+	// +optional
+	Access SessionAccess `json:"access,omitempty"`
 
 	// close ends the Session now (Closed): its pod is freed once no Execution
 	// holds it, and data-plane runs in flight end with it.
@@ -130,6 +165,8 @@ type SessionStatus struct {
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`
 // +kubebuilder:printcolumn:name="Last activity",type=date,JSONPath=`.status.lastActivityTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`,priority=1
+// +kubebuilder:printcolumn:name="Access",type=string,JSONPath=`.spec.access`,priority=1
 
 // Session leases one warm interpreter of a SandboxPool; code runs in it
 // through the data plane (data.warmpool.dev) or as Executions naming it.

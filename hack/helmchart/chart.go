@@ -74,7 +74,8 @@ func Chart(builds map[string][]*yaml.Node, version string) (map[string][]byte, e
 			}
 		}
 	}
-	for _, want := range []string{"namespace", "deployment", "metrics-service", "runtimeclass", "apiservice", "guardrails-params"} {
+	for _, want := range []string{"namespace", "deployment", "metrics-service", "runtimeclass", "apiservice", "guardrails-params",
+		"admission-ValidatingAdmissionPolicy", "admission-ValidatingAdmissionPolicyBinding"} {
 		if !c.seen[want] {
 			return nil, fmt.Errorf("the kustomize builds have no %s: hack/helmchart expects one", want)
 		}
@@ -148,6 +149,9 @@ func (c *chart) add(src string, obj *yaml.Node) error {
 	case src == "apiservice" && kind == "APIService":
 		file, cond = "dataplane/apiservice.yaml", ".Values.dataPlane.enabled"
 		c.seen["apiservice"] = true
+	case src == "admission" && strings.HasPrefix(kind, "ValidatingAdmissionPolicy"):
+		file = "admission/" + guardrailsFiles[kind]
+		c.seen["admission-"+kind] = true
 	case src == "prometheus" && kind == "ServiceMonitor":
 		file, cond = "prometheus/servicemonitor.yaml", "and .Values.metrics.enabled .Values.metrics.serviceMonitor.enabled"
 		err = c.serviceMonitor(t, obj)

@@ -214,7 +214,7 @@ func tree(t *testing.T, dir string) map[string]string {
 }
 
 func TestDefaultsRenderKustomize(t *testing.T) {
-	sameObjects(t, kustomizeBuild(t, "default", "runtimeclass", "apiservice"), render(t, namespace))
+	sameObjects(t, kustomizeBuild(t, "default", "runtimeclass", "apiservice", "admission"), render(t, namespace))
 }
 
 func TestOptInsRenderKustomize(t *testing.T) {

@@ -1,6 +1,6 @@
 // Command helmchart writes the Helm chart charts/warmpool from the kustomize
 // builds that `make deploy` applies (config/default, config/runtimeclass,
-// config/apiservice) and the opt-in config/prometheus and config/guardrails,
+// config/apiservice, config/admission) and the opt-in config/prometheus and config/guardrails,
 // so that the chart and the manifests cannot drift: every object of the chart
 // is a kustomize object with Helm's labels added and a few fields turned into
 // values, and with default values the chart renders exactly what kustomize
@@ -10,7 +10,7 @@
 // The layout follows kubebuilder's helm plugin: templates/crd (the CRDs under
 // templates, so upgrades apply them), templates/rbac, templates/manager,
 // templates/metrics, templates/prometheus, and templates/dataplane,
-// templates/runtimeclass and templates/guardrails for what is warmpool's own.
+// templates/runtimeclass, templates/admission and templates/guardrails for what is warmpool's own.
 package main
 
 import (
@@ -29,7 +29,7 @@ import (
 // The kustomize directories the chart is made of, under -config: what `make
 // deploy` applies, in its order, then the opt-in ones (the Prometheus
 // Operator's objects, the guard rails).
-var sources = []string{"default", "runtimeclass", "apiservice", "prometheus", "guardrails"}
+var sources = []string{"default", "runtimeclass", "apiservice", "admission", "prometheus", "guardrails"}
 
 func main() {
 	kustomize := flag.String("kustomize", "bin/kustomize", "the kustomize binary")

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
@@ -246,6 +247,76 @@ var _ = Describe("Session data plane", func() {
 		_, err = s.Run(ctx, sessions.ExecRequest{Code: "1"})
 		Expect(sessions.IsStatus(err, http.StatusConflict)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(And(ContainSubstring("Closed"), ContainSubstring("create a new Session")))
+	})
+
+	It("binds a Session to its owner on request: the data plane and Executions serve no one else", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		aliceCfg := sessionUser(ns, "alice", true)
+		alice := sessionsClient(aliceCfg)
+		s, err := alice.Create(ctx, ns, "mine", "python", &sessions.Options{OwnerOnly: true})
+		Expect(err).NotTo(HaveOccurred())
+		stored := getSession(ns, "mine")
+		Expect(stored.Spec.Owner).To(Equal("alice"), "the client records who created the Session")
+		Expect(stored.Spec.Access).To(Equal(sandboxv1alpha1.SessionAccessOwner))
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "secret = 'alice-only'\nopen('notes', 'w').write(secret)"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(protocol.StatusSucceeded), "%+v", res.Error)
+
+		// bob has every data-plane verb in the namespace, and is refused each.
+		bob := sessionsClient(sessionUser(ns, "bob", true)).Open(ns, "mine")
+		refused := func(err error, what string) {
+			GinkgoHelper()
+			Expect(sessions.IsStatus(err, http.StatusForbidden)).To(BeTrue(), "%s: %v", what, err)
+			Expect(err.Error()).To(And(ContainSubstring("serves its owner alone"), ContainSubstring(`"bob"`)), what)
+		}
+		_, err = bob.Run(ctx, sessions.ExecRequest{Code: "secret"})
+		refused(err, "run")
+		_, err = bob.Variable(ctx, "secret")
+		refused(err, "variable")
+		_, err = bob.ReadFile(ctx, "notes")
+		refused(err, "file read")
+		refused(bob.WriteFile(ctx, "notes", []byte("bob was here")), "file write")
+		refused(bob.Interrupt(ctx, "any"), "interrupt")
+		refused(bob.Reset(ctx), "reset")
+
+		// Executions: bob's, and one that names no owner, fail; alice's runs
+		// in the Session's interpreter.
+		executionsAs := func(cfg *rest.Config, user string) client.Client {
+			GinkgoHelper()
+			Expect(k8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user + "-executions"},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{sandboxv1alpha1.GroupVersion.Group}, Resources: []string{"executions"},
+					Verbs: []string{"create", "get"}}}})).To(Succeed())
+			Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user + "-executions"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user + "-executions"},
+				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+			c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
+			Expect(err).NotTo(HaveOccurred())
+			return c
+		}
+		bobCfg, err := env.UserConfig("bob")
+		Expect(err).NotTo(HaveOccurred())
+		bobExec := executionsAs(bobCfg, "bob")
+		for _, ex := range []*sandboxv1alpha1.Execution{
+			wrappers.Execution(ns, "bobs").Session("mine").Code("secret").Owner("bob").Obj(),
+			wrappers.Execution(ns, "nobodys").Session("mine").Code("secret").Obj(),
+		} {
+			Expect(bobExec.Create(ctx, ex)).To(Succeed())
+			got := finished(ex)
+			Expect(got.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), ex.Name)
+			Expect(condition(got.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Reason).
+				To(Equal(sandboxv1alpha1.ReasonSessionOwnerOnly), ex.Name)
+			Expect(got.Status.Stdout + got.Status.Result).NotTo(ContainSubstring("alice-only"))
+		}
+		alicesExec := wrappers.Execution(ns, "alices").Session("mine").Code("secret").Owner("alice").Obj()
+		Expect(executionsAs(aliceCfg, "alice").Create(ctx, alicesExec)).To(Succeed())
+		got := finished(alicesExec)
+		Expect(got.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", got.Status)
+		Expect(got.Status.Result).To(Equal("'alice-only'"))
+
+		// Nothing bob tried reached the interpreter: alice's file is hers.
+		data, err := s.ReadFile(ctx, "notes")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(data)).To(Equal("alice-only"))
 	})
 
 	It("keeps a Ready Session usable across a manager restart", func() {

@@ -45,6 +45,14 @@ func (r *ExecutionReconciler) sessionGate(ctx context.Context, ex *sandboxv1alph
 			ses.Name, ses.Spec.PoolRef.Name, ex.Spec.PoolRef.Name), "")
 		return "", ctrl.Result{}, true, nil
 	}
+	if ses.Spec.Access == sandboxv1alpha1.SessionAccessOwner && ex.Spec.Owner != ses.Spec.Owner {
+		// Admission proved ex.Spec.Owner is who created the Execution, and
+		// ses.Spec.Owner who created the Session.
+		r.fail(ex, sandboxv1alpha1.ReasonSessionOwnerOnly, fmt.Sprintf(
+			"Session %s serves its owner alone (spec.access Owner), and this Execution's spec.owner is %q: only that user's Executions, with spec.owner set, run in it",
+			ses.Name, ex.Spec.Owner), "")
+		return "", ctrl.Result{}, true, nil
+	}
 	switch ses.Status.Phase {
 	case sandboxv1alpha1.SessionReady:
 		return ses.Status.PodName, ctrl.Result{}, false, nil

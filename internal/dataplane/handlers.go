@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -100,6 +101,10 @@ func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, 
 			writeStatus(rec, code, reason, msg)
 			return
 		}
+		if refused := ownerOnly(r, t.ses); refused != "" {
+			writeStatus(rec, http.StatusForbidden, metav1.StatusReasonForbidden, refused)
+			return
+		}
 		h(rec, r, t)
 	}
 }
@@ -159,6 +164,24 @@ func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name stri
 			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
 	}
 	return &target{ses: ses, pod: pod}, 0, "", ""
+}
+
+// ownerOnly refuses the caller a Session bound to its owner (spec.access
+// Owner) unless the caller is that owner, whom admission recorded when the
+// Session was created. RBAC already let the caller in: this is the binding
+// on top, for every subresource, interrupt and file reads included.
+func ownerOnly(r *http.Request, ses *sandboxv1alpha1.Session) (refused string) {
+	if ses.Spec.Access != sandboxv1alpha1.SessionAccessOwner {
+		return ""
+	}
+	caller := ""
+	if u, ok := request.UserFrom(r.Context()); ok {
+		caller = u.GetName()
+	}
+	if caller != "" && caller == ses.Spec.Owner {
+		return ""
+	}
+	return fmt.Sprintf("Session %s serves its owner alone (spec.access Owner), and you are %q, not its owner", ses.Name, caller)
 }
 
 func nextStep(p sandboxv1alpha1.SessionPhase) string {

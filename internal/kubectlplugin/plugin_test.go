@@ -103,6 +103,10 @@ func TestPlugin(t *testing.T) {
 			t.Fatalf("no Execution named on stderr: %q", got.stderr)
 		}
 		firstExecution = m[1]
+		ex := &sandboxv1alpha1.Execution{}
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: firstExecution}, ex); err != nil || ex.Spec.Owner != "kubectl-user" {
+			t.Fatalf("the Execution must record who created it (spec.owner kubectl-user): %q, %v", ex.Spec.Owner, err)
+		}
 		expect(t, plugin("logs", firstExecution), 0, "hi\n42\n", "warn\n")
 		expect(t, plugin("logs", firstExecution, "--exit-code"), 0, "hi\n42\n")
 	})
@@ -155,6 +159,24 @@ func TestPlugin(t *testing.T) {
 			done <- runCtx(cctx, &out, &errOut, "run", "--pool", "python", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)")
 		}()
 		waitFor(t, func() bool { return out.String() == "started\n" })
+		// The temporary Session is the command's alone.
+		var list sandboxv1alpha1.SessionList
+		if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		live := 0
+		for _, ses := range list.Items {
+			if !strings.HasPrefix(ses.Name, "run-") || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil {
+				continue
+			}
+			live++
+			if ses.Spec.Owner != "kubectl-user" || ses.Spec.Access != sandboxv1alpha1.SessionAccessOwner {
+				t.Fatalf("temporary Session %s: owner %q, access %q; want kubectl-user, Owner", ses.Name, ses.Spec.Owner, ses.Spec.Access)
+			}
+		}
+		if live != 1 {
+			t.Fatalf("want the run's temporary Session, found %d live run- Sessions", live)
+		}
 		interrupt()
 		code := exitWithin(t, done, 30*time.Second, "the run did not end after Ctrl-C")
 		if code != kubectlplugin.ExitCancelled {

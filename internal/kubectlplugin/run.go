@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -207,7 +208,9 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 			req.Context = contextValue(*contextText, o.contextFormat)
 		}
 	} else {
-		opts := &sessions.Options{Context: contextText, ContextJSON: o.contextFormat == "json"}
+		// The temporary Session is this command's alone: nobody else in the
+		// namespace may run code in it or read what the code left there.
+		opts := &sessions.Options{Context: contextText, ContextJSON: o.contextFormat == "json", OwnerOnly: true}
 		waitCtx, cancel := context.WithTimeout(ctx, o.sessionTimeout)
 		s, err = sc.Create(waitCtx, ns, "run-", o.pool, opts)
 		cancel()
@@ -298,6 +301,11 @@ func (p *plugin) runExecution(ctx context.Context, c client.WithWatch, ns, code 
 	}
 	if o.timeout > 0 {
 		ex.Spec.Timeout = &metav1.Duration{Duration: o.timeout}
+	}
+	// Recorded when kube-apiserver says who the caller is (kubectl auth whoami).
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err == nil {
+		ex.Spec.Owner = review.Status.UserInfo.Username
 	}
 	if err := c.Create(ctx, ex); err != nil {
 		return exitWith(ExitOther, fmt.Errorf("create Execution: %w", err))

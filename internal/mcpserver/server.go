@@ -139,7 +139,9 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessio
 	if l.ses != nil {
 		return c.Open(l.ses.Namespace, l.ses.Name), nil
 	}
-	ses, err := c.Create(ctx, s.cfg.Namespace, "mcp-", s.cfg.Pool, &sessions.Options{IdleTimeout: s.cfg.IdleTimeout})
+	// The MCP session's sandbox is bound to the credential that leased it, in
+	// the cluster as here: other users of the namespace cannot use it either.
+	ses, err := c.Create(ctx, s.cfg.Namespace, "mcp-", s.cfg.Pool, &sessions.Options{IdleTimeout: s.cfg.IdleTimeout, OwnerOnly: true})
 	if err != nil {
 		if ses != nil { // created, but it did not become Ready: do not leave it behind
 			s.closeSession(ses)

@@ -24,10 +24,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -49,12 +51,22 @@ type Client struct {
 	objects client.WithWatch
 	http    *http.Client
 	base    string // API server URL, or the data plane's own for a direct connection
+	me      *whoami
+}
+
+// whoami caches the user kube-apiserver authenticates the Client as.
+type whoami struct {
+	mu   sync.Mutex
+	name string
 }
 
 // New returns a Client for the cluster of cfg.
 func New(cfg *rest.Config) (*Client, error) {
 	scheme := runtime.NewScheme()
 	if err := sandboxv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := authenticationv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	// A logger of its own: a library must not make controller-runtime warn,
@@ -67,7 +79,27 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTP client for the data plane: %w", err)
 	}
-	return &Client{objects: objects, http: hc, base: strings.TrimRight(cfg.Host, "/")}, nil
+	return &Client{objects: objects, http: hc, base: strings.TrimRight(cfg.Host, "/"), me: &whoami{}}, nil
+}
+
+// WhoAmI returns the user kube-apiserver authenticates the Client as (a
+// SelfSubjectReview, which every authenticated user may make; kubectl auth
+// whoami), asked once.
+func (c *Client) WhoAmI(ctx context.Context) (string, error) {
+	c.me.mu.Lock()
+	defer c.me.mu.Unlock()
+	if c.me.name != "" {
+		return c.me.name, nil
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.objects.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("ask kube-apiserver who this client is (SelfSubjectReview): %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", fmt.Errorf("kube-apiserver names no user for this client's credentials")
+	}
+	c.me.name = review.Status.UserInfo.Username
+	return c.me.name, nil
 }
 
 // WithDataPlane returns a copy of c that calls the data plane at base with
@@ -87,6 +119,10 @@ type Options struct {
 	Context     *string
 	ContextJSON bool
 	Env         map[string]string
+	// OwnerOnly binds the Session to the caller (spec.access Owner): other
+	// users of the namespace can neither run code in it nor read its
+	// variables or files, whatever RBAC lets them do with Sessions.
+	OwnerOnly bool
 }
 
 // Create makes a Session of pool in namespace (name ending in "-": a
@@ -99,7 +135,18 @@ func (c *Client) Create(ctx context.Context, namespace, name, pool string, o *Op
 	} else {
 		obj.Name = name
 	}
+	// The creator is recorded whenever kube-apiserver says who the caller
+	// is; a Session bound to its creator needs it.
+	owner, err := c.WhoAmI(ctx)
+	if err == nil {
+		obj.Spec.Owner = owner
+	} else if o != nil && o.OwnerOnly {
+		return nil, fmt.Errorf("create a Session bound to its owner: %w", err)
+	}
 	if o != nil {
+		if o.OwnerOnly {
+			obj.Spec.Access = sandboxv1alpha1.SessionAccessOwner
+		}
 		if o.IdleTimeout > 0 {
 			obj.Spec.IdleTimeout = &metav1.Duration{Duration: o.IdleTimeout}
 		}

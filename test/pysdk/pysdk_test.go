@@ -77,6 +77,10 @@ func TestPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, err := s.UserKubeconfig(ctx, ns, "sdk-other", "session-editor-role")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	args := []string{"-m", "pytest", "-v", "-p", "no:cacheprovider", "clients/python/tests"}
 	if f := os.Getenv("WARMPOOL_PYTEST_ARGS"); f != "" {
@@ -90,6 +94,7 @@ func TestPythonClient(t *testing.T) {
 		"PYTHONDONTWRITEBYTECODE=1",
 		"WARMPOOL_TEST_KUBECONFIG="+editor,
 		"WARMPOOL_TEST_KUBECONFIG_VIEWER="+viewer,
+		"WARMPOOL_TEST_KUBECONFIG_OTHER="+other,
 		"WARMPOOL_TEST_NAMESPACE="+ns,
 		"WARMPOOL_TEST_POOL=python",
 	)

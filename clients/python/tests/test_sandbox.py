@@ -139,6 +139,26 @@ def test_a_user_without_the_role_is_told_what_is_missing(cluster, sandbox):
         warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["viewer_kubeconfig"])
 
 
+def test_the_creator_is_recorded_and_an_owner_only_sandbox_serves_it_alone(cluster, sandbox):
+    assert sandbox.get()["spec"]["owner"] == "sdk-user"
+    assert sandbox.get()["spec"]["access"] == "Namespace"
+    # Another editor of the namespace may use a Session open to the namespace...
+    shared = warmpool.Sandbox.connect(sandbox.name, cluster["namespace"], kubeconfig=cluster["other_kubeconfig"])
+    assert shared.run_code("1 + 1").text == "2"
+
+    with warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"],
+                                 owner_only=True) as sb:
+        assert sb.get()["spec"]["owner"] == "sdk-user" and sb.get()["spec"]["access"] == "Owner"
+        sb.run_code("secret = 'mine'")
+        # ...but not one bound to its owner, whatever RBAC allows.
+        other = warmpool.Sandbox.connect(sb.name, cluster["namespace"], kubeconfig=cluster["other_kubeconfig"])
+        for attempt in (lambda: other.run_code("secret"), lambda: other.files.read("x"), lambda: other.get_variable("secret")):
+            with pytest.raises(warmpool.ForbiddenError, match="serves its owner alone") as e:
+                attempt()
+            assert e.value.status == 403
+        assert sb.run_code("secret").text == "'mine'"
+
+
 def test_closed_sandbox_says_its_state_is_gone(cluster):
     sb = warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"], timeout=1)
     deadline = time.time() + 30

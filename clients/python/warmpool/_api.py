@@ -77,5 +77,30 @@ def request_json(api, method, path, query=None, body=None, timeout=None):
     return json.loads(data) if data else None
 
 
+def whoami(api):
+    """The user kube-apiserver authenticates ``api`` as (a SelfSubjectReview,
+    which every authenticated user may make; ``kubectl auth whoami``), asked
+    once per ApiClient."""
+    name = getattr(api, "_warmpool_user", None)
+    if name:
+        return name
+    review = request_json(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                          body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    name = ((review or {}).get("status") or {}).get("userInfo", {}).get("username") or ""
+    if not name:
+        raise errors.WarmpoolError("kube-apiserver names no user for these credentials")
+    api._warmpool_user = name
+    return name
+
+
+def owner(api):
+    """whoami, or None when kube-apiserver does not say (the creator is then
+    not recorded)."""
+    try:
+        return whoami(api)
+    except errors.WarmpoolError:
+        return None
+
+
 def data_plane_path(namespace, name, sub):
     return f"/apis/{DATA_GROUP}/{VERSION}/namespaces/{namespace}/sessions/{name}/{sub}"

@@ -33,6 +33,9 @@ def run(code, pool, namespace=None, *, timeout=None, context=None, envs=None, se
         spec["env"] = [{"name": k, "value": str(v)} for k, v in envs.items()]
     if session:
         spec["session"] = session
+    me = _api.owner(api)  # who created it, and what a Session bound to its owner checks
+    if me:
+        spec["owner"] = me
     meta = {"generateName": name} if name.endswith("-") else {"name": name}
     objects = kubernetes.client.CustomObjectsApi(api)
     try:

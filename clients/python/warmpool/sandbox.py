@@ -56,7 +56,8 @@ class Sandbox:
 
     @classmethod
     def create(cls, pool, namespace=None, *, name=None, timeout=None, max_lifetime=None, context=None,
-               context_json=False, envs=None, request_timeout=60, kubeconfig=None, kube_context=None, api_client=None):
+               context_json=False, envs=None, owner_only=False, request_timeout=60, kubeconfig=None,
+               kube_context=None, api_client=None):
         """Lease a warm interpreter of ``pool`` and wait until it is Ready.
 
         ``timeout``: seconds without a run after which the Session closes (its
@@ -64,13 +65,22 @@ class Sandbox:
         which it closes however busy. ``context``: a string set once as the
         variable ``context`` (parsed as JSON when ``context_json``); ``envs``:
         environment variables set once. ``name``: the Session's name, or a
-        prefix ending in ``-`` (default ``sandbox-``).
+        prefix ending in ``-`` (default ``sandbox-``). ``owner_only``: bind
+        the Session to the caller, so that nobody else in the namespace can run
+        code in it or read its variables and files (spec.access Owner). The
+        caller is recorded as the Session's owner whenever kube-apiserver says
+        who it is.
         """
         api, default_ns = (api_client, "default") if api_client is not None else _api.load(kubeconfig, kube_context)
         namespace = namespace or default_ns
         name = name or "sandbox-"
         meta = {"generateName": name} if name.endswith("-") else {"name": name}
         spec = {"poolRef": {"name": pool}}
+        me = _api.whoami(api) if owner_only else _api.owner(api)
+        if me:
+            spec["owner"] = me
+        if owner_only:
+            spec["access"] = "Owner"
         if timeout is not None:
             spec["idleTimeout"] = _seconds(timeout)
         if max_lifetime is not None:

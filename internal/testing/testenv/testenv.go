@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,10 +12,12 @@ import (
 	"runtime"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 )
@@ -49,7 +52,9 @@ func assets() (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
-// Start starts etcd and kube-apiserver and installs the CRDs from config/crd/bases.
+// Start starts etcd and kube-apiserver and installs the CRDs from
+// config/crd/bases and the admission policies of config/admission, as make
+// deploy does.
 // The API server's aggregation layer is configured as on a real control
 // plane, so that tests can register the data plane as an APIService.
 func Start() (*Env, error) {
@@ -79,7 +84,38 @@ func Start() (*Env, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("client for envtest: %w", err)
 	}
+	if err := installAdmission(c); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
 	return &Env{Environment: env, Config: cfg, Client: c}, nil
+}
+
+// installAdmission creates the objects of config/admission (plain manifests,
+// the names final: kustomize changes nothing there).
+func installAdmission(c client.Client) error {
+	dir := filepath.Join(RepoRoot(), "config", "admission")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &obj.Object); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if err := c.Create(context.Background(), obj); err != nil {
+			return fmt.Errorf("install %s: %w", f, err)
+		}
+	}
+	return nil
 }
 
 // ClientAs returns a client that acts as user, member of groups, as

@@ -190,6 +190,9 @@ func (w *ExecutionWrapper) Env(name, value string) *ExecutionWrapper {
 // Session sets spec.session.
 func (w *ExecutionWrapper) Session(s string) *ExecutionWrapper { w.Spec.Session = s; return w }
 
+// Owner sets spec.owner.
+func (w *ExecutionWrapper) Owner(user string) *ExecutionWrapper { w.Spec.Owner = user; return w }
+
 // Cancel sets spec.cancel.
 func (w *ExecutionWrapper) Cancel() *ExecutionWrapper { w.Spec.Cancel = true; return w }
 
@@ -285,7 +288,6 @@ func (w *PodWrapper) Session(s string) *PodWrapper {
 	return w
 }
 
-// ExecutionTTL sets spec.executionDefaults.ttlSecondsAfterFinished.
 // SessionTTL sets spec.sessionTTLSecondsAfterFinished.
 func (w *PoolWrapper) SessionTTL(seconds int32) *PoolWrapper {
 	w.Spec.SessionTTLSecondsAfterFinished = &seconds
@@ -323,13 +325,22 @@ func (w *SessionWrapper) Created(t time.Time) *SessionWrapper {
 	return w
 }
 
-// IdleTimeout sets spec.idleTimeout.
 // TTL sets spec.ttlSecondsAfterFinished.
 func (w *SessionWrapper) TTL(seconds int32) *SessionWrapper {
 	w.Spec.TTLSecondsAfterFinished = &seconds
 	return w
 }
 
+// Owner sets spec.owner.
+func (w *SessionWrapper) Owner(user string) *SessionWrapper { w.Spec.Owner = user; return w }
+
+// OwnerOnly binds the Session to its owner (spec.access Owner).
+func (w *SessionWrapper) OwnerOnly() *SessionWrapper {
+	w.Spec.Access = sandboxv1alpha1.SessionAccessOwner
+	return w
+}
+
+// IdleTimeout sets spec.idleTimeout.
 func (w *SessionWrapper) IdleTimeout(d time.Duration) *SessionWrapper {
 	w.Spec.IdleTimeout = &metav1.Duration{Duration: d}
 	return w
