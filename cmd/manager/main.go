@@ -22,6 +22,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/controller/agentkeys"
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -80,7 +81,7 @@ func main() {
 	flag.StringVar(&managerNamespace, "manager-namespace", ownNamespace(),
 		"Namespace of the manager: it holds the agent keys Secret, and the pools' NetworkPolicies admit agent calls from "+
 			"pods there labelled "+sandboxpod.LabelAgentClient+"=true.")
-	flag.StringVar(&agentKeysSecret, "agent-keys-secret", controller.DefaultAgentKeysSecret,
+	flag.StringVar(&agentKeysSecret, "agent-keys-secret", agentkeys.DefaultSecret,
 		"Secret in the manager's namespace with the keys agent tokens are signed with (created when missing).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)

@@ -17,7 +17,7 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agentauth"
-	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/controller/agentkeys"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -27,7 +27,7 @@ import (
 func keysSecret() *corev1.Secret {
 	s := &corev1.Secret{}
 	Eventually(func() error {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: controller.DefaultAgentKeysSecret}, s)
+		return k8s.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: agentkeys.DefaultSecret}, s)
 	}).Should(Succeed())
 	return s
 }

@@ -1,6 +1,8 @@
-// Package controller holds the warmpool reconcilers. The RBAC markers below
-// are the permissions the manager needs; controller-gen turns them into
-// config/rbac/role.yaml.
+// Package controller assembles the manager's parts (Setup, Runtime): the
+// reconcilers, one package per object (pool, execution, session,
+// modelendpoint, agentkeys), and the data plane. The RBAC markers below, and
+// those next to each reconciler, are the permissions the manager needs;
+// controller-gen turns them into config/rbac/role.yaml.
 package controller
 
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch;update;patch
@@ -13,7 +15,7 @@ package controller
 // codeFrom: Secrets and ConfigMaps are read one at a time, uncached, and used
 // only when their owner labelled them sandbox.warmpool.dev/code=true. The
 // agent keys Secret in the manager's own namespace is a namespaced Role
-// (agentkeys_controller.go).
+// (agentkeys/reconciler.go).
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -6,6 +6,8 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/controller/pool"
+	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -33,19 +35,19 @@ type Runtime struct {
 	// plane and the Session controller.
 	Runner   *runner.Runner
 	Resolver runner.Resolver
-	// Clock decides time where tests step it (the autoscaler).
+	// Clock decides the reconcilers' time policies (Config.Clock).
 	Clock clock.PassiveClock
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
-	executionWakes, sessionWakes, poolWakes *wakeups
+	executionWakes, sessionWakes, poolWakes *wakeup.Source
 }
 
 func newRuntime(cfg Config) *Runtime {
 	rt := &Runtime{Keys: &agentauth.Keyring{}, Resolver: cfg.Resolver, Clock: cfg.Clock,
-		executionWakes: &wakeups{}, sessionWakes: &wakeups{},
+		executionWakes: &wakeup.Source{}, sessionWakes: &wakeup.Source{},
 		// A burst of Executions becomes one pool reconcile.
-		poolWakes: &wakeups{delay: demandDebounce}}
+		poolWakes: &wakeup.Source{Delay: pool.DemandDebounce}}
 	if rt.Resolver == nil {
 		rt.Resolver = runner.PodIPResolver{}
 	}

@@ -11,6 +11,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/warmpool/warmpool/internal/controller/agentkeys"
+	"github.com/warmpool/warmpool/internal/controller/execution"
+	"github.com/warmpool/warmpool/internal/controller/index"
+	"github.com/warmpool/warmpool/internal/controller/modelendpoint"
+	"github.com/warmpool/warmpool/internal/controller/pool"
+	"github.com/warmpool/warmpool/internal/controller/session"
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/llm"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -31,7 +37,7 @@ type Config struct {
 	// ManagerNamespace holds the agent keys Secret; the pools' NetworkPolicies
 	// admit agent calls only from pods there labelled sandboxpod.LabelAgentClient.
 	ManagerNamespace string
-	// AgentKeysSecret names that Secret (DefaultAgentKeysSecret when empty).
+	// AgentKeysSecret names that Secret (agentkeys.DefaultSecret when empty).
 	AgentKeysSecret string
 	// Resolver finds a pod's agent (the pod IP in a cluster).
 	Resolver runner.Resolver
@@ -43,7 +49,10 @@ type Config struct {
 	// AutoscaleWindow is the long window of autoscaled pools' claim rate
 	// (the short one is a tenth of it); 0: 60 s. Tests shorten it.
 	AutoscaleWindow time.Duration
-	// Clock decides time in the autoscaler (nil: the wall clock). Tests step it.
+	// Clock decides the time policies of every reconciler (nil: the wall
+	// clock): the autoscaler's windows and delays, idle timeouts, lifetimes,
+	// TTLs, backoffs. Waits for real I/O (an agent's answer, the kubelet's
+	// report) stay on the wall clock. Tests step it.
 	Clock clock.PassiveClock
 }
 
@@ -51,7 +60,7 @@ type Config struct {
 func (c Config) KeysSecret() types.NamespacedName {
 	name := c.AgentKeysSecret
 	if name == "" {
-		name = DefaultAgentKeysSecret
+		name = agentkeys.DefaultSecret
 	}
 	return types.NamespacedName{Namespace: c.ManagerNamespace, Name: name}
 }
@@ -59,7 +68,7 @@ func (c Config) KeysSecret() types.NamespacedName {
 // Setup registers the cache indexes and all warmpool controllers with mgr,
 // whose cache was made with CacheOptions(cfg.KeysSecret()).
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
-	if err := SetupIndexes(ctx, mgr); err != nil {
+	if err := index.Setup(ctx, mgr); err != nil {
 		return err
 	}
 	rt := newRuntime(cfg)
@@ -67,32 +76,32 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 
 	// Every replica: the keys, and below, the data plane and its certificate.
 	poolEvents := make(chan event.GenericEvent, 1024)
-	if err := (&AgentKeysReconciler{
+	if err := (&agentkeys.Reconciler{
 		Client: mgr.GetClient(), Secret: cfg.KeysSecret(), Keys: keys, PoolEvents: poolEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 
 	// The leader: the reconcilers, each given what it uses of the runtime.
-	if err := (&SandboxPoolReconciler{
+	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
-		Dispatcher: rt.Dispatcher, AutoscaleWindow: cfg.AutoscaleWindow, Clock: rt.Clock, demandWakes: rt.poolWakes,
+		Dispatcher: rt.Dispatcher, AutoscaleWindow: cfg.AutoscaleWindow, Clock: rt.Clock, DemandWakes: rt.poolWakes,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if cfg.LLM == nil {
 		cfg.LLM = llm.NewClient()
 	}
-	models := &ModelEndpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
-	if err := (&ModelEndpointReconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
+	models := &modelendpoint.Endpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
+	if err := (&modelendpoint.Reconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&ExecutionReconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Keys: keys, Dispatcher: rt.Dispatcher,
-		Runner: rt.Runner, Models: models, wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
+	if err := (&execution.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Keys: keys, Dispatcher: rt.Dispatcher,
+		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SessionReconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
-		Keys: keys, wakeups: rt.sessionWakes}).SetupWithManager(mgr); err != nil {
+	if err := (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
+		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if cfg.DataPlane == nil {

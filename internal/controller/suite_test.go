@@ -213,9 +213,10 @@ func managerConfig() controller.Config {
 		AutoscaleWindow: 10 * time.Second, Clock: autoscaleClock}
 }
 
-// autoscaleClock is the autoscaler's clock: the wall clock, until a spec
-// freezes it and moves it only by its own steps, so that what it asserts
-// does not depend on how fast the machine runs the spec.
+// autoscaleClock is the managers' clock (Config.Clock, every reconciler's
+// time policies): the wall clock, until a spec (the autoscaler's) freezes it
+// and moves it only by its own steps, so that what it asserts does not
+// depend on how fast the machine runs the spec.
 var autoscaleClock = &steppedClock{}
 
 type steppedClock struct {

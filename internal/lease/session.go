@@ -18,6 +18,11 @@ import (
 // the Session's own runs (Executions naming the Session claim it one at a
 // time, data-plane runs go straight to its agent) and for nothing else.
 
+// OrphanSessionPodGrace is how long a session pod whose Session is gone or
+// ended stays before its pool deletes it; the Session controller frees the
+// pod of an ended Session until then.
+const OrphanSessionPodGrace = 30 * time.Second
+
 // SessionUID returns the UID of the Session object that holds the pod; ""
 // for a pod of a session from before Session objects existed.
 func SessionUID(pod *corev1.Pod) types.UID {

@@ -15,7 +15,7 @@ import (
 
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agentauth"
-	"github.com/warmpool/warmpool/internal/controller"
+	"github.com/warmpool/warmpool/internal/controller/agentkeys"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -221,7 +221,7 @@ func (b *bench) agentOf(ctx context.Context, s *sessions.Session) (*agentclient.
 		return nil, err
 	}
 	secret := &corev1.Secret{}
-	if err := b.c.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: controller.DefaultAgentKeysSecret}, secret); err != nil {
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: agentkeys.DefaultSecret}, secret); err != nil {
 		return nil, fmt.Errorf("agent keys: %w", err)
 	}
 	keys, err := agentauth.ParseKeyring(secret.Data)

@@ -1,0 +1,97 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/controller/recycle"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// The disposition policy: a finished Execution's status says what becomes of
+// its pod (status.podDisposition), and dispose carries it out, only after that
+// status is stored and only while the pod is still claimed by the Execution.
+// It is idempotent: the reconcile that wrote the final status calls it, and
+// so does every later reconcile of the finished Execution, so a manager that
+// stopped in between finishes the job when it comes back. A pod claimed by
+// someone else is never touched.
+
+// dispose carries out ex's pod disposition.
+func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution) error {
+	if ex.Status.PodName == "" {
+		return nil
+	}
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if lease.ClaimedBy(pod) != ex.UID {
+		// Done already, or the pod is someone else's now. A stale cache that
+		// still shows the claim fails the writes below on the resourceVersion.
+		return nil
+	}
+	switch ex.Status.PodDisposition {
+	case sandboxv1alpha1.DispositionReleaseToSession:
+		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return lease.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
+	case sandboxv1alpha1.DispositionReset:
+		addr, err := r.Resolver.Address(pod)
+		if err != nil {
+			logf.FromContext(ctx).Info("cannot reach the agent to reset it for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
+			return r.deleteClaimedPod(ctx, pod, ex.UID)
+		}
+		released := false
+		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
+			released = false
+			if lease.ClaimedBy(p) != ex.UID {
+				return nil // released by an earlier call, whose reset is under way
+			}
+			err := lease.ReleaseForReset(ctx, r.Client, p, ex, r.now())
+			released = err == nil
+			return err
+		}); err != nil || !released {
+			return err
+		}
+		// A new interpreter takes about a second under gVisor: replace it off
+		// the request path. A manager that stops during the reset leaves the pod
+		// resetting; the pool controller replaces it after recycle.ResetTimeout.
+		go r.reset(logf.FromContext(ctx).WithValues("pod", pod.Name), client.ObjectKeyFromObject(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
+		return nil
+	default: // Delete, and Executions finished before dispositions were recorded
+		return r.deleteClaimedPod(ctx, pod, ex.UID)
+	}
+}
+
+// deleteClaimedPod deletes a pod as long as the Execution with this UID still
+// holds it: the preconditions make the API server refuse when the pod
+// changed since it was read, and then the pod is read again.
+func (r *Reconciler) deleteClaimedPod(ctx context.Context, pod *corev1.Pod, uid types.UID) error {
+	return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
+		if lease.ClaimedBy(p) != uid {
+			return nil
+		}
+		err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s: %w", p.Name, err)
+		}
+		return nil
+	})
+}
+
+// reset gives a pod released for reuse a fresh interpreter (see recyclePod).
+func (r *Reconciler) reset(log logr.Logger, key client.ObjectKey, addr string, podUID types.UID, keyID string) {
+	recycle.Pod(log, r.Client, r.APIReader, r.Runner, key, addr, podUID, keyID)
+}
+
+// retryOnConflict applies a pod update (see retryPodUpdate).
+func (r *Reconciler) retryOnConflict(ctx context.Context, pod *corev1.Pod, update func(*corev1.Pod) error) error {
+	return recycle.RetryPodUpdate(ctx, r.APIReader, pod, update)
+}

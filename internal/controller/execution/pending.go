@@ -1,0 +1,357 @@
+package execution
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/pkg/protocol"
+)
+
+// reconcilePending takes a waiting Execution through the dispatcher's
+// decision to a claimed pod and a started run.
+func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
+	if job, ok := r.Runner.Job(ex.UID); ok {
+		// It claimed a pod and started, but the cache does not show it yet (or
+		// writing Running lost a race): claiming again would take a second pod.
+		r.markRunning(ex, job.Pod, metav1.NewTime(job.StartTime), job.CodeDigest)
+		return ctrl.Result{}, nil
+	}
+	first := ex.Status.Phase == ""
+	if first {
+		ex.Status.Phase = sandboxv1alpha1.PhasePending
+	}
+	if ex.Spec.Cancel {
+		r.end(ex, sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled, "cancelled before it ran", nil, "")
+		return ctrl.Result{}, nil
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.waiting(ex, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
+			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ex.Spec.PoolRef.Name, ex.Namespace))
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if limit := sandboxpod.MaxTimeout(pool); timeoutOf(ex, pool) > limit {
+		msg := fmt.Sprintf("spec.timeout %s is longer than pool %s allows (spec.executionDefaults.maxTimeout %s): "+
+			"ask for at most %s, or have the pool's owner raise its maxTimeout", timeoutOf(ex, pool), pool.Name, limit, limit)
+		r.end(ex, sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonTimeoutAboveLimit, msg,
+			&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonTimeoutAboveLimit, Message: msg}, "")
+		return ctrl.Result{}, nil
+	}
+	if first && ex.Spec.CodeFrom != nil {
+		// Say at once when the code cannot be read, rather than after the wait for a pod.
+		if _, err := r.code(ctx, ex); err != nil {
+			r.codeFailed(ex, err)
+			return ctrl.Result{}, nil
+		}
+	}
+	// Claimed earlier, but the Running status was lost: carry on with that pod.
+	if pod, err := r.claimedPod(ctx, ex.Namespace, ex.UID); err != nil || pod != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.start(ctx, ex, pool, pod, next)
+	}
+
+	var sessionPod string
+	if ex.Spec.Session != "" {
+		pod, res, done, err := r.sessionGate(ctx, ex)
+		if done || err != nil {
+			return res, err
+		}
+		sessionPod = pod
+	}
+	pl := r.Dispatcher.Place(ex)
+	if pl.Pod != "" && ex.Spec.Session != "" {
+		// The Session's status is the commit point of its lease: a run of the
+		// session goes only to the pod it names, never to a second pod a
+		// retried lease left labelled with the Session.
+		if sessionPod != "" && sessionPod != pl.Pod {
+			r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
+			r.waitingFor(ex, pool, dispatch.Placement{})
+			return ctrl.Result{RequeueAfter: waitBackstop}, nil
+		}
+		preds, err := r.sessionPredecessors(ctx, ex)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(preds) > 0 {
+			// The dispatcher did not know them yet: tell it, and give the pod back.
+			for _, o := range preds {
+				r.Dispatcher.UpdateExecution(o)
+			}
+			r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
+			r.waitingFor(ex, pool, dispatch.Placement{SessionBusy: true})
+			return ctrl.Result{RequeueAfter: waitBackstop}, nil
+		}
+	}
+	if pl.Pod == "" {
+		r.waitingFor(ex, pool, pl)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	return r.claimAndStart(ctx, ex, pool, pl.Pod, next)
+}
+
+// waitingFor says what the Execution waits for.
+func (r *Reconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pl dispatch.Placement) {
+	switch {
+	case pl.SessionBusy && pl.SessionPod != "":
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf("session %s's pod %s is busy with an earlier Execution of the session", ex.Spec.Session, pl.SessionPod))
+		return
+	case pl.SessionBusy:
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf("waiting for earlier Executions of session %s", ex.Spec.Session))
+		return
+	case ex.Spec.Session != "":
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf("waiting for the pod of Session %s", ex.Spec.Session))
+		return
+	}
+	// Why the pool has no pod for it, from the pool's own status. No queue
+	// position: it would change, and cost a status write, for every waiting
+	// Execution each time the queue moves.
+	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+		r.waiting(ex, c.Reason, fmt.Sprintf("pool %s cannot start pods: %s", pool.Name, c.Message))
+		return
+	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionScalingLimited); c != nil &&
+		c.Status == metav1.ConditionTrue && c.Reason == sandboxv1alpha1.ReasonResourceQuota {
+		r.waiting(ex, c.Reason, fmt.Sprintf("pool %s cannot start pods: %s", pool.Name, c.Message))
+		return
+	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady); c != nil &&
+		c.Reason == sandboxv1alpha1.ReasonMaxPodsReached {
+		r.waiting(ex, sandboxv1alpha1.ReasonMaxPodsReached, c.Message)
+		return
+	}
+	r.waiting(ex, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
+		"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
+}
+
+// claimAndStart claims the pod the dispatcher chose and starts the run. A
+// claim that does not commit sends the Execution back to its place in the queue.
+func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	podName string, next *afterWrite) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: podName}, pod); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if !lease.Claimable(pod, ex) {
+		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
+		// The dispatcher judged it from an event; this is the pod as it is now.
+		logf.FromContext(ctx).Info("not claiming a pod that is not the pool's", "pod", podName, "reason", err.Error())
+		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	// The claim is written with the Running status, at the same time
+	// (afterWrite): the code is sent once both are stored.
+	toClaim := pod.DeepCopy()
+	res, err := r.start(ctx, ex, pool, pod, next)
+	if next.send == nil {
+		// It ended before it ran (its code could not be read): the pod was never claimed.
+		ex.Status.PodName, ex.Status.PodDisposition = "", ""
+		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
+		return res, err
+	}
+	next.claim = toClaim
+	return res, err
+}
+
+// claimConcurrently writes the claim of next.claim while write stores the
+// Running status, and returns the claim's error. A claim that fails after
+// Running was stored is undone by unclaimed (or, if the manager dies first,
+// by the next reconcile: see reconcileRunning).
+func (r *Reconciler) claimConcurrently(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, write func() error) (claimErr, writeErr error) {
+	claimer := ex.DeepCopy() // write changes ex while the claim reads it
+	done := make(chan error, 1)
+	go func() { done <- lease.Claim(ctx, r.Client, pod, claimer) }()
+	writeErr = write()
+	return <-done, writeErr
+}
+
+// unclaimed puts a Running Execution whose claim did not commit back in the
+// queue. Its code was never sent: code is sent only once the claim and the
+// Running status are both stored.
+func (r *Reconciler) unclaimed(ex *sandboxv1alpha1.Execution, why string) {
+	ex.Status.Phase = sandboxv1alpha1.PhasePending
+	ex.Status.PodName, ex.Status.StartTime, ex.Status.CodeDigest = "", nil, ""
+	r.waiting(ex, sandboxv1alpha1.ReasonNoIdleSandbox, why)
+}
+
+// start marks the Execution Running on its claimed pod; the run is sent once
+// that status is stored (afterWrite). The agent keys runs by the Execution's
+// UID, so a second send after a lost reply attaches to the first.
+func (r *Reconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, next *afterWrite) (ctrl.Result, error) {
+	code, err := r.code(ctx, ex)
+	if err != nil {
+		r.codeFailed(ex, err)
+		ex.Status.PodName, ex.Status.PodDisposition = pod.Name, unusedPodDisposition(ex)
+		return ctrl.Result{}, nil
+	}
+	job, err := r.job(ex, pool, pod, r.now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	job.Request = r.request(ex, pool, code)
+	if ex.Spec.Session != "" {
+		// Only on the interpreter that holds the session's state.
+		job.Request.Interpreter = r.sessionInterpreter(ctx, ex, pod)
+	}
+	job.Bridge, job.MaxBridgeCalls = r.Models.Bridge(ctx, pool)
+	job.CodeDigest = digest(code)
+	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)
+	next.send = &job
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) markRunning(ex *sandboxv1alpha1.Execution, pod string, start metav1.Time, codeDigest string) {
+	ex.Status.Phase = sandboxv1alpha1.PhaseRunning
+	ex.Status.PodName = pod
+	ex.Status.StartTime = &start
+	ex.Status.CodeDigest = codeDigest
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed, Message: "running on pod " + pod})
+}
+
+func digest(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// job is the run of ex on pod, without its request (re-attaching sends none).
+func (r *Reconciler) job(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, start time.Time) (runner.Job, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return runner.Job{}, err
+	}
+	if ex.Status.StartTime != nil {
+		start = ex.Status.StartTime.Time
+	}
+	return runner.Job{
+		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, StartTime: start, Address: addr,
+		PodUID: pod.UID, KeyID: pod.Labels[sandboxpod.LabelAgentKey], CodeDigest: ex.Status.CodeDigest,
+		Deadline: start.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
+	}, nil
+}
+
+func (r *Reconciler) request(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, code string) protocol.ExecuteRequest {
+	req := protocol.ExecuteRequest{
+		Code:           code,
+		Language:       string(ex.Spec.Language),
+		MaxOutputBytes: int(pool.Spec.ExecutionDefaults.MaxOutputBytes),
+	}
+	if ex.Spec.Context != nil {
+		if ex.Spec.ContextFormat == sandboxv1alpha1.ContextJSON {
+			req.Context = json.RawMessage(*ex.Spec.Context)
+		} else {
+			req.Context, _ = json.Marshal(*ex.Spec.Context)
+		}
+	}
+	if len(ex.Spec.Env) > 0 {
+		req.Env = map[string]string{}
+		for _, e := range ex.Spec.Env {
+			req.Env[e.Name] = e.Value
+		}
+	}
+	return req
+}
+
+func timeoutOf(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if ex.Spec.Timeout != nil {
+		return ex.Spec.Timeout.Duration
+	}
+	if pool.Spec.ExecutionDefaults.Timeout != nil {
+		return pool.Spec.ExecutionDefaults.Timeout.Duration
+	}
+	return protocol.DefaultTimeout
+}
+
+func graceOf(pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	if g := pool.Spec.ExecutionDefaults.InterruptGracePeriod; g != nil {
+		return g.Duration
+	}
+	return protocol.DefaultGrace
+}
+
+// code returns the code to run, reading spec.codeFrom when set (uncached: the
+// manager does not watch every ConfigMap and Secret of the cluster). Only
+// objects their owner marked with LabelCodeSource are read: the manager may
+// read any Secret, a tenant who may create Executions may not.
+func (r *Reconciler) code(ctx context.Context, ex *sandboxv1alpha1.Execution) (string, error) {
+	if ex.Spec.Code != nil {
+		return *ex.Spec.Code, nil
+	}
+	from := ex.Spec.CodeFrom
+	if from == nil {
+		return "", errors.New("neither spec.code nor spec.codeFrom is set")
+	}
+	kind, ref := "ConfigMap", from.ConfigMapKeyRef
+	var obj client.Object = &corev1.ConfigMap{}
+	if ref == nil {
+		kind, ref, obj = "Secret", from.SecretKeyRef, &corev1.Secret{}
+	}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ref.Name}, obj); err != nil {
+		return "", fmt.Errorf("spec.codeFrom: %s %s: %w", kind, ref.Name, err)
+	}
+	if obj.GetLabels()[sandboxv1alpha1.LabelCodeSource] != "true" {
+		return "", &unmarkedSourceError{fmt.Sprintf("spec.codeFrom: %s %s is not marked as code for Executions; its owner must "+
+			"label it: kubectl label %s %s %s=true", kind, ref.Name, strings.ToLower(kind), ref.Name, sandboxv1alpha1.LabelCodeSource)}
+	}
+	var v string
+	var ok bool
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		v, ok = o.Data[ref.Key]
+	case *corev1.Secret:
+		var b []byte
+		b, ok = o.Data[ref.Key]
+		v = string(b)
+	}
+	if !ok {
+		return "", fmt.Errorf("spec.codeFrom: %s %s has no key %q", kind, ref.Name, ref.Key)
+	}
+	return v, nil
+}
+
+// codeFailed ends an Execution whose code could not be read.
+func (r *Reconciler) codeFailed(ex *sandboxv1alpha1.Execution, err error) {
+	reason := sandboxv1alpha1.ReasonCodeSourceNotFound
+	var unmarked *unmarkedSourceError
+	if errors.As(err, &unmarked) {
+		reason = sandboxv1alpha1.ReasonCodeSourceNotMarked
+	}
+	r.fail(ex, reason, err.Error(), "")
+}
+
+// unmarkedSourceError: codeFrom names an object not marked with LabelCodeSource.
+type unmarkedSourceError struct{ msg string }
+
+func (e *unmarkedSourceError) Error() string { return e.msg }

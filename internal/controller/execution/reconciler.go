@@ -1,0 +1,299 @@
+// Package execution is the Execution controller: it gives a waiting
+// Execution a free pod of its pool, runs its code there and stores how it
+// ended. One file per concern: pending.go (waiting, claiming a pod,
+// starting), session.go (Executions that name a Session), running.go
+// (re-attaching, the reconciler's own deadline), finish.go (outcome to status,
+// and the pod's fate), disposition.go (carrying out that fate after the
+// status is stored), limits.go (what ended a run: a limit, the pod's end),
+// ttl.go (deleting finished Executions), events.go (watches and wake-ups).
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/controller/modelendpoint"
+	"github.com/warmpool/warmpool/internal/controller/wakeup"
+	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/pkg/protocol"
+)
+
+// Reconciler runs Executions.
+//
+// The commit point: a final status is written, with what is to become of the
+// pod, before anything irreversible happens to the pod. A manager that stops
+// between any two writes finds, when it comes back, either a Running
+// Execution (it asks the agent how the run ended) or a final status whose pod
+// disposition it carries out.
+type Reconciler struct {
+	client.Client
+	// APIReader reads around the cache, to confirm a lost pod or session before
+	// failing an Execution for it: the pod informer can lag behind the Execution informer.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Runner    *runner.Runner
+	Resolver  runner.Resolver
+	// Keys sign the tokens of each call to an agent (for the runner NewRunner makes).
+	Keys *agentauth.Keyring
+	// Dispatcher decides which waiting Execution gets which free pod.
+	Dispatcher *dispatch.Dispatcher
+	// Models answers the code's llm_query calls with the pool's ModelEndpoint.
+	Models *modelendpoint.Endpoints
+	// Clock is injected so the time policies are tested without sleeping.
+	Clock clock.PassiveClock
+
+	// wakeups feeds the runner's and the dispatcher's wake-ups to the work queue.
+	Wakeups *wakeup.Source
+}
+
+// afterWrite is what a reconcile does once its status write succeeded: code
+// is sent to an agent only on a status stored with the resourceVersion the
+// reconcile read (Running, naming the pod). A reconcile working from a stale
+// view of an Execution (after a failover or a watch that lagged) fails that
+// write and so never runs code a second time.
+type afterWrite struct {
+	send *runner.Job
+	// claim is the pod to claim while the Running status is written, both
+	// before the send. Written one after the other they cost a round trip more.
+	claim *corev1.Pod
+}
+
+// waitBackstop re-checks a waiting Execution in case a wake-up was missed.
+const waitBackstop = 30 * time.Second
+
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ex := &sandboxv1alpha1.Execution{}
+	if err := r.Get(ctx, req.NamespacedName, ex); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.deleted(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if ex.Status.Phase.IsFinished() {
+		return r.reconcileFinished(ctx, ex)
+	}
+	if !r.Keys.Loaded() {
+		// Right after a restart: re-attaching now would find every running pod
+		// unreachable and fail its Execution. Wait for AgentKeysReconciler.
+		logf.FromContext(ctx).V(1).Info("waiting for the agent signing keys to load")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+
+	orig := ex.DeepCopy()
+	var result ctrl.Result
+	var err error
+	next := &afterWrite{}
+	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning {
+		result, err = r.reconcileRunning(ctx, ex, next)
+	} else {
+		result, err = r.reconcilePending(ctx, ex, next)
+	}
+	ex.Status.ObservedGeneration = ex.Generation
+	// A run is sent only after a write: even when the status did not change,
+	// the resourceVersion precondition proves this reconcile saw the latest one.
+	if next.send != nil || !equality.Semantic.DeepEqual(orig.Status, ex.Status) {
+		// The optimistic lock makes a reconcile that worked from a stale cache
+		// fail here instead of overwriting a newer status (or starting code that
+		// already ran).
+		patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+		write := func() error { return r.Status().Patch(ctx, ex, patch) }
+		var perr error
+		if next.claim != nil {
+			var cerr error
+			if cerr, perr = r.claimConcurrently(ctx, ex, next.claim, write); cerr != nil {
+				return r.claimFailed(ctx, ex, next.claim, cerr, perr)
+			}
+			metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
+		} else {
+			perr = write()
+		}
+		if perr != nil {
+			if apierrors.IsConflict(perr) {
+				// Stale: nothing was sent. A pod claimed on that view stays claimed:
+				// the next reconcile runs on it if the Execution still waits, and
+				// the pool controller replaces it if the Execution ran elsewhere or
+				// ended. (Handing it back here would race with that next reconcile,
+				// which can find the claim in its cache after it was undone.)
+				return ctrl.Result{Requeue: true}, err
+			}
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
+		}
+		if next.send != nil {
+			r.Runner.Start(*next.send)
+		}
+		if !orig.Status.Phase.IsFinished() && ex.Status.Phase.IsFinished() {
+			r.recordEnd(ex)
+			// The final status is stored: now, and only now, the pod may change hands.
+			if derr := r.dispose(ctx, ex); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}
+	}
+	return result, err
+}
+
+// claimFailed handles a claim that did not commit while the Running status
+// was written: nothing was sent; if Running was stored, it is taken back.
+func (r *Reconciler) claimFailed(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, claimErr, writeErr error) (ctrl.Result, error) {
+	logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", claimErr.Error())
+	r.Dispatcher.ClaimFailed(ex.UID, pod.Name, pod.ResourceVersion)
+	if writeErr != nil {
+		return ctrl.Result{Requeue: true}, nil // Running was not stored either
+	}
+	orig := ex.DeepCopy()
+	r.unclaimed(ex, fmt.Sprintf("pod %s was taken by another Execution before this one's claim: back in the queue", pod.Name))
+	if err := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		// Running stays stored for a pod it does not hold; reconcileRunning undoes it.
+		return ctrl.Result{Requeue: true}, fmt.Errorf("take back the Running status of execution %s: %w", ex.Name, err)
+	}
+	r.refreshPod(ctx, pod)
+	return ctrl.Result{RequeueAfter: waitBackstop}, nil
+}
+
+// refreshPod tells the dispatcher the pod as it is now: it took the pod for
+// busy when it saw a Running status that named it.
+func (r *Reconciler) refreshPod(ctx context.Context, pod *corev1.Pod) {
+	live := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err == nil {
+		r.Dispatcher.UpdatePod(live)
+	}
+}
+
+// reconcileFinished carries out the pod disposition if that did not happen
+// yet (the manager stopped just after the final status), then applies the TTL.
+func (r *Reconciler) reconcileFinished(ctx context.Context, ex *sandboxv1alpha1.Execution) (ctrl.Result, error) {
+	// A reconcile from a stale view may have queued it again (Place); forget it.
+	r.Dispatcher.UpdateExecution(ex)
+	if err := r.dispose(ctx, ex); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Runner.Forget(ex.UID)
+	return r.applyTTL(ctx, ex)
+}
+
+// waiting records that the Execution waits for a pod.
+func (r *Reconciler) waiting(ex *sandboxv1alpha1.Execution, reason, msg string) {
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
+		Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: ex.Generation})
+}
+
+// end sets a final phase with its Complete condition, and what becomes of the pod.
+func (r *Reconciler) end(ex *sandboxv1alpha1.Execution, phase sandboxv1alpha1.ExecutionPhase, reason, msg string,
+	execErr *sandboxv1alpha1.ExecutionError, pod sandboxv1alpha1.PodDisposition) {
+	now := metav1.NewTime(r.Clock.Now())
+	ex.Status.Phase = phase
+	ex.Status.CompletionTime = &now
+	ex.Status.PodDisposition = pod
+	if execErr != nil {
+		ex.Status.Error = execErr
+	}
+	if c := meta.FindStatusCondition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox); c != nil && c.Status == metav1.ConditionTrue {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, reason, "no longer waiting: "+string(phase)
+	}
+	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionComplete,
+		Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: ex.Generation})
+}
+
+// fail ends the Execution Failed for an operator reason, with that reason as its error.
+func (r *Reconciler) fail(ex *sandboxv1alpha1.Execution, reason, msg string, pod sandboxv1alpha1.PodDisposition) {
+	r.end(ex, sandboxv1alpha1.PhaseFailed, reason, msg, &sandboxv1alpha1.ExecutionError{Type: reason, Message: msg}, pod)
+}
+
+// recordEnd emits the event and metrics of an Execution whose final status was written.
+func (r *Reconciler) recordEnd(ex *sandboxv1alpha1.Execution) {
+	c := meta.FindStatusCondition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)
+	if c == nil {
+		return
+	}
+	evType := corev1.EventTypeNormal
+	if ex.Status.Phase != sandboxv1alpha1.PhaseSucceeded {
+		evType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ex, nil, evType, c.Reason, "Finish", "%s: %s", ex.Status.Phase, c.Message)
+	metrics.ExecutionsTotal.WithLabelValues(string(ex.Status.Phase), c.Reason).Inc()
+	if cause := interruptCause(ex); cause != "" {
+		metrics.ExecutionInterrupts.WithLabelValues(cause).Inc()
+	}
+	if cause := killCause(ex, c.Reason); cause != "" {
+		metrics.ExecutionKills.WithLabelValues(cause).Inc()
+	}
+	metrics.EndToEnd.Observe(ex.Status.CompletionTime.Sub(ex.CreationTimestamp.Time).Seconds())
+	if ex.Status.DurationMillis != nil {
+		metrics.RunDuration.Observe(float64(*ex.Status.DurationMillis) / 1000)
+	}
+}
+
+// interruptCause says why the code of a finished Execution was interrupted,
+// if it was: only started code is (a cancelled pending one never ran).
+func interruptCause(ex *sandboxv1alpha1.Execution) string {
+	if ex.Status.StartTime == nil {
+		return ""
+	}
+	switch ex.Status.Phase {
+	case sandboxv1alpha1.PhaseTimedOut:
+		return "timeout"
+	case sandboxv1alpha1.PhaseCancelled:
+		return "cancel"
+	}
+	return ""
+}
+
+// killCause says why a finished Execution's interpreter was killed, if it was.
+func killCause(ex *sandboxv1alpha1.Execution, reason string) string {
+	switch {
+	case ex.Status.Error != nil && ex.Status.Error.Type == protocol.ErrorInterpreterKilled:
+		return "interrupt_ignored"
+	case reason == sandboxv1alpha1.ReasonOOMKilled || reason == sandboxv1alpha1.ReasonMemoryLimitExceeded:
+		return "memory"
+	case ex.Status.Phase == sandboxv1alpha1.PhaseTimedOut && ex.Status.Error != nil && ex.Status.Error.Type == sandboxv1alpha1.ReasonTimedOut:
+		// finish names the error after the reason only when the agent gave
+		// no result: it could not stop the code, and the pod goes.
+		return "unresponsive"
+	}
+	return ""
+}
+
+// deleted stops the run of an Execution that was deleted while it ran and
+// deletes its pod: the interrupted code's pod is suspect. There is no
+// finalizer (it would cost two API writes per Execution and leave Executions
+// stuck in deletion without the operator); if the manager misses the delete, the
+// pool controller deletes pods claimed by Executions that no longer exist.
+func (r *Reconciler) deleted(ctx context.Context, key types.NamespacedName) error {
+	uid, ok := r.Runner.UIDOf(key.Namespace, key.Name)
+	if !ok {
+		return nil
+	}
+	r.Runner.Cancel(uid)
+	pod, err := r.claimedPod(ctx, key.Namespace, uid)
+	if err != nil {
+		return err
+	}
+	if pod != nil {
+		if err := r.deleteClaimedPod(ctx, pod, uid); err != nil {
+			return err
+		}
+	}
+	r.Runner.Forget(uid)
+	return nil
+}
+
+// now is the injected clock's time.
+func (r *Reconciler) now() time.Time { return r.Clock.Now() }

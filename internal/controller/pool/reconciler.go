@@ -1,0 +1,712 @@
+// Package pool is the SandboxPool controller: it keeps spec.replicas idle
+// Ready pods per pool plus one for each Execution waiting for a fresh pod,
+// within spec.maxPods, with the pool's NetworkPolicy and PodDisruptionBudget.
+// One file per policy: autoscale.go (replicas from the claim rate),
+// isolation.go (the NetworkPolicy and the PDB), limits.go (quota and maxPods
+// held, ScalingLimited), startfailures.go (pods that fail before they run
+// code, Degraded, backoff), expectations.go (creates and deletes not yet seen
+// by the cache).
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/autoscale"
+	"github.com/warmpool/warmpool/internal/controller/agentkeys"
+	"github.com/warmpool/warmpool/internal/controller/podstatus"
+	"github.com/warmpool/warmpool/internal/controller/recycle"
+	"github.com/warmpool/warmpool/internal/controller/wakeup"
+	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+)
+
+// maxCreatesPerReconcile bounds one reconcile's burst of pod creations.
+const maxCreatesPerReconcile = 50
+
+// maxSurge bounds, when spec.maxPods is unset, the pods started for waiting
+// Executions beyond spec.replicas: unclaimed pods (warming or idle) a burst
+// asks for. As they are claimed, more start.
+const maxSurge = 20
+
+// Reconciler keeps spec.replicas idle Ready pods per pool, plus one
+// for each Execution waiting for a pod, within spec.maxPods.
+type Reconciler struct {
+	client.Client
+	// APIReader confirms, around the cache, that an Execution is gone before its pod is deleted.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Keys are the manager's agent signing keys: new pods trust the current one.
+	Keys *agentauth.Keyring
+	// ManagerNamespace is where the pods that may call agents run (labelled
+	// sandboxpod.LabelAgentClient): the only ingress the pools' NetworkPolicies allow.
+	ManagerNamespace string
+	// KeyEvents wakes pools when the agent signing key changes (AgentKeysReconciler).
+	KeyEvents chan event.GenericEvent
+	// Dispatcher knows each pool's waiting Executions: its demand for pods.
+	Dispatcher *dispatch.Dispatcher
+	// AutoscaleWindow is the long window of autoscaled pools' claim rate (0: 60 s).
+	AutoscaleWindow time.Duration
+	// Clock dates the autoscaler's claims and decisions: its rate windows,
+	// scale-down delay and steps (the wall clock when nil).
+	Clock clock.PassiveClock
+
+	DemandWakes  *wakeup.Source
+	expectations *expectations
+
+	mu sync.Mutex
+	// readySeen: per pool, the pods seen Ready (their start latency observed
+	// once); rebuilt on every reconcile, so deleted pods drop out.
+	readySeen map[types.NamespacedName]map[types.UID]bool
+	// started is when this reconciler started: older pods' starts are not its to measure.
+	started time.Time
+	// startFailures backs off pools whose pods fail before they run code.
+	startFailures startFailures
+	// autoscalers keep the demand record of each pool for spec.autoscaling.
+	autoscalers *autoscalers
+}
+
+// poolPods is a pool's pods sorted by what the reconciler does with them.
+type poolPods struct {
+	idle, warming, busy    []*corev1.Pod // current template; busy includes session pods between executions
+	staleIdle, staleWarm   []*corev1.Pod // built from an older spec, unclaimed
+	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
+	nextExpiry             time.Duration // the next session idle timeout or stuck reset, for a requeue
+	degradedReason, degMsg string
+	limit                  scalingLimit
+}
+
+// requeueWithin keeps the soonest requeue.
+func (p *poolPods) requeueWithin(d time.Duration) {
+	if p.nextExpiry == 0 || d < p.nextExpiry {
+		p.nextExpiry = d
+	}
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expectations.Forget(req.NamespacedName)
+			metrics.ForgetPool(req.Namespace, req.Name)
+			r.mu.Lock()
+			delete(r.readySeen, req.NamespacedName)
+			r.startFailures.forget(req.NamespacedName)
+			r.mu.Unlock()
+			r.autoscalers.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pool.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // owner references delete the pods and the Secret
+	}
+	if !r.Keys.Loaded() {
+		// Without keys every pod would look unreachable: wait for AgentKeysReconciler.
+		log.V(1).Info("waiting for the agent signing keys to load")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	policyErr := r.ensureIsolation(ctx, pool)
+
+	var podList corev1.PodList
+	if err := r.List(ctx, &podList, client.InNamespace(pool.Namespace), client.MatchingLabels{sandboxpod.LabelPool: pool.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", pool.Name, err)
+	}
+	// Pods with the pool's labels that the pool does not own are someone
+	// else's: not counted, never leased, never deleted.
+	podList.Items = slices.DeleteFunc(podList.Items, func(p corev1.Pod) bool { return !lease.Owned(&p, pool) })
+	seen := map[string]bool{}
+	for i := range podList.Items {
+		seen[podList.Items[i].Name] = podList.Items[i].DeletionTimestamp != nil
+	}
+	now := r.Clock.Now()
+	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, now)
+	pods := r.classify(ctx, pool, podList.Items, deleting, now)
+	r.observeStarts(req.NamespacedName, podList.Items)
+	r.startFailures.observe(req.NamespacedName, sandboxpod.TemplateHash(pool), podList.Items, now)
+	backoff, failMsg := r.startFailures.wait(req.NamespacedName, now)
+	if failMsg != "" {
+		pods.degradedReason, pods.degMsg = sandboxv1alpha1.ReasonSandboxStartFailed, failMsg
+	}
+	orphans, err := r.orphans(ctx, pods.busy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var errs []error
+	var autoscaled *sandboxv1alpha1.PoolAutoscalingStatus
+	if pool.Spec.Autoscaling != nil {
+		// Sets spec.replicas (stored before any pod is created or deleted for it).
+		if autoscaled, err = r.autoscale(ctx, pool); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		r.autoscalers.off(req.NamespacedName)
+	}
+	if autoscaled != nil && (autoscaled.Reason == autoscale.ReasonMaxReplicas || autoscaled.Reason == autoscale.ReasonMaxPods) {
+		pods.limit.add(autoscaled.Reason, autoscaled.Message)
+	}
+	demand, pending := r.Dispatcher.Demand(req.NamespacedName), int32(r.Dispatcher.Waiting(req.NamespacedName))
+	if pool.Spec.MaxPods == nil {
+		demand = min(demand, maxSurge)
+	}
+
+	// How many unclaimed pods the pool wants, and how many it has or will have.
+	want := int(pool.Spec.Replicas) + demand
+	have := len(pods.idle) + len(pods.warming) + pendingCreates
+	total := have + len(pods.busy) + len(pods.staleIdle) + len(pods.staleWarm)
+	create := want - have
+	if pool.Spec.MaxPods != nil {
+		room := int(*pool.Spec.MaxPods) - total
+		if create > room {
+			// At the cap, stale pods make room for current ones.
+			stale := append(append([]*corev1.Pod{}, pods.staleWarm...), pods.staleIdle...)
+			for len(stale) > 0 && create > room {
+				pods.failed = append(pods.failed, stale[0])
+				stale = stale[1:]
+				room++
+			}
+			if create > room {
+				pods.limit.add(sandboxv1alpha1.ReasonMaxPods, fmt.Sprintf("maxPods %d reached: %d more pods wanted; raise spec.maxPods",
+					*pool.Spec.MaxPods, create-max(room, 0)))
+			}
+			create = min(create, room)
+		}
+	}
+	if create > 0 && backoff > 0 {
+		create = 0 // the last pods failed to start: wait before the next attempt
+		pods.requeueWithin(backoff)
+	}
+	if create > 0 {
+		create = min(create, maxCreatesPerReconcile)
+		for i := 0; i < create; i++ {
+			if err := r.createPod(ctx, pool); err != nil {
+				if errors.Is(err, errNamespaceTerminating) {
+					// The pool goes with its namespace: nothing to retry or report.
+					break
+				}
+				if pods.limit.quota(err, create-i) {
+					pods.requeueWithin(quotaRetry)
+					break
+				}
+				// Say why in the status: a missing RuntimeClass, a policy, a quota the pod does not fit (no limits)...
+				pods.degradedReason, pods.degMsg = "CreatePodFailed", err.Error()
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	// Surplus unclaimed pods (scale down): unready ones first, then the newest.
+	var toDelete []*corev1.Pod
+	if surplus := have - want; surplus > 0 && pendingCreates == 0 {
+		// The newest starting pods first: the older ones are closer to Ready.
+		candidates := append(newestFirst(pods.warming), newestFirst(pods.idle)...)
+		toDelete = append(toDelete, candidates[:min(surplus, len(candidates))]...)
+	}
+	// Stale pods go once enough current pods are ready to take their place.
+	if len(pods.idle) >= want {
+		toDelete = append(toDelete, pods.staleIdle...)
+	}
+	toDelete = append(toDelete, pods.staleWarm...)
+	toDelete = append(toDelete, pods.failed...)
+	toDelete = append(toDelete, pods.expired...)
+	toDelete = append(toDelete, orphans...)
+	for _, p := range toDelete {
+		if err := r.deletePod(ctx, pool, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(pods.failed) > 0 {
+		log.V(1).Info("replaced ended or stale pods", "count", len(pods.failed))
+	}
+
+	status := r.status(pool, pods, pending)
+	status.Autoscaling = autoscaled
+	status.WarmHitRatio, status.StartupSeconds = "", ""
+	if ratio, ok := r.autoscalers.warmHitRatio(req.NamespacedName); ok {
+		status.WarmHitRatio = strconv.FormatFloat(ratio, 'f', 3, 64)
+	}
+	if d, ok := r.autoscalers.startup(req.NamespacedName); ok {
+		status.StartupSeconds = strconv.FormatFloat(d.Seconds(), 'f', 1, 64)
+	}
+	others, err := r.reopeningPolicies(ctx, pool)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	setPolicyCondition(&status, pool, others, policyErr)
+	if policyErr != nil {
+		errs = append(errs, policyErr)
+	}
+	if c := meta.FindStatusCondition(status.Conditions, sandboxv1alpha1.PoolConditionNetworkPolicyReady); c.Reason == sandboxv1alpha1.ReasonOtherPoliciesApply {
+		if old := meta.FindStatusCondition(pool.Status.Conditions, c.Type); old == nil || old.Message != c.Message {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+		}
+	}
+	r.recordMetrics(pool, &status, pods, pending)
+	if c := meta.FindStatusCondition(status.Conditions, sandboxv1alpha1.PoolConditionScalingLimited); c.Status == metav1.ConditionTrue &&
+		(c.Reason == sandboxv1alpha1.ReasonResourceQuota || c.Reason == sandboxv1alpha1.ReasonMaxPods) {
+		// The autoscaler's own caps have their AutoscalingCapped event.
+		if old := meta.FindStatusCondition(pool.Status.Conditions, c.Type); old == nil || old.Status != c.Status || old.Reason != c.Reason {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Scale", "%s", c.Message)
+		}
+	}
+	if meta.IsStatusConditionTrue(status.Conditions, sandboxv1alpha1.PoolConditionDegraded) &&
+		!meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
+	}
+	if !equality.Semantic.DeepEqual(status, pool.Status) {
+		patch := client.MergeFrom(pool.DeepCopy())
+		pool.Status = status
+		if err := r.Status().Patch(ctx, pool, patch); err != nil {
+			errs = append(errs, fmt.Errorf("update status of pool %s: %w", pool.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return ctrl.Result{}, errs[0]
+	}
+	if pool.Spec.Autoscaling != nil {
+		pods.requeueWithin(autoscaleInterval) // the rate windows slide
+	}
+	if pods.nextExpiry > 0 {
+		return ctrl.Result{RequeueAfter: pods.nextExpiry}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, items []corev1.Pod, deleting map[string]bool, now time.Time) poolPods {
+	log := logf.FromContext(ctx)
+	var out poolPods
+	hash := sandboxpod.TemplateHash(pool)
+	currentKey, _ := r.Keys.Current()
+	promised := r.Dispatcher.Promised(client.ObjectKeyFromObject(pool))
+	for i := range items {
+		p := &items[i]
+		if p.DeletionTimestamp != nil || deleting[p.Name] {
+			continue
+		}
+		if reason, msg := podstatus.Trouble(p); reason != "" && out.degradedReason == "" {
+			out.degradedReason, out.degMsg = reason, fmt.Sprintf("pod %s: %s", p.Name, msg)
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			out.failed = append(out.failed, p)
+			continue
+		}
+		if s := lease.Session(p); s != "" && lease.ClaimedBy(p) == "" {
+			// A live Session frees its pod itself when it ends; a pod whose
+			// Session is gone (deleted, or ended by a manager that stopped before
+			// freeing it), or a second pod a Session leased while the cache lagged
+			// behind its first, is deleted here, after a grace that covers the
+			// cache's lag behind a Session that has just claimed it.
+			ses := &sandboxv1alpha1.Session{}
+			if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: s}, ses); err == nil &&
+				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
+				(ses.Status.PodName == "" || ses.Status.PodName == p.Name) {
+				out.busy = append(out.busy, p)
+				continue
+			}
+			last, err := time.Parse(time.RFC3339Nano, p.Annotations[sandboxpod.AnnotationLastUsed])
+			if err != nil {
+				last = p.CreationTimestamp.Time
+			}
+			if out.expiresIn(last, lease.OrphanSessionPodGrace, now) <= 0 {
+				out.expired = append(out.expired, p)
+			} else {
+				out.busy = append(out.busy, p)
+			}
+			continue
+		}
+		if since, resetting := lease.ResetSince(p); resetting {
+			// Back to idle within a second or so; one that stays resetting lost its
+			// reset to a manager restart and is replaced.
+			if out.expiresIn(since, recycle.ResetTimeout, now) <= 0 {
+				out.failed = append(out.failed, p)
+			} else {
+				out.warming = append(out.warming, p)
+			}
+			continue
+		}
+		if p.Labels[sandboxpod.LabelState] == sandboxpod.StateBusy || lease.ClaimedBy(p) != "" || promised[p.Name] {
+			out.busy = append(out.busy, p)
+			continue
+		}
+		ready := sandboxpod.IsReady(p)
+		key := p.Labels[sandboxpod.LabelAgentKey]
+		if !r.Keys.Has(key) {
+			// Its key was removed from the keys Secret: the manager cannot call it.
+			out.failed = append(out.failed, p)
+			continue
+		}
+		// Built from an older spec, or trusting a key that is no longer current.
+		stale := p.Labels[sandboxpod.LabelTemplateHash] != hash || key != currentKey
+		if !stale {
+			if err := lease.Admits(pool, p, r.Keys); err != nil {
+				// Says it is the pool's and of its current template, and is not
+				// built so: the dispatcher never leases it; replace it.
+				log.Info("replacing a pod that is not built as its pool builds them", "pod", p.Name, "reason", err.Error())
+				out.failed = append(out.failed, p)
+				continue
+			}
+		}
+		switch {
+		case stale && ready:
+			out.staleIdle = append(out.staleIdle, p)
+		case stale:
+			out.staleWarm = append(out.staleWarm, p)
+		case ready:
+			out.idle = append(out.idle, p)
+		default:
+			out.warming = append(out.warming, p)
+		}
+	}
+	return out
+}
+
+// expiresIn returns the time left until start+timeout and, while some is left,
+// keeps the soonest such time for the reconcile's requeue.
+func (out *poolPods) expiresIn(start time.Time, timeout time.Duration, now time.Time) time.Duration {
+	left := start.Add(timeout).Sub(now)
+	if left > 0 {
+		out.requeueWithin(left)
+	}
+	return left
+}
+
+// observeStarts records the creation-to-Ready time of pods that became
+// Ready for the first time. A pod that was Ready before (its readiness
+// blipped) or was made before this manager started (its Ready time may be a
+// later one) is not a start-up: its age would pass for one.
+func (r *Reconciler) observeStarts(pool types.NamespacedName, pods []corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.readySeen[pool]
+	seen := map[types.UID]bool{}
+	for i := range pods {
+		p := &pods[i]
+		if old[p.UID] {
+			seen[p.UID] = true
+			continue
+		}
+		if !sandboxpod.IsReady(p) {
+			continue
+		}
+		seen[p.UID] = true
+		if p.CreationTimestamp.Time.Before(r.started) {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				d := c.LastTransitionTime.Sub(p.CreationTimestamp.Time)
+				metrics.PodStart.Observe(d.Seconds())
+				r.autoscalers.started(pool, d)
+			}
+		}
+	}
+	r.readySeen[pool] = seen
+}
+
+// orphans returns busy pods claimed by an Execution that no longer exists
+// (it was deleted while the manager was down, or its delete was missed), and
+// pods claimed by an Execution that runs or ran on another pod (or ended
+// without one): a claim made from a stale view whose Running status was never
+// stored, so no code reached the pod. A pod claimed by a finished Execution
+// that names it is left to that Execution's pod disposition (a session keeps
+// its pod), which the Execution controller carries out after the final status.
+func (r *Reconciler) orphans(ctx context.Context, busy []*corev1.Pod) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, p := range busy {
+		uid := lease.ClaimedBy(p)
+		if uid == "" {
+			continue
+		}
+		ex := &sandboxv1alpha1.Execution{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		if err == nil && ex.UID == uid {
+			// Both are final once set, so a cache that lags cannot mislead this.
+			if (ex.Status.PodName != "" && ex.Status.PodName != p.Name) || (ex.Status.Phase.IsFinished() && ex.Status.PodName == "") {
+				out = append(out, p)
+			}
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		// Not in the cache: make sure around it before deleting a busy pod.
+		err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && ex.UID != uid):
+			out = append(out, p)
+		case err != nil:
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func newestFirst(pods []*corev1.Pod) []*corev1.Pod {
+	out := append([]*corev1.Pod{}, pods...)
+	sort.Slice(out, func(i, j int) bool { return out[j].CreationTimestamp.Before(&out[i].CreationTimestamp) })
+	return out
+}
+
+var errNamespaceTerminating = errors.New("namespace is terminating")
+
+func (r *Reconciler) createPod(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) error {
+	key, err := agentkeys.ForNewPods(r.Keys)
+	if err != nil {
+		return err
+	}
+	pod := sandboxpod.New(pool, key)
+	if err := controllerutil.SetControllerReference(pool, pod, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, pod); err != nil {
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return errNamespaceTerminating
+		}
+		if refusedByQuota(err) {
+			// No event per attempt: the ScalingLimited condition and its event say it.
+			return &quotaError{fmt.Errorf("create pod for pool %s: %w", pool.Name, err)}
+		}
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "CreatePodFailed", "Create", "create sandbox pod: %v", err)
+		return fmt.Errorf("create pod for pool %s: %w", pool.Name, err)
+	}
+	r.expectations.Created(client.ObjectKeyFromObject(pool), pod.Name)
+	return nil
+}
+
+func (r *Reconciler) deletePod(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) error {
+	// Preconditions: never delete a pod that was claimed since we read it.
+	err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return nil // changed since read; the next reconcile sees it as it is now
+		}
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	r.expectations.Deleted(client.ObjectKeyFromObject(pool), pod.Name)
+	return nil
+}
+
+func (r *Reconciler) status(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pending int32) sandboxv1alpha1.SandboxPoolStatus {
+	st := *pool.Status.DeepCopy()
+	idle := int32(len(pods.idle) + len(pods.staleIdle))
+	unclaimed := idle + int32(len(pods.warming)+len(pods.staleWarm))
+	ready := idle
+	for _, p := range pods.busy {
+		if sandboxpod.IsReady(p) {
+			ready++
+		}
+	}
+	st.Replicas, st.ReadyReplicas, st.IdleReplicas = unclaimed, ready, idle
+	st.BusyReplicas = int32(len(pods.busy))
+	st.PendingExecutions = pending
+	st.Selector = sandboxpod.Selector(pool)
+	st.ObservedGeneration = pool.Generation
+
+	readyCond := metav1.Condition{Type: sandboxv1alpha1.PoolConditionReady, ObservedGeneration: pool.Generation}
+	switch {
+	case idle >= pool.Spec.Replicas:
+		readyCond.Status, readyCond.Reason = metav1.ConditionTrue, sandboxv1alpha1.ReasonIdleReplicasReady
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready", idle, pool.Spec.Replicas)
+	case pool.Spec.MaxPods != nil && int32(len(pods.busy))+unclaimed >= *pool.Spec.MaxPods:
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonMaxPodsReached
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready; maxPods %d reached: raise spec.maxPods or wait for busy pods to finish",
+			idle, pool.Spec.Replicas, *pool.Spec.MaxPods)
+	default:
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonPodsStarting
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready", idle, pool.Spec.Replicas)
+	}
+	meta.SetStatusCondition(&st.Conditions, readyCond)
+	deg := metav1.Condition{Type: sandboxv1alpha1.PoolConditionDegraded, ObservedGeneration: pool.Generation,
+		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonPodsHealthy, Message: "sandbox pods start normally"}
+	if pods.degradedReason != "" {
+		deg.Status, deg.Reason, deg.Message = metav1.ConditionTrue, pods.degradedReason, pods.degMsg
+	}
+	meta.SetStatusCondition(&st.Conditions, deg)
+	meta.SetStatusCondition(&st.Conditions, pods.limit.condition(pool.Generation))
+	return st
+}
+
+func (r *Reconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool, status *sandboxv1alpha1.SandboxPoolStatus, pods poolPods, pending int32) {
+	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "idle").Set(float64(len(pods.idle) + len(pods.staleIdle)))
+	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "warming").Set(float64(len(pods.warming) + len(pods.staleWarm)))
+	metrics.PoolPods.WithLabelValues(pool.Namespace, pool.Name, "busy").Set(float64(len(pods.busy)))
+	metrics.PoolPending.WithLabelValues(pool.Namespace, pool.Name).Set(float64(pending))
+	sessions := 0
+	for _, p := range pods.busy {
+		if lease.Session(p) != "" {
+			sessions++
+		}
+	}
+	metrics.PoolSessions.WithLabelValues(pool.Namespace, pool.Name).Set(float64(sessions))
+	for _, c := range status.Conditions {
+		v := 0.0
+		if c.Status == metav1.ConditionTrue {
+			v = 1
+		}
+		metrics.PoolCondition.WithLabelValues(pool.Namespace, pool.Name, c.Type).Set(v)
+	}
+	setTimestamp(metrics.PoolOldestWarming, pool, oldestCreated(pods.warming, pods.staleWarm))
+	setTimestamp(metrics.PoolOldestPending, pool, r.Dispatcher.OldestWaiting(client.ObjectKeyFromObject(pool)))
+	if ratio, ok := r.autoscalers.warmHitRatio(client.ObjectKeyFromObject(pool)); ok {
+		metrics.PoolWarmHitRatio.WithLabelValues(pool.Namespace, pool.Name).Set(ratio)
+	} else {
+		metrics.PoolWarmHitRatio.DeleteLabelValues(pool.Namespace, pool.Name)
+	}
+}
+
+// oldestCreated is the earliest creation time of the pods that are starting
+// (zero for none). A pod in the middle of a reset (reusePolicy
+// FreshInterpreter) is not starting: its creation time would make a pool
+// that resets all day look as if a pod had been starting all day.
+func oldestCreated(lists ...[]*corev1.Pod) time.Time {
+	var oldest time.Time
+	for _, pods := range lists {
+		for _, p := range pods {
+			if _, resetting := lease.ResetSince(p); resetting {
+				continue
+			}
+			if t := p.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+				oldest = t
+			}
+		}
+	}
+	return oldest
+}
+
+// setTimestamp sets a pool's timestamp gauge, or removes it for the zero time.
+func setTimestamp(g *prometheus.GaugeVec, pool *sandboxv1alpha1.SandboxPool, t time.Time) {
+	if t.IsZero() {
+		g.DeleteLabelValues(pool.Namespace, pool.Name)
+		return
+	}
+	g.WithLabelValues(pool.Namespace, pool.Name).Set(float64(t.UnixNano()) / 1e9)
+}
+
+// SetupWithManager registers the reconciler: pools, their pods and Secrets,
+// and the Executions that name them (their demand).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.expectations = newExpectations(r.Clock.Now)
+	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
+	// Creation times are whole seconds: a pod made in the second the manager started counts.
+	r.started = r.Clock.Now().Truncate(time.Second)
+	r.autoscalers = newAutoscalers(r.Clock.Now, r.AutoscaleWindow)
+	r.Dispatcher.OnClaim = r.autoscalers.claim
+	r.Dispatcher.OnClaimed = r.autoscalers.claimed
+	if r.KeyEvents == nil {
+		r.KeyEvents = make(chan event.GenericEvent, 1024)
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("sandboxpool-controller")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Pod{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNamespace)).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		WatchesRawSource(source.Channel(r.KeyEvents, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(r.DemandWakes).
+		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
+		Watches(&sandboxv1alpha1.Session{}, sessionEndHandler()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Named("sandboxpool").
+		Complete(r)
+}
+
+// sessionEndHandler wakes a pool when one of its Sessions ends or is deleted
+// (a pod it leaves behind is the pool's to free) or becomes Ready (a second
+// pod it leased, if any, is no longer its pod).
+func sessionEndHandler() handler.EventHandler {
+	enqueue := func(o client.Object, q wakeup.Queue) {
+		if ses, ok := o.(*sandboxv1alpha1.Session); ok {
+			q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}},
+				lease.OrphanSessionPodGrace)
+		}
+	}
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q wakeup.Queue) {
+			old, cur := e.ObjectOld.(*sandboxv1alpha1.Session), e.ObjectNew.(*sandboxv1alpha1.Session)
+			if cur.Status.Phase != old.Status.Phase && (cur.Status.Phase.IsFinished() || cur.Status.Phase == sandboxv1alpha1.SessionReady) {
+				enqueue(cur, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q wakeup.Queue) { enqueue(e.Object, q) },
+	}
+}
+
+// poolsOfNamespace enqueues every pool of a NetworkPolicy's namespace: any
+// policy there may select a pool's pods (the pool's own policy also reaches
+// its owner through Owns).
+func (r *Reconciler) poolsOfNamespace(ctx context.Context, o client.Object) []ctrl.Request {
+	var pools sandboxv1alpha1.SandboxPoolList
+	if err := r.List(ctx, &pools, client.InNamespace(o.GetNamespace())); err != nil {
+		logf.FromContext(ctx).Error(err, "list pools for a NetworkPolicy change", "networkPolicy", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(pools.Items))
+	for _, p := range pools.Items {
+		if !metav1.IsControlledBy(o, &p) {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+	}
+	return reqs
+}
+
+// DemandDebounce batches the pool reconciles that Execution changes cause: a
+// burst of Executions becomes one reconcile (and one status write) instead of
+// one per transition.
+const DemandDebounce = 250 * time.Millisecond
+
+// demandHandler enqueues an Execution's pool, a little later, when the
+// Execution goes: a pod it still held is an orphan. (Demand changes come from
+// the dispatcher.)
+func demandHandler() handler.EventHandler {
+	return handler.Funcs{
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
+			ex, ok := e.Object.(*sandboxv1alpha1.Execution)
+			if !ok {
+				return
+			}
+			q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}, DemandDebounce)
+		},
+	}
+}

@@ -1,0 +1,55 @@
+package pool
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+func failedPod(name, hash, message string) corev1.Pod {
+	p := wrappers.Pod("ns", name, "python").TemplateHash(hash).NotReady().Obj()
+	p.Status.Phase = corev1.PodFailed
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: message}}}}
+	return *p
+}
+
+func TestStartFailuresBackOffAndSayWhy(t *testing.T) {
+	var s startFailures
+	pool := types.NamespacedName{Namespace: "ns", Name: "python"}
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	if d, msg := s.wait(pool, now); d != 0 || msg != "" {
+		t.Fatalf("nothing failed yet: %s %q", d, msg)
+	}
+	reason := "interpreter 0 cannot start: preload failed: numpy: ModuleNotFoundError: No module named 'numpy'"
+	pods := []corev1.Pod{failedPod("p1", "h", reason)}
+	s.observe(pool, "h", pods, now)
+	s.observe(pool, "h", pods, now.Add(100*time.Millisecond)) // the same pod again counts once
+	d, msg := s.wait(pool, now)
+	if d != time.Second || !strings.Contains(msg, "No module named 'numpy'") || !strings.Contains(msg, "1 pod(s)") {
+		t.Fatalf("after one failure: %s %q", d, msg)
+	}
+	for i, name := range []string{"p2", "p3", "p4"} {
+		pods = append(pods, failedPod(name, "h", reason))
+		s.observe(pool, "h", pods, now.Add(time.Duration(i+1)*time.Minute))
+	}
+	if d, _ := s.wait(pool, now.Add(3*time.Minute)); d != 8*time.Second {
+		t.Fatalf("after four failures wait %s, want 8s", d)
+	}
+	// A pod of another (older) template failing does not count; a new template starts afresh.
+	s.observe(pool, "h2", pods, now.Add(4*time.Minute))
+	if d, msg := s.wait(pool, now.Add(4*time.Minute)); d != 0 || msg != "" {
+		t.Fatalf("new template: %s %q", d, msg)
+	}
+	// A Ready pod of the current template clears the record.
+	s.observe(pool, "h2", []corev1.Pod{failedPod("q1", "h2", reason)}, now.Add(5*time.Minute))
+	s.observe(pool, "h2", []corev1.Pod{*wrappers.Pod("ns", "q2", "python").TemplateHash("h2").Obj()}, now.Add(6*time.Minute))
+	if d, msg := s.wait(pool, now.Add(6*time.Minute)); d != 0 || msg != "" {
+		t.Fatalf("after a Ready pod: %s %q", d, msg)
+	}
+}

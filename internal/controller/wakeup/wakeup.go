@@ -1,0 +1,62 @@
+// Package wakeup is a source of reconcile requests for code outside the
+// informers: the runner and the dispatcher wake the reconcilers through it.
+package wakeup
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Queue is a controller's work queue.
+type Queue = workqueue.TypedRateLimitingInterface[ctrl.Request]
+
+// Source is a source of reconcile requests for code outside the informers
+// (the runner, the dispatcher). Waking never blocks and never drops a
+// request: before the controller starts they are kept, after it they go
+// straight to its work queue, which merges duplicates.
+type Source struct {
+	// Delay postpones each request, so a burst becomes one reconcile.
+	Delay time.Duration
+
+	mu      sync.Mutex
+	queue   Queue
+	pending []types.NamespacedName
+}
+
+// Start implements source.Source.
+func (w *Source) Start(_ context.Context, q Queue) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.queue = q
+	for _, key := range w.pending {
+		w.add(key)
+	}
+	w.pending = nil
+	return nil
+}
+
+func (w *Source) String() string { return "wakeups" }
+
+// Wake asks for a reconcile of key.
+func (w *Source) Wake(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queue == nil {
+		w.pending = append(w.pending, key)
+		return
+	}
+	w.add(key)
+}
+
+func (w *Source) add(key types.NamespacedName) {
+	if w.Delay > 0 {
+		w.queue.AddAfter(ctrl.Request{NamespacedName: key}, w.Delay)
+		return
+	}
+	w.queue.Add(ctrl.Request{NamespacedName: key})
+}
