@@ -37,6 +37,9 @@ type Runtime struct {
 	Resolver runner.Resolver
 	// Clock decides the reconcilers' time policies (Config.Clock).
 	Clock clock.PassiveClock
+	// Autoscalers keep each pool's demand record: the dispatcher records
+	// every claim in it, the pool reconciler decides replicas from it.
+	Autoscalers *pool.Autoscalers
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
@@ -55,8 +58,10 @@ func newRuntime(cfg Config) *Runtime {
 		rt.Clock = clock.RealClock{}
 	}
 	rt.Runner = runner.New(rt.Keys, rt.executionWakes.Wake)
+	rt.Autoscalers = pool.NewAutoscalers(rt.Clock.Now, cfg.AutoscaleWindow)
 	d := dispatch.New(rt.executionWakes.Wake, rt.poolWakes.Wake)
 	d.WakeSession = rt.sessionWakes.Wake
+	d.OnClaim, d.OnClaimed = rt.Autoscalers.Claim, rt.Autoscalers.Claimed
 	// Until the keys are loaded (just after a start) a pod's key is not
 	// judged: judged then, all would be unusable until their next change. A
 	// pod whose key really is gone is replaced by its pool.

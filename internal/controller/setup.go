@@ -85,7 +85,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	// The leader: the reconcilers, each given what it uses of the runtime.
 	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
-		Dispatcher: rt.Dispatcher, AutoscaleWindow: cfg.AutoscaleWindow, Clock: rt.Clock, DemandWakes: rt.poolWakes,
+		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

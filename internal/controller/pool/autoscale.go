@@ -29,12 +29,12 @@ const (
 	startupFallback = 5 * time.Second
 )
 
-// autoscalers keeps, per pool, the record the autoscaler decides from: the
+// Autoscalers keeps, per pool, the record the autoscaler decides from: the
 // claims (fed by the dispatcher for every pool, so that turning autoscaling
 // on starts with history), the pods' start-up times and the policy's past
 // recommendations. In memory: a restarted manager starts a new record, and
 // holds the pool's current replicas for the scale-down delay.
-type autoscalers struct {
+type Autoscalers struct {
 	mu                  sync.Mutex
 	pools               map[types.NamespacedName]*poolRecord
 	now                 func() time.Time
@@ -59,14 +59,16 @@ func (r *poolRecord) warmHitRatio(now time.Time, window time.Duration) (float64,
 	return float64(r.warm.Count(now, window)) / float64(served), true
 }
 
-func newAutoscalers(now func() time.Time, window time.Duration) *autoscalers {
+// NewAutoscalers returns an empty record dated by now, whose claim rate has a
+// long window of window (0: 60 s) and a short one of a tenth of it.
+func NewAutoscalers(now func() time.Time, window time.Duration) *Autoscalers {
 	if window <= 0 {
 		window = defaultStableWindow
 	}
-	return &autoscalers{pools: map[types.NamespacedName]*poolRecord{}, now: now, stable: window, burstWindow: window / 10}
+	return &Autoscalers{pools: map[types.NamespacedName]*poolRecord{}, now: now, stable: window, burstWindow: window / 10}
 }
 
-func (a *autoscalers) record(pool types.NamespacedName) *poolRecord {
+func (a *Autoscalers) record(pool types.NamespacedName) *poolRecord {
 	r := a.pools[pool]
 	if r == nil {
 		r = &poolRecord{arrivals: autoscale.NewArrivals(a.stable), served: autoscale.NewArrivals(a.stable),
@@ -76,15 +78,15 @@ func (a *autoscalers) record(pool types.NamespacedName) *poolRecord {
 	return r
 }
 
-// claim records a claim of a pool's pod made at created.
-func (a *autoscalers) claim(pool types.NamespacedName, created time.Time) {
+// Claim records a claim of a pool's pod made at created.
+func (a *Autoscalers) Claim(pool types.NamespacedName, created time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.record(pool).arrivals.AddAt(a.now(), created)
 }
 
-// claimed records how a claim of a pool's pod was served.
-func (a *autoscalers) claimed(pool types.NamespacedName, warm bool) {
+// Claimed records how a claim of a pool's pod was served.
+func (a *Autoscalers) Claimed(pool types.NamespacedName, warm bool) {
 	outcome := "cold"
 	if warm {
 		outcome = "warm"
@@ -102,7 +104,7 @@ func (a *autoscalers) claimed(pool types.NamespacedName, warm bool) {
 
 // warmHitRatio is the share of the pool's claims of the long window served
 // warm, for every pool (autoscaled or not); false without claims.
-func (a *autoscalers) warmHitRatio(pool types.NamespacedName) (float64, bool) {
+func (a *Autoscalers) warmHitRatio(pool types.NamespacedName) (float64, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r, ok := a.pools[pool]
@@ -113,7 +115,7 @@ func (a *autoscalers) warmHitRatio(pool types.NamespacedName) (float64, bool) {
 }
 
 // startup is the pool's start-up estimate; false before any of its pods became Ready.
-func (a *autoscalers) startup(pool types.NamespacedName) (time.Duration, bool) {
+func (a *Autoscalers) startup(pool types.NamespacedName) (time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r, ok := a.pools[pool]
@@ -124,13 +126,13 @@ func (a *autoscalers) startup(pool types.NamespacedName) (time.Duration, bool) {
 }
 
 // started records the creation-to-Ready time of one of the pool's pods.
-func (a *autoscalers) started(pool types.NamespacedName, d time.Duration) {
+func (a *Autoscalers) started(pool types.NamespacedName, d time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.record(pool).startup.Observe(d)
 }
 
-func (a *autoscalers) forget(pool types.NamespacedName) {
+func (a *Autoscalers) forget(pool types.NamespacedName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.pools, pool)
@@ -139,7 +141,7 @@ func (a *autoscalers) forget(pool types.NamespacedName) {
 // off forgets the decisions of a pool whose autoscaling is off (the claims
 // and start-ups stay): turned on again, it starts from the replicas it then
 // has, held for the delay.
-func (a *autoscalers) off(pool types.NamespacedName) {
+func (a *Autoscalers) off(pool types.NamespacedName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if r := a.pools[pool]; r != nil && r.seeded {
@@ -150,7 +152,7 @@ func (a *autoscalers) off(pool types.NamespacedName) {
 
 // decide returns the idle pods an autoscaled pool should keep, and the
 // status that explains it.
-func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decision, *sandboxv1alpha1.PoolAutoscalingStatus) {
+func (a *Autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decision, *sandboxv1alpha1.PoolAutoscalingStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -209,7 +211,7 @@ func (a *autoscalers) decide(pool *sandboxv1alpha1.SandboxPool) (autoscale.Decis
 // spec.replicas first (the commit point: pods are created or deleted for the
 // stored value only) and returns the status block and an event to tell.
 func (r *Reconciler) autoscale(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) (*sandboxv1alpha1.PoolAutoscalingStatus, error) {
-	d, st := r.autoscalers.decide(pool)
+	d, st := r.Autoscalers.decide(pool)
 	prev := pool.Status.Autoscaling
 	st.LastScaleTime = nil
 	if prev != nil {
@@ -224,7 +226,7 @@ func (r *Reconciler) autoscale(ctx context.Context, pool *sandboxv1alpha1.Sandbo
 			pool.Spec.Replicas = stored // pods follow what is stored, nothing else
 			return prev, fmt.Errorf("scale pool %s to %d replicas: %w", pool.Name, d.Replicas, err)
 		}
-		now := metav1.NewTime(r.autoscalers.now())
+		now := metav1.NewTime(r.Autoscalers.now())
 		st.LastScaleTime = &now
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "Autoscaled", "Scale", "%d idle pods: %s", d.Replicas, d.Message)
 	}

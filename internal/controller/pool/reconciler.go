@@ -78,8 +78,6 @@ type Reconciler struct {
 	KeyEvents chan event.GenericEvent
 	// Dispatcher knows each pool's waiting Executions: its demand for pods.
 	Dispatcher *dispatch.Dispatcher
-	// AutoscaleWindow is the long window of autoscaled pools' claim rate (0: 60 s).
-	AutoscaleWindow time.Duration
 	// Clock dates the autoscaler's claims and decisions: its rate windows,
 	// scale-down delay and steps (the wall clock when nil).
 	Clock clock.PassiveClock
@@ -95,8 +93,9 @@ type Reconciler struct {
 	started time.Time
 	// startFailures backs off pools whose pods fail before they run code.
 	startFailures startFailures
-	// autoscalers keep the demand record of each pool for spec.autoscaling.
-	autoscalers *autoscalers
+	// Autoscalers keep the demand record of each pool for spec.autoscaling;
+	// the dispatcher feeds them every claim (Runtime wires both).
+	Autoscalers *Autoscalers
 }
 
 // poolPods is a pool's pods sorted by what the reconciler does with them.
@@ -127,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			delete(r.readySeen, req.NamespacedName)
 			r.startFailures.forget(req.NamespacedName)
 			r.mu.Unlock()
-			r.autoscalers.forget(req.NamespacedName)
+			r.Autoscalers.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -173,7 +172,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			errs = append(errs, err)
 		}
 	} else {
-		r.autoscalers.off(req.NamespacedName)
+		r.Autoscalers.off(req.NamespacedName)
 	}
 	if autoscaled != nil && (autoscaled.Reason == autoscale.ReasonMaxReplicas || autoscaled.Reason == autoscale.ReasonMaxPods) {
 		pods.limit.add(autoscaled.Reason, autoscaled.Message)
@@ -255,10 +254,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status := r.status(pool, pods, pending)
 	status.Autoscaling = autoscaled
 	status.WarmHitRatio, status.StartupSeconds = "", ""
-	if ratio, ok := r.autoscalers.warmHitRatio(req.NamespacedName); ok {
+	if ratio, ok := r.Autoscalers.warmHitRatio(req.NamespacedName); ok {
 		status.WarmHitRatio = strconv.FormatFloat(ratio, 'f', 3, 64)
 	}
-	if d, ok := r.autoscalers.startup(req.NamespacedName); ok {
+	if d, ok := r.Autoscalers.startup(req.NamespacedName); ok {
 		status.StartupSeconds = strconv.FormatFloat(d.Seconds(), 'f', 1, 64)
 	}
 	others, err := r.reopeningPolicies(ctx, pool)
@@ -429,7 +428,7 @@ func (r *Reconciler) observeStarts(pool types.NamespacedName, pods []corev1.Pod)
 			if c.Type == corev1.PodReady {
 				d := c.LastTransitionTime.Sub(p.CreationTimestamp.Time)
 				metrics.PodStart.Observe(d.Seconds())
-				r.autoscalers.started(pool, d)
+				r.Autoscalers.started(pool, d)
 			}
 		}
 	}
@@ -580,7 +579,7 @@ func (r *Reconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool, status *sa
 	}
 	setTimestamp(metrics.PoolOldestWarming, pool, oldestCreated(pods.warming, pods.staleWarm))
 	setTimestamp(metrics.PoolOldestPending, pool, r.Dispatcher.OldestWaiting(client.ObjectKeyFromObject(pool)))
-	if ratio, ok := r.autoscalers.warmHitRatio(client.ObjectKeyFromObject(pool)); ok {
+	if ratio, ok := r.Autoscalers.warmHitRatio(client.ObjectKeyFromObject(pool)); ok {
 		metrics.PoolWarmHitRatio.WithLabelValues(pool.Namespace, pool.Name).Set(ratio)
 	} else {
 		metrics.PoolWarmHitRatio.DeleteLabelValues(pool.Namespace, pool.Name)
@@ -621,13 +620,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	if r.Autoscalers == nil {
+		return fmt.Errorf("the pool reconciler needs the runtime's Autoscalers (the dispatcher feeds them)")
+	}
 	r.expectations = newExpectations(r.Clock.Now)
 	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
 	// Creation times are whole seconds: a pod made in the second the manager started counts.
 	r.started = r.Clock.Now().Truncate(time.Second)
-	r.autoscalers = newAutoscalers(r.Clock.Now, r.AutoscaleWindow)
-	r.Dispatcher.OnClaim = r.autoscalers.claim
-	r.Dispatcher.OnClaimed = r.autoscalers.claimed
 	if r.KeyEvents == nil {
 		r.KeyEvents = make(chan event.GenericEvent, 1024)
 	}
