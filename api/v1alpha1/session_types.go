@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // AnnotationCreatedFor is set on a Session the manager created for an
@@ -121,6 +122,11 @@ type SessionStatus struct {
 	// podName is the pod the Session holds (or held).
 	// +optional
 	PodName string `json:"podName,omitempty"`
+
+	// podUID is the UID of the pod named in podName: a pod made later under
+	// that name, however it is labelled, is not the Session's.
+	// +optional
+	PodUID types.UID `json:"podUID,omitempty"`
 
 	// interpreter identifies the interpreter that keeps the Session's state; a
 	// run that finds another one fails rather than continue on a fresh one.

@@ -2,17 +2,21 @@ package controller_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
 
@@ -135,5 +139,47 @@ var _ = Describe("Pods that only look like a pool's", func() {
 		Expect(after.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", after.Status)
 		Expect(after.Status.PodName).To(Equal(pod))
 		Expect(after.Status.Result).To(Equal("'yes'"))
+	})
+
+	It("never serve a Session when made under the name of its gone pod, labels and all", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		s, err := sessionsClient(sessionUser(ns, "alice", true)).Create(ctx, ns, "s", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		ses := getSession(ns, "s")
+		orig := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ses.Status.PodName}, orig)).To(Succeed())
+		Expect(ses.Status.PodUID).To(Equal(orig.UID), "the Session records its pod's UID")
+
+		// While the manager is away, the pod goes and a tenant makes another
+		// under its name: the Session's labels and annotations, the pool as
+		// controller owner, the agent's arguments (a real agent that answers).
+		stopManager()
+		<-managerDone
+		Expect(k8s.Delete(ctx, orig, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(orig), &corev1.Pod{}))
+		}).Should(BeTrue())
+		fake := lookalike(orig, orig.Name, func(p *corev1.Pod) { p.OwnerReferences = orig.OwnerReferences })
+		Eventually(func() bool {
+			got := &corev1.Pod{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fake), got)).To(Succeed())
+			return sandboxpod.IsReady(got)
+		}).Should(BeTrue(), "the look-alike's agent runs and it is Ready")
+		startManager()
+
+		// Neither the data plane nor an Execution sends it anything, and the
+		// Session says its pod is gone.
+		Eventually(func() error { return s.WriteFile(ctx, "secret.txt", []byte("alice's")) }).Should(
+			MatchError(ContainSubstring("gone")), "the data plane refuses the look-alike")
+		ex := run(wrappers.Execution(ns, "after").Session("s").Code("open('ran.txt', 'w').write('x')").Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", ex.Status)
+		Expect(condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Reason).To(Equal(sandboxv1alpha1.ReasonSessionLost))
+		lost := sessionIn(ns, "s", sandboxv1alpha1.SessionLost)
+		Expect(condition(lost.Status.Conditions, sandboxv1alpha1.SessionConditionReady).Message).To(
+			ContainSubstring("a pod now under its name is another one"))
+		for _, f := range []string{"secret.txt", "ran.txt"} {
+			_, err := os.Stat(filepath.Join(kubelet.Dir, ns, fake.Name, "workspace", f))
+			Expect(os.IsNotExist(err)).To(BeTrue(), "%s reached the look-alike: %v", f, err)
+		}
 	})
 })

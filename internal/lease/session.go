@@ -31,10 +31,14 @@ func SessionUID(pod *corev1.Pod) types.UID {
 
 // HeldBy reports whether pod is the pod of Session ses: its name, and its UID
 // when the pod records one. A Session deleted and created again under the same
-// name is another Session, with none of the first one's state.
+// name is another Session, with none of the first one's state. Once the
+// Session is Ready, only the pod of the UID its status records is: labels
+// and annotations can be copied onto a pod made under the gone pod's name
+// by anyone who may create pods, a UID cannot.
 func HeldBy(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
 	uid := SessionUID(pod)
-	return Session(pod) == ses.Name && (uid == "" || uid == ses.UID)
+	return Session(pod) == ses.Name && (uid == "" || uid == ses.UID) &&
+		(ses.Status.PodUID == "" || ses.Status.PodUID == pod.UID)
 }
 
 // ClaimableForSession reports whether ses may take pod (as read): an idle

@@ -75,13 +75,16 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 		return r.start(ctx, ex, pool, pod, next)
 	}
 
+	var ses *sandboxv1alpha1.Session
 	var sessionPod string
 	if ex.Spec.Session != "" {
-		pod, res, done, err := r.sessionGate(ctx, ex)
-		if done || err != nil {
+		var res ctrl.Result
+		var done bool
+		var err error
+		if ses, res, done, err = r.sessionGate(ctx, ex); done || err != nil {
 			return res, err
 		}
-		sessionPod = pod
+		sessionPod = ses.Status.PodName
 	}
 	pl := r.Dispatcher.Place(ex)
 	if pl.Pod != "" && ex.Spec.Session != "" {
@@ -111,7 +114,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 		r.waitingFor(ex, pool, pl)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	return r.claimAndStart(ctx, ex, pool, pl.Pod, next)
+	return r.claimAndStart(ctx, ex, pool, ses, pl.Pod, next)
 }
 
 // waitingFor says what the Execution waits for.
@@ -151,7 +154,7 @@ func (r *Reconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sandboxv1al
 // claimAndStart claims the pod the dispatcher chose and starts the run. A
 // claim that does not commit sends the Execution back to its place in the queue.
 func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
-	podName string, next *afterWrite) (ctrl.Result, error) {
+	ses *sandboxv1alpha1.Session, podName string, next *afterWrite) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: podName}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -161,6 +164,13 @@ func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Exec
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
 	if !lease.Claimable(pod, ex) {
+		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if ses != nil && !lease.HeldBy(pod, ses) {
+		// Another pod under the name of the Session's (the UID differs): its
+		// pod is gone, and the Session controller marks it Lost.
+		logf.FromContext(ctx).Info("not claiming a pod that is not the Session's", "pod", podName, "session", ses.Name)
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}

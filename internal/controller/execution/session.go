@@ -27,24 +27,24 @@ import (
 // so does one whose Session was deleted after earlier Executions ran in it.
 
 // sessionGate lets an Execution of a session on to the dispatcher only while
-// its Session is Ready, and returns the pod the Session's status names. done
-// means the reconcile ends here with res (the status says why it waits, or
-// that it failed).
-func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execution) (pod string, res ctrl.Result, done bool, err error) {
+// its Session is Ready, and returns the Session, whose status names its pod.
+// done means the reconcile ends here with res (the status says why it waits,
+// or that it failed).
+func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execution) (ready *sandboxv1alpha1.Session, res ctrl.Result, done bool, err error) {
 	ses := &sandboxv1alpha1.Session{}
 	err = r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.Session}, ses)
 	if apierrors.IsNotFound(err) {
 		res, done, err = r.createSession(ctx, ex)
-		return "", res, done, err
+		return nil, res, done, err
 	}
 	if err != nil {
-		return "", ctrl.Result{}, true, err
+		return nil, ctrl.Result{}, true, err
 	}
 	if ses.Spec.PoolRef.Name != ex.Spec.PoolRef.Name {
 		r.fail(ex, sandboxv1alpha1.ReasonSessionPoolMismatch, fmt.Sprintf(
 			"Session %s leases a pod of pool %s, not %s: name that pool in spec.poolRef, or use another session",
 			ses.Name, ses.Spec.PoolRef.Name, ex.Spec.PoolRef.Name), "")
-		return "", ctrl.Result{}, true, nil
+		return nil, ctrl.Result{}, true, nil
 	}
 	if ses.Spec.Access == sandboxv1alpha1.SessionAccessOwner && ex.Spec.Owner != ses.Spec.Owner {
 		// Admission proved ex.Spec.Owner is who created the Execution, and
@@ -52,11 +52,11 @@ func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execut
 		r.fail(ex, sandboxv1alpha1.ReasonSessionOwnerOnly, fmt.Sprintf(
 			"Session %s serves its owner alone (spec.access Owner), and this Execution's spec.owner is %q: only that user's Executions, with spec.owner set, run in it",
 			ses.Name, ex.Spec.Owner), "")
-		return "", ctrl.Result{}, true, nil
+		return nil, ctrl.Result{}, true, nil
 	}
 	switch ses.Status.Phase {
 	case sandboxv1alpha1.SessionReady:
-		return ses.Status.PodName, ctrl.Result{}, false, nil
+		return ses, ctrl.Result{}, false, nil
 	case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
 		why := ""
 		if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil {
@@ -64,14 +64,14 @@ func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execut
 		}
 		r.fail(ex, sandboxv1alpha1.ReasonSessionLost, fmt.Sprintf(
 			"Session %s is %s%s, and with it the session's state: start a new session", ses.Name, ses.Status.Phase, why), "")
-		return "", ctrl.Result{}, true, nil
+		return nil, ctrl.Result{}, true, nil
 	}
 	msg := fmt.Sprintf("waiting for Session %s to get a pod", ses.Name)
 	if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil && c.Message != "" {
 		msg += ": " + c.Message
 	}
 	r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, msg)
-	return "", ctrl.Result{RequeueAfter: waitBackstop}, true, nil
+	return nil, ctrl.Result{RequeueAfter: waitBackstop}, true, nil
 }
 
 // sessionInterpreter is the interpreter an Execution of a session may run on:

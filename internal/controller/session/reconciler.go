@@ -209,7 +209,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	ses.Status.Phase = sandboxv1alpha1.SessionReady
-	ses.Status.PodName = pod.Name
+	ses.Status.PodName, ses.Status.PodUID = pod.Name, pod.UID
 	ses.Status.Interpreter = interp
 	ses.Status.ReadyTime = &now
 	ses.Status.LastActivityTime = &now
@@ -472,6 +472,8 @@ func (r *Reconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Sessio
 		return nil, "", err
 	}
 	switch {
+	case ses.Status.PodUID != "" && pod.UID != ses.Status.PodUID:
+		return nil, fmt.Sprintf("pod %s was deleted, and with it the session's state (a pod now under its name is another one)", key.Name), nil
 	case !lease.HeldBy(pod, ses):
 		return nil, fmt.Sprintf("pod %s no longer belongs to the session", key.Name), nil
 	case pod.DeletionTimestamp != nil:
