@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,6 +125,13 @@ func (f *interpFlags) interpreter(log logr.Logger) *interpreter.Interpreter {
 }
 
 func serve(args []string) error {
+	// One processor: the agent relays a run's output and answers a few
+	// requests, and at idle each extra processor is an OS thread that wakes
+	// to look for work, which under gVisor the sentry pays for. GOMAXPROCS in
+	// the environment still decides.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	listen := fs.String("listen", ":8080", "TCP address to serve on (ignored with --socket)")
 	socket := fs.String("socket", "", "serve on this Unix socket (mode 0600) instead of TCP")

@@ -99,11 +99,14 @@ func Selector(pool *sandboxv1alpha1.SandboxPool) string {
 	return LabelPool + "=" + pool.Name
 }
 
+// StartupProbeSeconds is how long a sandbox may take to become ready.
+const StartupProbeSeconds = 600
+
 // builderVersion changes whenever New builds the same pool's pods
 // differently: pods of an earlier manager are then of an older template,
 // replaced as the pool's idle pods are after a spec change, instead of
 // looking current and failing Conforms.
-const builderVersion = 2
+const builderVersion = 3
 
 // TemplateHash hashes what the pool's pods are built from, so pods built from
 // an older spec (or by an earlier manager) can be found and replaced.
@@ -186,12 +189,20 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 	env = append(env, corev1.EnvVar{Name: EnvPodUID, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}})
 
-	probe := func(path string, period, failures int32) *corev1.Probe {
+	// Every probe is an HTTP request through gVisor's network stack into the
+	// agent, the largest part of what an idle sandbox costs when made every
+	// second. The startup probe is quick, so that a new pod is Ready within a
+	// second of its agent (the kubelet runs the readiness probe at once when
+	// the startup probe passes); once started, readiness and liveness are
+	// rare and tolerant: a node starved of CPU, where a probe can take seconds,
+	// does not make warm pods flap. A dead agent ends the container (the pod
+	// fails at once, restartPolicy Never): the probes only catch a hung one.
+	probe := func(path string, period, failures, timeout int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 				Path: path, Port: intstr.FromString("agent"),
 			}},
-			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
+			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: timeout,
 		}
 	}
 
@@ -233,8 +244,11 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 				// The agent writes why it gave up to /dev/termination-log; its log's
 				// tail stands in if it could not.
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				ReadinessProbe:           probe("/v1/readyz", 1, 1),
-				LivenessProbe:            probe("/v1/healthz", 10, 3),
+				// Up to StartupProbeSeconds to start (a preload of large
+				// modules under gVisor takes a while), then ended and replaced.
+				StartupProbe:   probe("/v1/readyz", 1, StartupProbeSeconds, 2),
+				ReadinessProbe: probe("/v1/readyz", 10, 3, 5),
+				LivenessProbe:  probe("/v1/healthz", 30, 3, 5),
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false),
 					ReadOnlyRootFilesystem:   ptr.To(true),
