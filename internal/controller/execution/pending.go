@@ -75,23 +75,20 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 		return r.start(ctx, ex, pool, pod, next)
 	}
 
-	var ses *sandboxv1alpha1.Session
-	var sessionPod string
+	var ses *sandboxv1alpha1.Session // Ready, when ex names one
 	if ex.Spec.Session != "" {
-		var res ctrl.Result
-		var done bool
-		var err error
-		if ses, res, done, err = r.sessionGate(ctx, ex); done || err != nil {
+		ready, res, done, err := r.sessionGate(ctx, ex)
+		if done || err != nil {
 			return res, err
 		}
-		sessionPod = ses.Status.PodName
+		ses = ready
 	}
 	pl := r.Dispatcher.Place(ex)
 	if pl.Pod != "" && ex.Spec.Session != "" {
 		// The Session's status is the commit point of its lease: a run of the
 		// session goes only to the pod it names, never to a second pod a
 		// retried lease left labelled with the Session.
-		if sessionPod != "" && sessionPod != pl.Pod {
+		if ses.Status.PodName != "" && ses.Status.PodName != pl.Pod {
 			r.Dispatcher.ClaimFailed(ex.UID, pl.Pod, "")
 			r.waitingFor(ex, pool, dispatch.Placement{})
 			return ctrl.Result{RequeueAfter: waitBackstop}, nil
