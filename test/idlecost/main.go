@@ -18,6 +18,12 @@
 // code's time between the agent and the interpreter (read with kubectl exec
 // at the start and the end). The kubelet's and containerd's share is their
 // time with the pods less their time in the baseline.
+//
+// With -burners N it starves the node during the window (N busy loops, its
+// own processes) and reports the warm pods that went from Ready to not Ready
+// and the manager's container restarts and leader changes:
+//
+//	go run ./test/idlecost -pods 40 -cpu-request 10m -burners 4 -window 300s
 package main
 
 import (
@@ -32,6 +38,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,14 +56,23 @@ func main() {
 	image := flag.String("image", "warmpool.dev/repl:dev", "the sandbox image")
 	kubectl := flag.String("kubectl", "kubectl", "kubectl, for reading the sandbox's own /proc")
 	inside := flag.Int("inside", 3, "pods whose agent and interpreter are read from inside")
+	cpuRequest := flag.String("cpu-request", "", "the pool's CPU request (default: the pool's default)")
+	burn := flag.Int("burners", 0, "busy loops to run on the node during the window (a starved node), "+
+		"counting warm pods that flap and manager restarts")
 	flag.Parse()
-	if err := run(*pods, *rt, *window, *settle, *image, *kubectl, *inside); err != nil {
+	o := options{cpuRequest: *cpuRequest, burners: *burn}
+	if err := run(*pods, *rt, *window, *settle, *image, *kubectl, *inside, o); err != nil {
 		fmt.Fprintln(os.Stderr, "idlecost:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, rt string, window, settle time.Duration, image, kubectl string, inside int) error {
+type options struct {
+	cpuRequest string
+	burners    int
+}
+
+func run(n int, rt string, window, settle time.Duration, image, kubectl string, inside int, o options) error {
 	ctx := context.Background()
 	scheme := clientgoscheme.Scheme
 	if err := sandboxv1alpha1.AddToScheme(scheme); err != nil {
@@ -87,6 +103,13 @@ func run(n int, rt string, window, settle time.Duration, image, kubectl string, 
 	}
 	pool := &sandboxv1alpha1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "idle"},
 		Spec: sandboxv1alpha1.SandboxPoolSpec{Replicas: int32(n), MaxPods: ptrTo(int32(n)), Image: image, RuntimeClassName: &runtimeClass}}
+	if o.cpuRequest != "" {
+		q, err := resource.ParseQuantity(o.cpuRequest)
+		if err != nil {
+			return fmt.Errorf("-cpu-request: %w", err)
+		}
+		pool.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q}
+	}
 	if err := c.Create(ctx, pool); err != nil {
 		return err
 	}
@@ -117,7 +140,24 @@ func run(n int, rt string, window, settle time.Duration, image, kubectl string, 
 		inside = len(names)
 	}
 	before := insideTimes(kubectl, ns, names[:inside])
+	var wd *watchdog
+	if o.burners > 0 {
+		stop, err := burners(o.burners)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		wd = &watchdog{c: c, ns: ns, flaps: map[string]int{}}
+		wd.before = wd.manager(ctx)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go wd.run(wctx)
+		fmt.Printf("%d busy loops on the node during the window\n", o.burners)
+	}
 	m := measure(window, uids)
+	if wd != nil {
+		wd.report(ctx)
+	}
 	after := insideTimes(kubectl, ns, names[:inside])
 	if got, _ := readyIdle(ctx, c, ns); len(got) < n {
 		fmt.Printf("warning: %d of %d pods were idle and Ready at the end (flapping?)\n", len(got), n)
