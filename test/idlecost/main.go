@@ -162,7 +162,7 @@ func run(n int, rt string, window, settle time.Duration, image, kubectl string, 
 	if got, _ := readyIdle(ctx, c, ns); len(got) < n {
 		fmt.Printf("warning: %d of %d pods were idle and Ready at the end (flapping?)\n", len(got), n)
 	}
-	report(rt, n, window, base, m, splitInside(before, after, inside))
+	report(rt, n, window, base, m, splitInside(before, after))
 	return nil
 }
 
@@ -325,9 +325,15 @@ for p in os.listdir('/proc'):
 print('self', os.getpid(), 0)
 `
 
-// insideTimes reads the processes of each pod from inside it: pod -> pid -> (comm, ticks).
-func insideTimes(kubectl, ns string, pods []string) map[string]map[string][2]string {
-	out := map[string]map[string][2]string{}
+// insideRead is what insideTimes read in one pod, and when.
+type insideRead struct {
+	at    time.Time
+	procs map[string][2]string // pid -> (comm, ticks)
+}
+
+// insideTimes reads the processes of each pod from inside it.
+func insideTimes(kubectl, ns string, pods []string) map[string]insideRead {
+	out := map[string]insideRead{}
 	for _, pod := range pods {
 		cmd := exec.Command(kubectl, "exec", "-n", ns, pod, "--", "python3", "-c", insideScript)
 		data, err := cmd.Output()
@@ -349,28 +355,35 @@ func insideTimes(kubectl, ns string, pods []string) map[string]map[string][2]str
 			procs[f[0]] = [2]string{f[1], f[2]}
 		}
 		delete(procs, self)
-		out[pod] = procs
+		out[pod] = insideRead{at: time.Now(), procs: procs}
 	}
 	return out
 }
 
-// splitInside is the CPU seconds per process name inside the sandboxes, over
-// the pods read, per pod.
-func splitInside(before, after map[string]map[string][2]string, pods int) map[string]float64 {
+// splitInside is the share of one core (%) each process name inside the
+// sandboxes used between the two reads of its pod, averaged over the pods
+// read both times (an exec that failed leaves its pod out).
+func splitInside(before, after map[string]insideRead) map[string]float64 {
 	out := map[string]float64{}
-	if pods == 0 {
-		return out
-	}
-	for pod, procs := range after {
-		for pid, p := range procs {
-			old, ok := before[pod][pid]
+	pods := 0
+	for pod, a := range after {
+		b, ok := before[pod]
+		if !ok || !a.at.After(b.at) {
+			continue
+		}
+		pods++
+		for pid, p := range a.procs {
+			old, ok := b.procs[pid]
 			if !ok || old[0] != p[0] {
 				continue // the other exec, or a process that came and went
 			}
 			now, _ := strconv.ParseFloat(p[1], 64)
 			was, _ := strconv.ParseFloat(old[1], 64)
-			out[p[0]] += (now - was) / clockTicks / float64(pods)
+			out[p[0]] += (now - was) / clockTicks / a.at.Sub(b.at).Seconds() * 100
 		}
+	}
+	for k := range out {
+		out[k] /= float64(pods)
 	}
 	return out
 }
@@ -428,7 +441,7 @@ func report(rt string, n int, window time.Duration, base, m measurement, inside 
 		}
 		sort.Strings(names)
 		for _, k := range names {
-			fmt.Printf("  %-12s %.3f%% of one core\n", k, inside[k]/window.Seconds()*100)
+			fmt.Printf("  %-12s %.3f%% of one core\n", k, inside[k])
 		}
 	}
 }

@@ -22,8 +22,8 @@ import (
 // It wakes on SIGCHLD only, never on a timer: an idle sandbox must cost no
 // CPU (a /proc scan every few seconds in each of a hundred warm pods under
 // gVisor is not free). Signals coalesce but are not lost (one is kept while
-// the last is handled, and each wake-up reaps every zombie), and the kernel
-// signals a subreaper that adopts an exited orphan. A zombie missed all the
+// the last is handled, and each wake-up reaps every zombie), and Linux
+// signals a subreaper that adopts an orphan that has already exited. A zombie missed all the
 // same holds a PID slot until the next child exits or the interpreter is
 // reset, which ends and reaps every process of the code.
 func Run(ctx context.Context) {
