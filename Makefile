@@ -54,8 +54,11 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: controller-gen kustomize ## Generate CRDs and RBAC into config/, and the image names above into config/.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./internal/controller/..." output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=data-plane-role paths="./internal/dataplane/..." output:rbac:artifacts:config=config/dataplane
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG_MANAGER)
+	cd config/dataplane && $(KUSTOMIZE) edit set image controller=$(IMG_MANAGER)
 	sed -i -E 's|^(  image: ).*$$|\1$(IMG_REPL)|' config/samples/sandbox_v1alpha1_sandboxpool.yaml
 
 .PHONY: generate
@@ -179,12 +182,13 @@ uninstall: manifests kustomize ## Remove the CRDs from the cluster in KUBECONFIG
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy CRDs, RBAC, the manager, the data plane's APIService, the owner admission policy and the gvisor RuntimeClass to the cluster in KUBECONFIG.
+deploy: manifests kustomize ## Deploy CRDs, RBAC, the controllers, the data plane and its APIService, the owner admission policy and the gvisor RuntimeClass to the cluster in KUBECONFIG.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUSTOMIZE) build config/runtimeclass | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUSTOMIZE) build config/apiservice | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUSTOMIZE) build config/admission | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(KUBECTL) -n warmpool-system rollout status deployment/warmpool-controller-manager --timeout=180s
+	$(KUBECTL) -n warmpool-system rollout status deployment/warmpool-data-plane --timeout=180s
 
 .PHONY: undeploy
 undeploy: kustomize ## Remove everything `make deploy` created (pools, Executions and sandbox pods with it).

@@ -32,9 +32,10 @@ fi
 
 log "deploying warmpool (make deploy)"
 make -C "$ROOT" --no-print-directory deploy >/dev/null
-# Same image tag, maybe a new build: make the manager run the image just loaded.
-k -n warmpool-system rollout restart deployment/warmpool-controller-manager >/dev/null
+# Same image tag, maybe a new build: make the controllers and the data plane run the image just loaded.
+k -n warmpool-system rollout restart deployment/warmpool-controller-manager deployment/warmpool-data-plane >/dev/null
 k -n warmpool-system rollout status deployment/warmpool-controller-manager --timeout=180s >/dev/null
+k -n warmpool-system rollout status deployment/warmpool-data-plane --timeout=180s >/dev/null
 
 log "sample pool 'python' (3 warm gVisor sandboxes) in namespace $NS"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null

@@ -1,5 +1,8 @@
-// Command manager runs the warmpool controllers: it keeps SandboxPools warm and
-// runs Executions in them. It never runs user code itself.
+// Command manager runs the warmpool controllers, which keep SandboxPools warm
+// and run Executions in them, and the Sessions data plane: both in one
+// process (--mode=all), or each in its own Deployment (--mode=controllers
+// under leader election, --mode=data-plane in every replica, with no lease).
+// It never runs user code itself.
 package main
 
 import (
@@ -52,7 +55,11 @@ func main() {
 		leaseDuration        time.Duration
 		renewDeadline        time.Duration
 		retryPeriod          time.Duration
+		mode                 string
 	)
+	flag.StringVar(&mode, "mode", string(controller.ModeAll),
+		"Which parts to run: all; controllers (the reconcilers, under --leader-elect); data-plane (the Sessions data plane "+
+			"alone, needs --data-plane-port, never elects a leader, so a leader change or a starved leader does not stop it).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -107,7 +114,15 @@ func main() {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	cfg := controller.Config{ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
+	switch {
+	case mode == string(controller.ModeDataPlane) && enableLeaderElection:
+		setupLog.Error(nil, "--mode=data-plane runs in every replica: drop --leader-elect")
+		os.Exit(1)
+	case mode == string(controller.ModeControllers) && dataPlane.Port != 0:
+		setupLog.Error(nil, "--mode=controllers serves no data plane: drop --data-plane-port, or use --mode=all")
+		os.Exit(1)
+	}
+	cfg := controller.Config{Mode: controller.Mode(mode), ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
 		Resolver: runner.PodIPResolver{Port: agentPort}}
 	if dataPlane.Port != 0 {
 		dataPlane.AlternateDNS = []string{"warmpool-data-plane." + managerNamespace + ".svc"}
@@ -132,9 +147,10 @@ func main() {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	// Every replica loads the agent keys and serves the data plane and its
-	// certificate; only the leader runs the reconcilers, the dispatcher and
-	// the Executions' runs (controller.Runtime says which part is which).
+	// Every replica loads the agent keys; a data plane, in every replica,
+	// serves with its certificate; only the leader runs the reconcilers, the
+	// dispatcher and the Executions' runs (controller.Runtime says which part
+	// is which).
 	if err := controller.Setup(ctx, mgr, cfg); err != nil {
 		setupLog.Error(err, "unable to set up the controllers")
 		os.Exit(1)
@@ -149,7 +165,7 @@ func main() {
 		os.Exit(1)
 	}
 
-	setupLog.Info("starting manager", "namespace", managerNamespace, "agentKeys", cfg.KeysSecret().String())
+	setupLog.Info("starting manager", "mode", cfg.Mode, "namespace", managerNamespace, "agentKeys", cfg.KeysSecret().String())
 	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,9 @@ type defaults struct {
 	PullPolicy      string
 	LeaderElection  bool
 	Resources       string // YAML, indented for values.yaml
+
+	DataPlaneReplicas  int
+	DataPlaneResources string
 
 	Metrics       bool
 	MetricsSecure bool
@@ -74,7 +78,7 @@ func Chart(builds map[string][]*yaml.Node, version string) (map[string][]byte, e
 			}
 		}
 	}
-	for _, want := range []string{"namespace", "deployment", "metrics-service", "runtimeclass", "apiservice", "guardrails-params",
+	for _, want := range []string{"namespace", "deployment", "data-plane-deployment", "metrics-service", "runtimeclass", "apiservice", "guardrails-params",
 		"admission-ValidatingAdmissionPolicy", "admission-ValidatingAdmissionPolicyBinding"} {
 		if !c.seen[want] {
 			return nil, fmt.Errorf("the kustomize builds have no %s: hack/helmchart expects one", want)
@@ -128,9 +132,13 @@ func (c *chart) add(src string, obj *yaml.Node) error {
 	case src == "default" && kind == "CustomResourceDefinition":
 		file, cond = "crd/"+name+".yaml", ".Values.crd.enabled"
 		err = c.crd(t, obj)
+	case src == "default" && kind == "Deployment" && short == "data-plane":
+		file, cond = "dataplane/deployment.yaml", ".Values.dataPlane.enabled"
+		err = c.deployment(t, obj, dataPlaneDeployment)
+		c.seen["data-plane-deployment"] = true
 	case src == "default" && kind == "Deployment":
 		file = "manager/manager.yaml"
-		err = c.manager(t, obj)
+		err = c.deployment(t, obj, managerDeployment)
 		c.seen["deployment"] = true
 	case src == "default" && strings.Contains(name, "data-plane"):
 		file, cond = "dataplane/"+short+".yaml", ".Values.dataPlane.enabled"
@@ -255,73 +263,99 @@ func (c *chart) crd(t *templater, obj *yaml.Node) error {
 	return nil
 }
 
-// manager turns the Deployment's replicas, image, flags, resources and pod
-// scheduling into values.
-func (c *chart) manager(t *templater, obj *yaml.Node) error {
+// A deploymentKind is one of config's two Deployments of the manager's
+// binary, as the chart makes values of it.
+type deploymentKind struct {
+	values    string // its values: .Values.<values>
+	container string
+	// flags are the flags it must have; the chart turns them into values.
+	flags []string
+	// replicas and resources are where its defaults go in values.yaml.
+	replicas  func(d *defaults) *int
+	resources func(d *defaults) *string
+}
+
+var (
+	managerDeployment = deploymentKind{values: "manager", container: "manager",
+		flags:     []string{"--mode", "--leader-elect", "--metrics-bind-address"},
+		replicas:  func(d *defaults) *int { return &d.Replicas },
+		resources: func(d *defaults) *string { return &d.Resources }}
+	dataPlaneDeployment = deploymentKind{values: "dataPlane", container: "data-plane",
+		flags:     []string{"--mode", "--metrics-bind-address", "--data-plane-port"},
+		replicas:  func(d *defaults) *int { return &d.DataPlaneReplicas },
+		resources: func(d *defaults) *string { return &d.DataPlaneResources }}
+)
+
+// deployment turns a Deployment's replicas, image, flags, resources and pod
+// scheduling into values. Both Deployments run the manager's image.
+func (c *chart) deployment(t *templater, obj *yaml.Node, k deploymentKind) error {
+	v := ".Values." + k.values
 	spec := get(obj, "spec")
 	replicas, err := strconv.Atoi(getString(spec, "replicas"))
 	if err != nil {
 		return fmt.Errorf("spec.replicas: %w", err)
 	}
-	c.d.Replicas = replicas
-	set(spec, "replicas", t.value("{{ .Values.manager.replicas }}"), "")
+	*k.replicas(&c.d) = replicas
+	set(spec, "replicas", t.value("{{ "+v+".replicas }}"), "")
 
 	podMeta := get(spec, "template", "metadata")
 	if podMeta == nil {
 		return fmt.Errorf("no spec.template.metadata")
 	}
-	moreMap(t, podMeta, "annotations", ".Values.manager.podAnnotations")
-	moreMap(t, podMeta, "labels", ".Values.manager.podLabels")
+	moreMap(t, podMeta, "annotations", v+".podAnnotations")
+	moreMap(t, podMeta, "labels", v+".podLabels")
 
 	pod := get(spec, "template", "spec")
-	for _, k := range []string{"imagePullSecrets", "nodeSelector", "tolerations", "affinity"} {
-		if get(pod, k) != nil {
-			return fmt.Errorf("config/manager sets spec.template.spec.%s: teach hack/helmchart to merge it with manager.%s", k, k)
+	for _, key := range []string{"imagePullSecrets", "nodeSelector", "tolerations", "affinity"} {
+		if get(pod, key) != nil {
+			return fmt.Errorf("it sets spec.template.spec.%s: teach hack/helmchart to merge it with %s.%s", key, k.values, key)
 		}
-		appendBlock(pod, t.block(withKey(k, ".Values.manager."+k)))
+		// The data plane's pull secrets are the manager's: one image.
+		expr := v + "." + key
+		if key == "imagePullSecrets" {
+			expr = ".Values.manager.imagePullSecrets"
+		}
+		appendBlock(pod, t.block(withKey(key, expr)))
 	}
 
 	var ctr *yaml.Node
 	for _, n := range get(pod, "containers").Content {
-		if getString(n, "name") == "manager" {
+		if getString(n, "name") == k.container {
 			ctr = n
 		}
 	}
 	if ctr == nil {
-		return fmt.Errorf("no container named manager")
+		return fmt.Errorf("no container named %s", k.container)
 	}
 	if err := c.image(t, ctr); err != nil {
 		return err
 	}
-	if err := c.args(t, ctr); err != nil {
+	if err := c.args(t, ctr, k); err != nil {
 		return err
 	}
 	if ports := get(ctr, "ports"); ports != nil {
 		for i, p := range ports.Content {
-			switch getString(p, "name") {
-			case "metrics":
+			if getString(p, "name") == "metrics" {
 				ports.Content[i] = t.block(ifItems(".Values.metrics.enabled", p))
-			case "data-plane":
-				ports.Content[i] = t.block(ifItems(".Values.dataPlane.enabled", p))
 			}
 		}
 	}
 	if env := get(ctr, "env"); env != nil {
-		appendBlock(env, t.block(toYamlItems(".Values.manager.env")))
+		appendBlock(env, t.block(toYamlItems(v+".env")))
 	} else {
-		set(ctr, "env", t.block(withKey("env", ".Values.manager.env")), "image")
+		set(ctr, "env", t.block(withKey("env", v+".env")), "image")
 	}
 	res := get(ctr, "resources")
 	if res == nil {
-		return fmt.Errorf("the manager container has no resources")
+		return fmt.Errorf("the %s container has no resources", k.container)
 	}
 	text, err := encode(res)
 	if err != nil {
 		return err
 	}
-	c.d.Resources = indent(text, 4)
+	*k.resources(&c.d) = indent(text, 4)
 	return replaceWithBlock(ctr, "resources", t.block(func(indent int) []string {
-		return []string{"resources:", fmt.Sprintf("  {{- toYaml .Values.manager.resources | nindent %d }}", indent+2)}
+		return []string{"resources:", fmt.Sprintf("  {{- toYaml %s.resources | nindent %d }}", v, indent+2)}
 	}))
 }
 
@@ -356,6 +390,9 @@ func (c *chart) image(t *templater, ctr *yaml.Node) error {
 	} else if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
 		repo, tag = image[:i], image[i+1:]
 	}
+	if c.d.ImageRepository != "" && (c.d.ImageRepository != repo || c.d.AppVersion != tag) {
+		return fmt.Errorf("image %s: the chart runs one image, and the other Deployment has %s:%s", image, c.d.ImageRepository, c.d.AppVersion)
+	}
 	c.d.ImageRepository, c.d.AppVersion = repo, tag
 	set(ctr, "image", t.value(`{{ include "warmpool.image" . | quote }}`), "")
 	if p := getString(ctr, "imagePullPolicy"); p != "" {
@@ -372,11 +409,11 @@ func (c *chart) image(t *templater, ctr *yaml.Node) error {
 }
 
 // args makes the flags that values stand for conditional, keeps the others
-// as they are, and appends manager.extraArgs.
-func (c *chart) args(t *templater, ctr *yaml.Node) error {
+// as they are, and appends the Deployment's extraArgs.
+func (c *chart) args(t *templater, ctr *yaml.Node, k deploymentKind) error {
 	args := get(ctr, "args")
 	if args == nil {
-		return fmt.Errorf("the manager container has no args")
+		return fmt.Errorf("the %s container has no args", k.container)
 	}
 	var items []*yaml.Node
 	found := map[string]bool{}
@@ -404,21 +441,29 @@ func (c *chart) args(t *templater, ctr *yaml.Node) error {
 		case "--metrics-secure":
 			return fmt.Errorf("%s: the chart sets --metrics-secure from metrics.secure; config/manager must leave it out", a.Value)
 		case "--data-plane-port":
+			// The whole Deployment is the data plane's, rendered with dataPlane.enabled.
 			c.d.DataPlane = true
-			items = append(items, t.block(ifItems(".Values.dataPlane.enabled", a)))
+			items = append(items, a)
+		case "--mode":
+			items = append(items, a)
 		default:
 			items = append(items, a)
 			continue
 		}
 		found[flag] = true
 	}
-	for _, f := range []string{"--leader-elect", "--metrics-bind-address", "--data-plane-port"} {
+	for f := range found {
+		if !slices.Contains(k.flags, f) {
+			return fmt.Errorf("the %s container has %s: hack/helmchart knows it only in another Deployment", k.container, f)
+		}
+	}
+	for _, f := range k.flags {
 		if !found[f] {
-			return fmt.Errorf("the manager has no %s flag: hack/helmchart makes it a value", f)
+			return fmt.Errorf("the %s container has no %s flag: hack/helmchart expects it", k.container, f)
 		}
 	}
 	items = append(items, t.block(func(int) []string {
-		return []string{"{{- range .Values.manager.extraArgs }}", "- {{ . | quote }}", "{{- end }}"}
+		return []string{"{{- range .Values." + k.values + ".extraArgs }}", "- {{ . | quote }}", "{{- end }}"}
 	}))
 	args.Content = items
 	return nil

@@ -365,7 +365,8 @@ func TestValues(t *testing.T) {
 			if len(ofKind(objs, "ServiceMonitor")) != 0 {
 				t.Error("a ServiceMonitor without metrics")
 			}
-			for _, p := range container(t, objs)["ports"].([]any) {
+			ports, _ := container(t, objs)["ports"].([]any) // none left
+			for _, p := range ports {
 				if p.(object)["name"] == "metrics" {
 					t.Error("a metrics port")
 				}
@@ -391,7 +392,7 @@ func TestValues(t *testing.T) {
 		name:   "no data plane",
 		values: "dataPlane: {enabled: false}",
 		check: func(t *testing.T, objs map[string]object) {
-			if a := args(t, objs); slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--data-plane") }) {
+			if a := args(t, objs); !slices.Contains(a, "--mode=controllers") {
 				t.Errorf("args %v", a)
 			}
 			for k := range objs {
@@ -399,9 +400,53 @@ func TestValues(t *testing.T) {
 					t.Errorf("%s without the data plane", k)
 				}
 			}
-			for _, p := range container(t, objs)["ports"].([]any) {
-				if p.(object)["name"] == "data-plane" {
-					t.Error("a data-plane port")
+		},
+	}, {
+		name: "data plane",
+		values: `manager: {image: {repository: registry.example/warmpool/manager, tag: v1.2.3}, imagePullSecrets: [{name: pull}]}
+dataPlane:
+  replicas: 3
+  resources: {requests: {cpu: 200m}}
+  extraArgs: [--zap-log-level=debug]
+  env: [{name: GODEBUG, value: "x=1"}]
+  podLabels: {team: platform, control-plane: other}
+  nodeSelector: {kubernetes.io/os: linux}
+metrics: {enabled: false}
+`,
+		check: func(t *testing.T, objs map[string]object) {
+			d := objs["apps/v1/Deployment/"+namespace+"/warmpool-data-plane"]
+			if d == nil {
+				t.Fatal("no Deployment warmpool-data-plane")
+			}
+			pod := dig(d, "spec", "template").(object)
+			c := dig(pod, "spec", "containers", 0).(object)
+			if r := dig(d, "spec", "replicas"); r != 3 {
+				t.Errorf("replicas %v", r)
+			}
+			if c["image"] != "registry.example/warmpool/manager:v1.2.3" || dig(pod, "spec", "imagePullSecrets", 0, "name") != "pull" {
+				t.Errorf("image %v, pull secrets %v: want the manager's", c["image"], dig(pod, "spec", "imagePullSecrets"))
+			}
+			if r := dig(c, "resources", "requests", "cpu"); r != "200m" {
+				t.Errorf("resources %v", c["resources"])
+			}
+			var a []string
+			for _, v := range c["args"].([]any) {
+				a = append(a, v.(string))
+			}
+			want := []string{"--mode=data-plane", "--data-plane-port=9443", "--health-probe-bind-address=:8081",
+				"--metrics-bind-address=0", "--zap-log-level=debug"}
+			if d := cmp.Diff(want, a); d != "" {
+				t.Errorf("args (-want +got):\n%s", d)
+			}
+			if dig(c, "env", 1, "name") != "GODEBUG" || dig(pod, "spec", "nodeSelector", "kubernetes.io/os") != "linux" {
+				t.Errorf("env %v, nodeSelector %v", c["env"], dig(pod, "spec", "nodeSelector"))
+			}
+			if lab := dig(pod, "metadata", "labels").(object); lab["team"] != "platform" || lab["control-plane"] != "data-plane" {
+				t.Errorf("pod labels %v", lab)
+			}
+			for _, p := range c["ports"].([]any) {
+				if p.(object)["name"] == "metrics" {
+					t.Error("a metrics port without metrics")
 				}
 			}
 		},

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -10,7 +11,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -87,11 +91,13 @@ var _ = Describe("Two manager replicas", func() {
 		follower := directTo(c, cfg, port).Open(ns, s.Name)
 
 		// The follower answers 503 only until its keys are loaded (a moment
-		// after it starts), never 502 for a sandbox it cannot sign for.
+		// after it starts), never 502 for a sandbox it cannot sign for. Until
+		// it listens, the dial fails.
 		var res *sessions.Result
 		Eventually(func() error {
 			res, err = follower.Run(ctx, sessions.ExecRequest{Code: "x = 6 * 7\nx"})
-			if err != nil && !sessions.IsStatus(err, http.StatusServiceUnavailable) {
+			var answer *sessions.Error
+			if errors.As(err, &answer) && answer.Code != http.StatusServiceUnavailable {
 				StopTrying("the follower failed the run").Wrap(err).Now()
 			}
 			return err
@@ -111,6 +117,87 @@ var _ = Describe("Two manager replicas", func() {
 		v, err := follower.Variable(ctx, "x")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(v.JSON)).To(Equal("42"))
+		Expect(getSession(ns, s.Name).Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
+	})
+})
+
+// startDataPlaneOnly starts a process as the data-plane Deployment runs it
+// (--mode=data-plane: no leader election, no controller) with the agent keys
+// in the Secret keys of the manager's namespace, serving on a port of its own,
+// which it returns. It stops with the spec.
+func startDataPlaneOnly(keys string) int {
+	GinkgoHelper()
+	port, err := testenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	cfg := managerConfig()
+	cfg.Mode, cfg.AgentKeysSecret = controller.ModeDataPlane, keys
+	dp := dataPlane
+	dp.Port = port
+	cfg.DataPlane = &dp
+	opts := managerOptions()
+	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
+	mgr, err := ctrl.NewManager(env.Config, opts)
+	Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(context.Background())
+	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
+	done := make(chan struct{})
+	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
+	DeferCleanup(func() { cancel(); <-done })
+	return port
+}
+
+var _ = Describe("A data-plane-only process", func() {
+	It("refuses a mode it does not know, and the data-plane mode without a port", func() {
+		for _, cfg := range []controller.Config{{Mode: "everything"}, {Mode: controller.ModeDataPlane}} {
+			mgr, err := ctrl.NewManager(env.Config, managerOptions())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(controller.Setup(ctx, mgr, cfg)).To(MatchError(ContainSubstring("mode")))
+		}
+	})
+
+	It("waits for the controllers' keys without writing them, then serves a Ready Session while no controller runs", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		cfg := sessionUser(ns, "alice", true)
+		c := sessionsClient(cfg)
+		s, err := c.Create(ctx, ns, "dp-only", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "n = 1"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+
+		// A Secret name of its own, so that it finds none: the controllers
+		// create the keys, the data plane's role cannot.
+		keys := types.NamespacedName{Namespace: managerNamespace, Name: "dp-only-keys-" + ns}
+		dp := directTo(c, cfg, startDataPlaneOnly(keys.Name)).Open(ns, s.Name)
+		Eventually(func() error { _, err := dp.Run(ctx, sessions.ExecRequest{Code: "n"}); return err }).
+			Should(Satisfy(func(err error) bool { return sessions.IsStatus(err, http.StatusServiceUnavailable) }), "it serves")
+		Consistently(func(g Gomega) {
+			_, err := dp.Run(ctx, sessions.ExecRequest{Code: "n"})
+			g.Expect(sessions.IsStatus(err, http.StatusServiceUnavailable)).To(BeTrue(), "answers 503 until it has keys: %v", err)
+			g.Expect(apierrors.IsNotFound(k8s.Get(ctx, keys, &corev1.Secret{}))).To(BeTrue(), "it must not create the keys Secret")
+		}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		// The controllers' keys, as they would have written them.
+		real := &corev1.Secret{}
+		Expect(k8s.Get(ctx, managerConfig().KeysSecret(), real)).To(Succeed())
+		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: keys.Namespace, Name: keys.Name},
+			Data: real.Data})).To(Succeed())
+		DeferCleanup(func() {
+			Expect(k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: keys.Namespace, Name: keys.Name}})).To(Succeed())
+		})
+		Eventually(func() error { _, err := dp.Run(ctx, sessions.ExecRequest{Code: "n += 1"}); return err }).Should(Succeed())
+
+		By("stopping the controllers")
+		stopManager()
+		<-managerDone
+		DeferCleanup(startManager)
+		for i := 3; i <= 12; i++ {
+			res, err := dp.Run(ctx, sessions.ExecRequest{Code: "n += 1\nn"})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+			Expect(*res.Result).To(Equal(fmt.Sprint(i)), "each run once, on the Session's interpreter")
+		}
 		Expect(getSession(ns, s.Name).Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
 	})
 })

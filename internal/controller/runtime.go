@@ -18,13 +18,18 @@ import (
 // wake-ups between them are wired. Reconcilers get what they need of it when
 // Setup builds them; none creates or rewires any of it.
 //
-// What runs where (the manager runs under leader election):
-//   - every replica: the agent keys (AgentKeysReconciler loads them), the data
-//     plane and its serving certificate, so a caller may reach any replica;
-//     the data plane's calls to agents go through Runner, signed with Keys;
-//   - the leader only: the pool, Execution, Session and ModelEndpoint
-//     reconcilers, and with them the Dispatcher's queues and the runs of
-//     Executions.
+// What runs where (Config.Mode; in a cluster, two Deployments of one binary):
+//   - the data plane (ModeDataPlane), in every replica, with no leader
+//     election: the agent keys (agentkeys loads them), the data plane and its
+//     serving certificate. Its calls to agents go through Runner, signed with
+//     Keys. It has no lease to lose, so a leader that changes, restarts or is
+//     starved of CPU does not stop runs in Ready Sessions;
+//   - the controllers (ModeControllers), under leader election: the agent
+//     keys in every replica; on the leader only, the pool, Execution,
+//     Session and ModelEndpoint reconcilers, and with them the Dispatcher's
+//     queues and the runs of Executions.
+//
+// ModeAll runs both in one process.
 type Runtime struct {
 	// Keys sign every call to an agent (internal/agentauth).
 	Keys *agentauth.Keyring

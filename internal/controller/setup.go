@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -27,13 +29,30 @@ import (
 // serving certificate and CA (servingcert).
 const DataPlaneCertSecret = "warmpool-data-plane-cert"
 
-// The data plane's certificate: its Secret in the manager's namespace, and the
-// APIService whose caBundle trusts it.
-// +kubebuilder:rbac:groups="",namespace=warmpool-system,resources=secrets,verbs=get;create;update
-// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;patch,resourceNames=v1alpha1.data.warmpool.dev
+// Mode is which of the manager's parts a process runs.
+type Mode string
+
+const (
+	// ModeAll runs the controllers and, when Config.DataPlane is set, the
+	// data plane in one process: for a laptop, envtest and `make run`.
+	ModeAll Mode = "all"
+	// ModeControllers runs the reconcilers, the dispatcher and the
+	// Executions' runs, under leader election: the controller-manager
+	// Deployment.
+	ModeControllers Mode = "controllers"
+	// ModeDataPlane serves only the Sessions data plane, with no lease to
+	// lose: the data-plane Deployment. A leader that is starved, restarts or
+	// hands over does not take Ready Sessions' runs down with it.
+	ModeDataPlane Mode = "data-plane"
+)
+
+// Modes are the valid values of Config.Mode.
+var Modes = []Mode{ModeAll, ModeControllers, ModeDataPlane}
 
 // Config is what the controllers need to know about where they run.
 type Config struct {
+	// Mode is which parts this process runs (ModeAll when empty).
+	Mode Mode
 	// ManagerNamespace holds the agent keys Secret; the pools' NetworkPolicies
 	// admit agent calls only from pods there labelled sandboxpod.LabelAgentClient.
 	ManagerNamespace string
@@ -42,7 +61,8 @@ type Config struct {
 	// Resolver finds a pod's agent (the pod IP in a cluster).
 	Resolver runner.Resolver
 	// DataPlane, when set, serves the Sessions data plane (data.warmpool.dev)
-	// from this manager, in every replica.
+	// from this process, in every replica; ModeDataPlane requires it and
+	// ModeControllers ignores it.
 	DataPlane *dataplane.Options
 	// LLM calls the ModelEndpoints of pools' spec.llm (a client of its own when nil).
 	LLM *llm.Client
@@ -65,24 +85,54 @@ func (c Config) KeysSecret() types.NamespacedName {
 	return types.NamespacedName{Namespace: c.ManagerNamespace, Name: name}
 }
 
-// Setup registers the cache indexes and all warmpool controllers with mgr,
-// whose cache was made with CacheOptions(cfg.KeysSecret()).
+// Setup registers with mgr, whose cache was made with
+// CacheOptions(cfg.KeysSecret()), the parts of the manager cfg.Mode names.
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
-	if err := index.Setup(ctx, mgr); err != nil {
-		return err
+	mode := cfg.Mode
+	if mode == "" {
+		mode = ModeAll
+	}
+	controllers := mode == ModeAll || mode == ModeControllers
+	dataPlane := (mode == ModeAll || mode == ModeDataPlane) && cfg.DataPlane != nil
+	switch {
+	case !slices.Contains(Modes, mode):
+		return fmt.Errorf("mode %q: want one of %v", mode, Modes)
+	case mode == ModeDataPlane && cfg.DataPlane == nil:
+		return errors.New("mode data-plane serves the data plane: give it a port")
 	}
 	rt := newRuntime(cfg)
 	keys := rt.Keys
 
-	// Every replica: the keys, and below, the data plane and its certificate.
-	poolEvents := make(chan event.GenericEvent, 1024)
+	// Both parts sign their calls to agents. Only the controllers create
+	// the keys Secret when there is none: the data plane waits for it, and
+	// its role cannot write it.
+	var poolEvents chan event.GenericEvent
+	if controllers {
+		poolEvents = make(chan event.GenericEvent, 1024)
+	}
 	if err := (&agentkeys.Reconciler{
-		Client: mgr.GetClient(), Secret: cfg.KeysSecret(), Keys: keys, PoolEvents: poolEvents,
+		Client: mgr.GetClient(), Secret: cfg.KeysSecret(), Keys: keys, PoolEvents: poolEvents, CreateMissing: controllers,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if controllers {
+		if err := setupControllers(ctx, mgr, cfg, rt, poolEvents); err != nil {
+			return err
+		}
+	}
+	if dataPlane {
+		return setupDataPlane(mgr, cfg, rt)
+	}
+	return nil
+}
 
-	// The leader: the reconcilers, each given what it uses of the runtime.
+// setupControllers registers the indexes and the reconcilers, each given
+// what it uses of the runtime. They run on the leader only.
+func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Runtime, poolEvents chan event.GenericEvent) error {
+	if err := index.Setup(ctx, mgr); err != nil {
+		return err
+	}
+	keys := rt.Keys
 	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
 		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes,
@@ -100,13 +150,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
-		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if cfg.DataPlane == nil {
-		return nil
-	}
+	return (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
+		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes}).SetupWithManager(mgr)
+}
+
+// setupDataPlane registers the data plane and its serving certificate. They
+// run in every replica, leader or not.
+func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
+	keys := rt.Keys
 	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
 		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Log: mgr.GetLogger().WithName("dataplane")}
 	// A replica without keys is not ready: the data plane's Service sends

@@ -3,6 +3,7 @@ package kubectlplugin
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -75,11 +76,17 @@ func (p *plugin) serverVersions(cmd *cobra.Command, v *versions) {
 	if err != nil {
 		return
 	}
-	deploy := &appsv1.Deployment{}
-	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: "warmpool-system", Name: "warmpool-controller-manager"}, deploy); err != nil {
-		return
-	}
-	for _, ctr := range deploy.Spec.Template.Spec.Containers {
-		v.ManagerImages = append(v.ManagerImages, ctr.Image)
+	// The controllers and the data plane: one image, unless an upgrade is
+	// half done.
+	for _, name := range []string{"warmpool-controller-manager", "warmpool-data-plane"} {
+		deploy := &appsv1.Deployment{}
+		if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: "warmpool-system", Name: name}, deploy); err != nil {
+			continue
+		}
+		for _, ctr := range deploy.Spec.Template.Spec.Containers {
+			if !slices.Contains(v.ManagerImages, ctr.Image) {
+				v.ManagerImages = append(v.ManagerImages, ctr.Image)
+			}
+		}
 	}
 }

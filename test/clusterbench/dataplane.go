@@ -152,7 +152,7 @@ func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, run
 	}
 
 	// Straight to one data-plane replica, as a gateway would be reached.
-	dpAddr, err := b.managerPodIP(ctx)
+	dpAddr, err := b.dataPlanePodIP(ctx)
 	if err != nil {
 		return err
 	}
@@ -195,10 +195,10 @@ func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-func (b *bench) managerPodIP(ctx context.Context) (string, error) {
+func (b *bench) dataPlanePodIP(ctx context.Context) (string, error) {
 	var pods corev1.PodList
 	if err := b.c.List(ctx, &pods, client.InNamespace("warmpool-system"),
-		client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		client.MatchingLabels{"control-plane": "data-plane"}); err != nil {
 		return "", err
 	}
 	for _, p := range pods.Items {
@@ -206,7 +206,7 @@ func (b *bench) managerPodIP(ctx context.Context) (string, error) {
 			return p.Status.PodIP, nil
 		}
 	}
-	return "", fmt.Errorf("no manager pod with an IP in warmpool-system")
+	return "", fmt.Errorf("no data-plane pod with an IP in warmpool-system")
 }
 
 // agentOf returns a client of the Session's agent, with a token signed by

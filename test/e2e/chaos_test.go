@@ -15,7 +15,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -285,12 +284,10 @@ func apiServerRestart() []string { return strings.Fields(os.Getenv("E2E_APISERVE
 // killLeader deletes the pod holding the manager's lease with no grace: its
 // process is killed and never releases the lease, as in a node failure.
 func killLeader() bool {
-	lease := &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: "manager.warmpool.dev"}, lease); err != nil ||
-		lease.Spec.HolderIdentity == nil {
+	pod := leaderPod()
+	if pod == "" {
 		return false
 	}
-	pod, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
 	p := &corev1.Pod{}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: pod}, p); err != nil {
 		return false

@@ -61,19 +61,31 @@ var _ = BeforeSuite(func() {
 
 	By("deploying the operator with make deploy")
 	run("make", "-C", repoRoot(), "--no-print-directory", "deploy")
-	// The image tag stays the same across builds (:dev): restart so the manager
-	// runs the image that was just built and loaded, not an older one.
-	run(kubectl(), "-n", "warmpool-system", "rollout", "restart", "deployment/warmpool-controller-manager")
-	run(kubectl(), "-n", "warmpool-system", "rollout", "status", "deployment/warmpool-controller-manager", "--timeout=180s")
+	restartManager("warmpool-system")
 	scaleManager(managerReplicas)
 })
 
-// managerReplicas is how many manager replicas the suite runs (one leads, the
-// others serve the data plane too): two unless E2E_MANAGER_REPLICAS says.
+// managerDeployments are the two Deployments of the manager's image: the
+// controllers and the data plane.
+var managerDeployments = []string{"deployment/warmpool-controller-manager", "deployment/warmpool-data-plane"}
+
+// restartManager restarts both Deployments in ns and waits for them. The
+// image tag stays the same across builds (:dev): restarting makes them run
+// the image that was just built and loaded, not an older one.
+func restartManager(ns string) {
+	GinkgoHelper()
+	run(kubectl(), append([]string{"-n", ns, "rollout", "restart"}, managerDeployments...)...)
+	for _, d := range managerDeployments {
+		run(kubectl(), "-n", ns, "rollout", "status", d, "--timeout=180s")
+	}
+}
+
+// managerReplicas is how many replicas of the controllers the suite runs (one
+// leads, the others wait to take over): two unless E2E_MANAGER_REPLICAS says.
 var managerReplicas = envOr("E2E_MANAGER_REPLICAS", "2")
 
-// scaleManager runs n replicas of the manager and waits until each is Ready
-// (which includes having loaded the agent signing keys).
+// scaleManager runs n replicas of the controllers and waits until each is
+// Ready (which includes having loaded the agent signing keys).
 func scaleManager(n string) {
 	GinkgoHelper()
 	run(kubectl(), "-n", "warmpool-system", "scale", "deployment/warmpool-controller-manager", "--replicas="+n)
@@ -84,9 +96,11 @@ var _ = ReportAfterSuite("manager logs on failure", func(r Report) {
 	if r.SuiteSucceeded {
 		return
 	}
-	out, _ := kubectlOut("-n", "warmpool-system", "logs", "deployment/warmpool-controller-manager", "--tail=60")
-	fmt.Fprintf(GinkgoWriter, "manager logs (last 60 lines):\n%s\n", out)
-	out, _ = kubectlOut("get", "sandboxpools,executions,pods", "-A", "-o", "wide")
+	for _, d := range managerDeployments {
+		out, _ := kubectlOut("-n", "warmpool-system", "logs", d, "--tail=60")
+		fmt.Fprintf(GinkgoWriter, "%s logs (last 60 lines):\n%s\n", d, out)
+	}
+	out, _ := kubectlOut("get", "sandboxpools,executions,pods", "-A", "-o", "wide")
 	fmt.Fprintf(GinkgoWriter, "objects:\n%s\n", out)
 })
 

@@ -47,8 +47,7 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 			run(helm(), "uninstall", release, "-n", releaseNS, "--ignore-not-found", "--wait", "--timeout", "5m")
 			waitNoCRDs()
 			run("make", "-C", repoRoot(), "--no-print-directory", "deploy")
-			run(kubectl(), "-n", releaseNS, "rollout", "restart", "deployment/warmpool-controller-manager")
-			run(kubectl(), "-n", releaseNS, "rollout", "status", "deployment/warmpool-controller-manager", "--timeout=180s")
+			restartManager(releaseNS)
 			scaleManager(managerReplicas)
 		})
 

@@ -37,10 +37,10 @@ const DefaultSecret = "warmpool-agent-keys"
 // "current" at it). Pools are then reconciled so that idle pods started with
 // an older key are replaced; busy ones keep working with the key they trust.
 //
-// It runs in every replica, leader or not: the data plane, which every
-// replica serves, signs its calls to agents with these keys. Two replicas
-// that both find no Secret both create one; the second create fails with
-// AlreadyExists and both load the one stored.
+// It runs in every replica, leader or not, of both Deployments: the data
+// plane signs its calls to agents with these keys too. Only processes with
+// CreateMissing create the Secret; two that both find none both create one,
+// the second create fails with AlreadyExists and both load the one stored.
 type Reconciler struct {
 	client.Client
 	Secret types.NamespacedName
@@ -48,7 +48,12 @@ type Reconciler struct {
 	// PoolEvents wakes every pool after the current key changed. Only the
 	// leader's pool controller reads it; a follower's sends find it full and
 	// drop (the new leader reconciles every pool when it starts).
+	// Nil in a process without the pool controller.
 	PoolEvents chan event.GenericEvent
+	// CreateMissing creates the Secret when there is none. The data plane
+	// leaves that to the controllers: it only reads the keys, and waits for
+	// them (its readiness says so) instead of writing a Secret it may not.
+	CreateMissing bool
 }
 
 // +kubebuilder:rbac:groups="",namespace=warmpool-system,resources=secrets,verbs=get;list;watch;create
@@ -57,6 +62,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	log := logf.FromContext(ctx)
 	secret := &corev1.Secret{}
 	err := r.Get(ctx, r.Secret, secret)
+	if apierrors.IsNotFound(err) && !r.CreateMissing {
+		log.V(1).Info("waiting for the controllers to create the agent keys Secret", "secret", r.Secret)
+		return ctrl.Result{}, nil // its creation is an event of the watch
+	}
 	if apierrors.IsNotFound(err) {
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: r.Secret.Namespace, Name: r.Secret.Name},
@@ -88,6 +97,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 // wakePools enqueues every pool, so new pods get the current key.
 func (r *Reconciler) wakePools(ctx context.Context) {
+	if r.PoolEvents == nil {
+		return
+	}
 	var pools sandboxv1alpha1.SandboxPoolList
 	if err := r.List(ctx, &pools); err != nil {
 		logf.FromContext(ctx).Error(err, "list pools after a key change")

@@ -1,0 +1,18 @@
+package dataplane
+
+// The data plane's own role (config/dataplane/role.yaml, generated from
+// these markers alone): it runs with a ServiceAccount of its own, and, as the
+// part of warmpool every caller reaches, may only read what it serves, record
+// a Session's interpreter, read the agent keys and keep its serving
+// certificate. It cannot create, change or delete pods, nor write the keys.
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions/status,verbs=get;patch
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// The agent keys (read) and the serving certificate's Secret, in the
+// manager's namespace; the APIService whose caBundle trusts the certificate.
+// +kubebuilder:rbac:groups="",namespace=warmpool-system,resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",namespace=warmpool-system,resources=secrets,verbs=update,resourceNames=warmpool-data-plane-cert
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;patch,resourceNames=v1alpha1.data.warmpool.dev
