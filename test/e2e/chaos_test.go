@@ -281,8 +281,9 @@ func chaosFaults(seed int64, ns string, stop <-chan struct{}, record func(string
 // left out rather than guessed at.
 func apiServerRestart() []string { return strings.Fields(os.Getenv("E2E_APISERVER_RESTART")) }
 
-// killLeader deletes the pod holding the manager's lease with no grace: its
-// process is killed and never releases the lease, as in a node failure.
+// killLeader deletes the pod holding the controllers' lease with no grace:
+// the kubelet stops its process at once (SIGTERM, SIGKILL two seconds later),
+// in the middle of whatever it was writing.
 func killLeader() bool {
 	pod := leaderPod()
 	if pod == "" {

@@ -24,6 +24,14 @@
 // and the manager's container restarts and leader changes:
 //
 //	go run ./test/idlecost -pods 40 -cpu-request 10m -burners 4 -window 300s
+//
+// With -sessions and -executions-per-minute, users work on the starved node
+// during the window, on a pool of their own: Sessions run code without pause
+// through the data plane, Executions arrive at a steady rate. It reports
+// failed or wrong runs, their latency, and Executions that did not end
+// right (the starvation test of docs/performance.md):
+//
+//	go run ./test/idlecost -pods 40 -cpu-request 10m -burners 4 -window 300s -sessions 4 -executions-per-minute 20
 package main
 
 import (
@@ -59,8 +67,10 @@ func main() {
 	cpuRequest := flag.String("cpu-request", "", "the pool's CPU request (default: the pool's default)")
 	burn := flag.Int("burners", 0, "busy loops to run on the node during the window (a starved node), "+
 		"counting warm pods that flap and manager restarts")
+	nSessions := flag.Int("sessions", 0, "Sessions that run code without pause during the window (with -burners)")
+	perMinute := flag.Int("executions-per-minute", 0, "Executions created during the window (with -burners)")
 	flag.Parse()
-	o := options{cpuRequest: *cpuRequest, burners: *burn}
+	o := options{cpuRequest: *cpuRequest, burners: *burn, sessions: *nSessions, executionsPerMinute: *perMinute}
 	if err := run(*pods, *rt, *window, *settle, *image, *kubectl, *inside, o); err != nil {
 		fmt.Fprintln(os.Stderr, "idlecost:", err)
 		os.Exit(1)
@@ -70,6 +80,8 @@ func main() {
 type options struct {
 	cpuRequest string
 	burners    int
+	// sessions and executionsPerMinute: the users' work during the window.
+	sessions, executionsPerMinute int
 }
 
 func run(n int, rt string, window, settle time.Duration, image, kubectl string, inside int, o options) error {
@@ -139,6 +151,17 @@ func run(n int, rt string, window, settle time.Duration, image, kubectl string, 
 	if inside > len(names) {
 		inside = len(names)
 	}
+	var wk *work
+	if o.sessions > 0 || o.executionsPerMinute > 0 {
+		wk, err = startWork(ctx, c, cfg, image, runtimeClass, o.sessions, o.executionsPerMinute)
+		if wk != nil {
+			defer wk.cleanup()
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%d Sessions Ready on a pool of their own; Executions every %s\n", len(wk.sessions), wk.every)
+	}
 	before := insideTimes(kubectl, ns, names[:inside])
 	var wd *watchdog
 	if o.burners > 0 {
@@ -154,9 +177,15 @@ func run(n int, rt string, window, settle time.Duration, image, kubectl string, 
 		go wd.run(wctx)
 		fmt.Printf("%d busy loops on the node during the window\n", o.burners)
 	}
+	if wk != nil {
+		wk.run(ctx)
+	}
 	m := measure(window, uids)
 	if wd != nil {
 		wd.report(ctx)
+	}
+	if wk != nil {
+		wk.end(ctx, 3*time.Minute)
 	}
 	after := insideTimes(kubectl, ns, names[:inside])
 	if got, _ := readyIdle(ctx, c, ns); len(got) < n {
