@@ -188,7 +188,7 @@ func (w *work) end(ctx context.Context, patience time.Duration) {
 	for _, f := range w.failed {
 		fmt.Println("  " + f)
 	}
-	fmt.Printf("Executions: %d created, %d ended right, %d wrong, %d unfinished %s after the window; creation to final status p50 %s, max %s\n",
+	fmt.Printf("Executions: %d created, %d ended right, %d wrong, %d unfinished %s after the window; creation to final status (whole seconds) p50 %s, max %s\n",
 		len(w.created), right, wrong, unfinished, patience, pct(waits, 50), pct(waits, 100))
 	for _, n := range notes {
 		fmt.Println("  " + n)
