@@ -32,7 +32,7 @@ GVISOR_GO=${GVISOR_GO:-go1.23.12}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
 # Bump PATCH when the source patch below changes, so cached builds are redone.
-PATCH=5
+PATCH=7
 OUT=$CACHE_ROOT/gvisor/$GVISOR_VERSION-p$PATCH
 
 log() { printf '[gvisor] %s\n' "$*" >&2; }
@@ -71,13 +71,16 @@ sed -i $'s|^\t\tcase cgroupv1FsName:$|&\\n\t\t\t// warmpool: only the hierarchy 
 fp=gvisor-src/pkg/sentry/platform/systrap/metrics.go
 grep -q $'^\t\ttime.Sleep(recordingPeriod)$' "$fp" && grep -q $'^\t\tfastpath.curState(&fastpath)$' "$fp" \
   || die "systrap's controlFastPath moved in $GVISOR_VERSION; update the patch in $0"
-sed -i $'s|^\t\ttime.Sleep(recordingPeriod)$|\t\ttime.Sleep(idleAwarePeriod) // warmpool: hack/gvisor/testdata/warmpool_idle.go|; s|^\t\tfastpath.curState(&fastpath)$|\t\tnextRecordingPeriod()\\n&|' "$fp"
+sed -i $'s|^\t\ttime.Sleep(recordingPeriod)$|\t\ttime.Sleep(idleAwarePeriod) // warmpool: hack/gvisor/testdata/warmpool_idle.go|; s|^\t\tfastpath.curState(&fastpath)$|\t\tnextRecordingPeriod()\\n&\\n\t\tstateConsumed()|' "$fp"
 cp "$HERE/gvisor/testdata/warmpool_idle.go" gvisor-src/pkg/sentry/platform/systrap/
 go mod edit -replace gvisor.dev/gvisor=./gvisor-src
 # The patch's test (the mount tables of a kind node and of a nested container)
 # runs in the patched package before anything is built from it.
 cp "$HERE/gvisor/testdata/cgroup_mounts_test.go" gvisor-src/runsc/cgroup/
 go test gvisor.dev/gvisor/runsc/cgroup >&2 || die "the cgroup patch's test failed"
+cp "$HERE/gvisor/testdata/warmpool_idle_test.go" gvisor-src/pkg/sentry/platform/systrap/
+go test -run TestIdleBacksOffWithLeftoverLatencies gvisor.dev/gvisor/pkg/sentry/platform/systrap >&2 \
+  || die "the systrap idle patch's test failed"
 go get "gvisor.dev/gvisor/runsc@$GVISOR_VERSION" "gvisor.dev/gvisor/shim@$GVISOR_VERSION" >&2
 grep -q "gvisor.dev/gvisor $GVISOR_VERSION" go.mod || die "go get moved gvisor.dev/gvisor off $GVISOR_VERSION"
 

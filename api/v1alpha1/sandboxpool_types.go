@@ -61,8 +61,12 @@ type SandboxPoolSpec struct {
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
 	// resources of the sandbox container. Limits are always set on sandbox pods:
-	// when a limit is not given here, the operator applies its default.
-	// +kubebuilder:default={limits:{cpu:"1",memory:"512Mi"},requests:{cpu:"100m",memory:"128Mi"}}
+	// when a limit is not given here, the operator applies its default. The
+	// default CPU request is what an idle warm sandbox uses (about 1 % of a
+	// core, docs/performance.md), so a node is packed by what a warm pool
+	// costs; running code bursts up to the limit. Raise it for pools whose
+	// code should keep a share of a contended node.
+	// +kubebuilder:default={limits:{cpu:"1",memory:"512Mi"},requests:{cpu:"10m",memory:"128Mi"}}
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 

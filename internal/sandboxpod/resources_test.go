@@ -26,11 +26,11 @@ func TestSandboxResources(t *testing.T) {
 		wantRequests corev1.ResourceList
 	}{
 		{"empty, as Go clients send it", corev1.ResourceRequirements{},
-			list("1", "512Mi"), list("100m", "128Mi")},
+			list("1", "512Mi"), list("10m", "128Mi")},
 		{"limits only: default requests below them", corev1.ResourceRequirements{Limits: list("2", "1Gi")},
-			list("2", "1Gi"), list("100m", "128Mi")},
-		{"a limit below the default request caps the request", corev1.ResourceRequirements{Limits: list("50m", "64Mi")},
-			list("50m", "64Mi"), list("50m", "64Mi")},
+			list("2", "1Gi"), list("10m", "128Mi")},
+		{"a limit below the default request caps the request", corev1.ResourceRequirements{Limits: list("5m", "64Mi")},
+			list("5m", "64Mi"), list("5m", "64Mi")},
 		{"a request above the default limit raises the limit", corev1.ResourceRequirements{Requests: list("2", "1Gi")},
 			list("2", "1Gi"), list("2", "1Gi")},
 		{"explicit values are kept", corev1.ResourceRequirements{Limits: list("3", "3Gi"), Requests: list("1", "1Gi")},

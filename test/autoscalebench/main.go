@@ -219,9 +219,9 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 
 	base := func(name string) *wrappers.PoolWrapper {
 		w := wrappers.Pool(ns.Name, name).Image(o.image).RuntimeClass(o.runtimeClass)
-		// Small requests: the pools together hold more pods than two cores'
-		// worth of the default 100m each, and an unschedulable pod would
-		// measure the scheduler, not the sizing.
+		// Small memory requests, and the CPU one fixed at the default of
+		// today: the pools together hold many pods, and an unschedulable pod
+		// would measure the scheduler, not the sizing.
 		w.Spec.Resources = corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")},
