@@ -79,8 +79,8 @@ const (
 
 // Defaults applied when the pool's resources leave a limit or request out: every sandbox has limits.
 var (
-	DefaultCPULimit       = resource.MustParse("1")
-	DefaultMemoryLimit    = resource.MustParse("512Mi")
+	DefaultCPULimit    = resource.MustParse("1")
+	DefaultMemoryLimit = resource.MustParse("512Mi")
 	// DefaultCPURequest is an idle warm sandbox's measured CPU (about 1 % of
 	// a core with gVisor): the scheduler packs nodes by what a warm pool
 	// costs; running code bursts up to its limit.
