@@ -59,7 +59,7 @@ var _ = Describe("Deploy manifests", func() {
 			}
 		}
 		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 4))
-		Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
+		Expect(kinds).To(HaveKeyWithValue("Deployment", 2), "the controllers and the data plane")
 		Expect(kinds).To(HaveKeyWithValue("RuntimeClass", 1))
 		Expect(kinds).To(HaveKeyWithValue("APIService", 1))
 		Expect(kinds).To(HaveKey("ClusterRole"))
