@@ -31,7 +31,7 @@ import (
 const leaderElectionID = "manager.warmpool.dev"
 
 // startFollower starts a second manager replica, as cmd/manager runs it with
-// leader election, that never leads: the Lease is held by another holder for
+// --mode=all under leader election, that never leads: the Lease is held by another holder for
 // an hour. It serves the data plane on a port of its own. It returns that
 // port; the replica stops with the spec.
 func startFollower() int {
@@ -42,24 +42,11 @@ func startFollower() int {
 	Expect(k8s.Create(ctx, lease)).To(Succeed())
 	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
 
-	port, err := testenv.FreePort()
-	Expect(err).NotTo(HaveOccurred())
-	cfg := managerConfig()
-	dp := dataPlane
-	dp.Port = port
-	cfg.DataPlane = &dp
-	opts := managerOptions()
-	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
-	opts.LeaderElection = true
-	opts.LeaderElectionID = leaderElectionID
-	opts.LeaderElectionNamespace = managerNamespace
-	mgr, err := ctrl.NewManager(env.Config, opts)
-	Expect(err).NotTo(HaveOccurred())
-	mctx, cancel := context.WithCancel(context.Background())
-	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
-	done := make(chan struct{})
-	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
-	DeferCleanup(func() { cancel(); <-done })
+	mgr, port := startProcess(managerConfig(), func(opts *ctrl.Options) {
+		opts.LeaderElection = true
+		opts.LeaderElectionID = leaderElectionID
+		opts.LeaderElectionNamespace = managerNamespace
+	})
 	Consistently(mgr.Elected(), 500*time.Millisecond).ShouldNot(BeClosed(), "the second replica must not lead")
 	return port
 }
@@ -127,23 +114,33 @@ var _ = Describe("Two manager replicas", func() {
 // which it returns. It stops with the spec.
 func startDataPlaneOnly(keys string) int {
 	GinkgoHelper()
-	port, err := testenv.FreePort()
-	Expect(err).NotTo(HaveOccurred())
 	cfg := managerConfig()
 	cfg.Mode, cfg.AgentKeysSecret = controller.ModeDataPlane, keys
+	_, port := startProcess(cfg, func(*ctrl.Options) {})
+	return port
+}
+
+// startProcess starts one more manager process with cfg, its data plane on a
+// port of its own, and the suite's options as opts leaves them. It returns the
+// manager and that port; the process stops with the spec.
+func startProcess(cfg controller.Config, opts func(*ctrl.Options)) (ctrl.Manager, int) {
+	GinkgoHelper()
+	port, err := testenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
 	dp := dataPlane
 	dp.Port = port
 	cfg.DataPlane = &dp
-	opts := managerOptions()
-	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
-	mgr, err := ctrl.NewManager(env.Config, opts)
+	o := managerOptions()
+	o.Cache = controller.CacheOptions(cfg.KeysSecret())
+	opts(&o)
+	mgr, err := ctrl.NewManager(env.Config, o)
 	Expect(err).NotTo(HaveOccurred())
 	mctx, cancel := context.WithCancel(context.Background())
 	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
 	done := make(chan struct{})
 	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
 	DeferCleanup(func() { cancel(); <-done })
-	return port
+	return mgr, port
 }
 
 var _ = Describe("A data-plane-only process", func() {
