@@ -82,6 +82,7 @@ type proc struct {
 	// terminationLog is where the agent writes why it gave up.
 	terminationLog string
 	// ready: the agent answered its readiness probe; ip is the pod's address.
+	// A pod is reported Running and Ready only once ready is set.
 	ready bool
 	ip    string
 	// endReason, set before a kill, is the reason the container status gives
@@ -221,10 +222,25 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		running = false
 	}
 	if running {
-		// The agent is ready but writing that failed (the API server was away): write it again.
 		k.mu.Lock()
-		ready, ip := p.ready, p.ip
+		ready, ip, addr := p.ready, p.ip, p.addr
 		k.mu.Unlock()
+		if !ready {
+			// The start gave up waiting for the agent (a machine busy with
+			// other work): go on probing it, as a kubelet does, instead of
+			// leaving the pod Pending for good.
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := agentclient.New(addr, "").Ready(pctx)
+			cancel()
+			if err != nil {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			k.mu.Lock()
+			p.ready = true
+			k.mu.Unlock()
+			ready = true
+		}
+		// The agent is ready but writing that failed (the API server was away): write it again.
 		if ready && pod.Status.Phase == corev1.PodPending {
 			return ctrl.Result{}, client.IgnoreNotFound(k.markReady(ctx, pod, ip))
 		}
@@ -335,7 +351,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start agent for pod %s: %w", pod.Name, err)
 	}
-	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://%s:%d", ip, port), exited: make(chan struct{}), terminationLog: terminationLog}
+	p := &proc{uid: pod.UID, cmd: cmd, addr: fmt.Sprintf("http://%s:%d", ip, port), ip: ip, exited: make(chan struct{}), terminationLog: terminationLog}
 	k.mu.Lock()
 	k.procs[key] = p
 	k.started++
@@ -356,7 +372,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("agent of pod %s: %w", pod.Name, err)
 	}
 	k.mu.Lock()
-	p.ip, p.ready = ip, true
+	p.ready = true
 	k.mu.Unlock()
 	return k.markReady(ctx, pod, ip)
 }
