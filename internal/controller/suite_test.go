@@ -190,7 +190,11 @@ func startManager() {
 			},
 		}), nil
 	}
-	mgr, err := ctrl.NewManager(env.Config, opts)
+	// Every request of the manager passes managerCalls, which counts the
+	// round trips of a path for the specs that ask.
+	restCfg := rest.CopyConfig(env.Config)
+	restCfg.Wrap(managerCalls.wrap)
+	mgr, err := ctrl.NewManager(restCfg, opts)
 	Expect(err).NotTo(HaveOccurred())
 	mctx, cancel := context.WithCancel(context.Background())
 	crash = cancel

@@ -430,6 +430,13 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonIdleTimeout,
 			fmt.Sprintf("idle for %s (idleTimeout %s)", now.Sub(last.Time).Round(time.Second), idle))
 	}
+	if last != nil {
+		// Stored to the second: compared to the second, or every look after
+		// a run (the agent and the pod's annotation keep nanoseconds) would
+		// write the Session again with what it already holds.
+		t := last.Rfc3339Copy()
+		last = &t
+	}
 	if (runs != ses.Status.Runs || !last.Equal(ses.Status.LastActivityTime)) && r.mayWriteActivity(ses.UID, now) {
 		ses.Status.Runs, ses.Status.LastActivityTime = runs, last
 		if err := r.Status().Update(ctx, ses); err != nil {
