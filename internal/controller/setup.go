@@ -26,7 +26,8 @@ import (
 )
 
 // DataPlaneCertSecret, in the manager's namespace, holds the data plane's
-// serving certificate and CA (servingcert).
+// serving certificate and CA (servingcert). The data plane's role may update
+// this Secret alone (internal/dataplane/rbac.go names it; a test compares).
 const DataPlaneCertSecret = "warmpool-data-plane-cert"
 
 // Mode is which of the manager's parts a process runs.
