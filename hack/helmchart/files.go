@@ -232,7 +232,8 @@ const notes = `warmpool {{ .Chart.AppVersion }} is installed in {{ .Release.Name
 
   kubectl -n {{ .Release.Namespace }} rollout status deployment/warmpool-controller-manager
 {{- if .Values.dataPlane.enabled }}
-  kubectl get apiservice v1alpha1.data.warmpool.dev   # Available once the manager wrote its caBundle
+  kubectl -n {{ .Release.Namespace }} rollout status deployment/warmpool-data-plane
+  kubectl get apiservice v1alpha1.data.warmpool.dev   # Available once the data plane wrote its caBundle
 {{- end }}
 
 A first pool and Execution: kubectl apply -f config/samples/ in the warmpool repository.
