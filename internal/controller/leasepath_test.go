@@ -77,8 +77,11 @@ var _ = Describe("The lease path", func() {
 	It("takes a Session from created to Ready in few API round trips, each one counted", func() {
 		ns := newNamespace()
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
-		// Quiet first: the pool's own writes after its pod became Ready.
-		time.Sleep(time.Second)
+		// Quiet first: the pool's own writes after its pod became Ready are
+		// not the lease's.
+		managerCalls.record(ns)
+		Eventually(func() []string { calls := managerCalls.stop(); managerCalls.record(ns); return calls }).
+			WithPolling(300 * time.Millisecond).Should(BeEmpty(), "the pool settles")
 
 		managerCalls.record(ns)
 		ses := &sandboxv1alpha1.Session{}
