@@ -81,7 +81,7 @@ var _ = Describe("The lease path", func() {
 		// not the lease's.
 		managerCalls.record(ns)
 		Eventually(func() []string { calls := managerCalls.stop(); managerCalls.record(ns); return calls }).
-			WithPolling(300 * time.Millisecond).Should(BeEmpty(), "the pool settles")
+			WithPolling(300*time.Millisecond).Should(BeEmpty(), "the pool settles")
 
 		managerCalls.record(ns)
 		ses := &sandboxv1alpha1.Session{}
