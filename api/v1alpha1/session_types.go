@@ -9,6 +9,11 @@ import (
 // Execution that named it in spec.session; it names that Execution.
 const AnnotationCreatedFor = "sandbox.warmpool.dev/created-for"
 
+// AnnotationRun is set on a Session the data plane created for a one-call
+// run (POST data.warmpool.dev/.../runs); it names that run's ID, which the
+// Session's owner can ask about (sessions/executions) if the answer was lost.
+const AnnotationRun = "sandbox.warmpool.dev/run"
+
 // SessionPhase is where a Session is in its lifecycle.
 // +kubebuilder:validation:Enum=Pending;Ready;Closed;Lost
 type SessionPhase string

@@ -160,7 +160,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 	keys := rt.Keys
 	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
-		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Log: mgr.GetLogger().WithName("dataplane")}
+		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Informers: mgr.GetCache(), Log: mgr.GetLogger().WithName("dataplane")}
 	// A replica without keys is not ready: the data plane's Service sends
 	// callers only to replicas that can sign their calls to agents.
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {

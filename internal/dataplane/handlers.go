@@ -65,6 +65,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+at(SubFiles), s.session(SubFiles, s.readFiles))
 	mux.HandleFunc("PUT "+at(SubFiles), s.session(SubFiles, s.writeFile))
 	mux.HandleFunc("POST "+at(SubReset), s.session(SubReset, s.reset))
+	mux.HandleFunc("POST "+prefix+"/namespaces/{namespace}/"+ResourceRuns, s.instrumented(ResourceRuns, s.run))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no %s %s in %s/%s", r.Method, r.URL.Path, Group, Version))
 	})
@@ -83,6 +84,23 @@ type target struct {
 // session resolves the Session of the URL to its pod's agent, refusing a
 // Session that is not Ready, and records the request's metrics.
 func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, *target)) http.HandlerFunc {
+	return s.instrumented(sub, func(w http.ResponseWriter, r *http.Request) {
+		t, code, reason, msg := s.resolve(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
+		if t == nil {
+			writeStatus(w, code, reason, msg)
+			return
+		}
+		if refused := ownerOnly(r, t.ses); refused != "" {
+			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refused)
+			return
+		}
+		h(w, r, t)
+	})
+}
+
+// instrumented records a request's metrics under sub, and answers 503 until
+// this replica can sign its calls to agents.
+func (s *Server) instrumented(sub string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
@@ -96,16 +114,7 @@ func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, 
 				"this manager replica has not loaded the agent signing keys yet; retry in a moment")
 			return
 		}
-		t, code, reason, msg := s.resolve(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
-		if t == nil {
-			writeStatus(rec, code, reason, msg)
-			return
-		}
-		if refused := ownerOnly(r, t.ses); refused != "" {
-			writeStatus(rec, http.StatusForbidden, metav1.StatusReasonForbidden, refused)
-			return
-		}
-		h(rec, r, t)
+		h(rec, r)
 	}
 }
 
@@ -202,16 +211,30 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	if req.ID == "" {
 		req.ID = uuid.NewString()
 	}
-	runID := agentRunID(req.ID)
-	if msg := s.poolDefaults(r.Context(), t.ses, &req); msg != "" {
+	if msg := s.checkExec(r, t.ses.Namespace, t.ses.Spec.PoolRef.Name, &req); msg != "" {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 		return
 	}
-	stream := req.Stream || acceptsNDJSON(r)
-	if req.Bridge && !stream {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "bridge needs a streamed exec (stream: true): bridge calls arrive as events")
-		return
+	s.runIn(w, r, t, &req)
+}
+
+// checkExec fills a run's defaults from its pool and refuses what the pool
+// does not allow or the request cannot carry.
+func (s *Server) checkExec(r *http.Request, ns, pool string, req *sessions.ExecRequest) (refused string) {
+	if msg := s.poolDefaults(r.Context(), ns, pool, req); msg != "" {
+		return msg
 	}
+	req.Stream = req.Stream || acceptsNDJSON(r)
+	if req.Bridge && !req.Stream {
+		return "bridge needs a streamed exec (stream: true): bridge calls arrive as events"
+	}
+	return ""
+}
+
+// runIn sends a checked run to the Session's agent and relays its answer.
+func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, req *sessions.ExecRequest) {
+	runID := agentRunID(req.ID)
+	stream := req.Stream
 	body, _ := json.Marshal(protocol.ExecuteRequest{
 		ID: runID, Code: req.Code, Language: req.Language, Context: req.Context, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
 		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream, Bridge: req.Bridge,
@@ -280,9 +303,9 @@ func agentRunID(id string) string { return "dp-" + id }
 
 // poolDefaults fills what the caller left unset from the pool's
 // executionDefaults, as for an Execution of that pool.
-func (s *Server) poolDefaults(ctx context.Context, ses *sandboxv1alpha1.Session, req *sessions.ExecRequest) (refused string) {
+func (s *Server) poolDefaults(ctx context.Context, ns, name string, req *sessions.ExecRequest) (refused string) {
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pool); err != nil {
 		return "" // the agent's own defaults and limits apply (it was started with the pool's)
 	}
 	d := pool.Spec.ExecutionDefaults

@@ -3,9 +3,11 @@ package dataplane
 // The data plane's own role (config/dataplane/role.yaml, generated from
 // these markers alone): it runs with a ServiceAccount of its own, and, as the
 // part of warmpool every caller reaches, may only read what it serves, record
-// a Session's interpreter, read the agent keys and keep its serving
-// certificate. It cannot create, change or delete pods, nor write the keys.
-// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch
+// a Session's interpreter, create and close the Sessions of one-call runs
+// (owned by their callers: "delegate", see config/admission), read the agent
+// keys and keep its serving certificate. It cannot create, change or delete
+// pods, nor write the keys.
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;patch;delegate
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions/status,verbs=get;patch
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch

@@ -31,12 +31,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/options"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -87,7 +91,13 @@ type Server struct {
 	// Certs, when set, is the serving certificate the APIService trusts
 	// (servingcert); until it has one the server serves a self-signed one.
 	Certs CertSource
-	Log   logr.Logger
+	// Informers deliver the Session changes one-call runs wait for (the
+	// manager's cache); nil: they look every second.
+	Informers cache.Informers
+	Log       logr.Logger
+
+	authorizer authorizer.Authorizer
+	ready      sessionChanges
 }
 
 // CertSource provides the serving certificate and can be made current.
@@ -110,6 +120,15 @@ func (s *Server) Start(ctx context.Context) error {
 	handler, serving, err := s.build()
 	if err != nil {
 		return err
+	}
+	if s.Informers != nil {
+		inf, err := s.Informers.GetInformer(ctx, &sandboxv1alpha1.Session{})
+		if err != nil {
+			return fmt.Errorf("watch Sessions for one-call runs: %w", err)
+		}
+		if _, err := inf.AddEventHandler(s.ready.handler()); err != nil {
+			return fmt.Errorf("watch Sessions for one-call runs: %w", err)
+		}
 	}
 	s.Log.Info("data plane serving", "addr", serving.Listener.Addr().String())
 	// Serve closes the listener as soon as ctx ends and lets open requests
@@ -167,6 +186,7 @@ func (s *Server) build() (http.Handler, *server.SecureServingInfo, error) {
 	if err := authzOpts.ApplyTo(&authz); err != nil {
 		return nil, nil, fmt.Errorf("data plane authorization: %w", err)
 	}
+	s.authorizer = authz.Authorizer
 	scheme := runtime.NewScheme()
 	metav1.AddToGroupVersion(scheme, metav1.Unversioned)
 	codecs := serializer.NewCodecFactory(scheme)

@@ -63,6 +63,13 @@ var (
 		Name: "warmpool_dataplane_request_duration_seconds", Help: "Duration of Sessions data-plane requests by subresource.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 	}, []string{"subresource"})
+	// DataPlaneRunLease is how long one-call runs waited for their new
+	// Session to be Ready (the Session's create call included).
+	DataPlaneRunLease = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "warmpool_dataplane_run_lease_seconds",
+		Help: "Time from a one-call run's Session create to that Session Ready, as the data plane saw it.",
+		Buckets: []float64{0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
 
 	latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
@@ -154,7 +161,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, DataPlaneRequests, DataPlaneDuration, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)

@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,8 +31,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -343,7 +346,8 @@ func (s *Session) readStream(ctx context.Context, body io.Reader, runID string, 
 	for sc.Scan() {
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("decode event: %w", err)
+			// A line cut short by a connection that went away, most likely.
+			return nil, fmt.Errorf("%w: decode event: %w", errStreamCut, err)
 		}
 		switch ev.Type {
 		case EventStdout:
@@ -365,9 +369,9 @@ func (s *Session) readStream(ctx context.Context, body io.Reader, runID string, 
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errStreamCut, err)
 	}
-	return nil, fmt.Errorf("the stream of run %s ended without a result", runID)
+	return nil, fmt.Errorf("%w: the stream of run %s ended without a result", errStreamCut, runID)
 }
 
 func (s *Session) answer(ctx context.Context, runID string, call BridgeCall, on func(context.Context, BridgeCall) (json.RawMessage, error)) error {
@@ -479,7 +483,21 @@ func (s *Session) call(ctx context.Context, method, sub string, q url.Values, bo
 }
 
 func (s *Session) do(ctx context.Context, method, sub string, q url.Values, body io.Reader, contentType, accept string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, s.url(sub, q), body)
+	resp, err := s.send(ctx, method, s.url(sub, q), body, contentType, accept)
+	if err != nil && !isError(err) {
+		return nil, fmt.Errorf("%s %s of session %s: %w", method, sub, s.Name, err)
+	}
+	return resp, err
+}
+
+func isError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+// send makes one request to the data plane; an answer of 300 or more is an *Error.
+func (s *Session) send(ctx context.Context, method, u string, body io.Reader, contentType, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +509,7 @@ func (s *Session) do(ctx context.Context, method, sub string, q url.Values, body
 	}
 	resp, err := s.c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s of session %s: %w", method, sub, s.Name, err)
+		return nil, err
 	}
 	if resp.StatusCode < 300 {
 		return resp, nil
@@ -512,4 +530,141 @@ func (s *Session) do(ctx context.Context, method, sub string, q url.Values, body
 		e.Message = strings.TrimSpace(string(data))
 	}
 	return nil, e
+}
+
+// RunOnce runs code in a new Session of pool, in one request to the data
+// plane: it creates the Session (owned by the caller), waits there until a
+// warm interpreter is leased and runs req's code, streaming to h when h has
+// handlers or req.Stream is set. Unless req.Keep, the Session is closed as
+// the response ends; with it, the returned Session takes more runs.
+//
+// When the answer is lost on the way (a data-plane replica or the network
+// went away), RunOnce asks the Session's agent, through any replica, about
+// the run by its ID: it returns the run's result if it ran, attaching to it
+// if it still runs, or a *NotRunError if it did not run (then it is safe to
+// send again). The code never runs twice.
+func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, h Handlers) (*Result, *Session, error) {
+	if req.Session == "" {
+		// Named here, so that the caller can ask about it whatever happens to the answer.
+		req.Session = "run-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	}
+	if req.ID == "" {
+		req.ID = uuid.NewString()
+	}
+	req.Bridge = req.Bridge || h.OnBridge != nil
+	stream := req.Stream || req.Bridge || h.OnStdout != nil || h.OnStderr != nil
+	req.Stream = stream
+	s := c.Open(namespace, req.Session)
+	accept := "application/json"
+	if stream {
+		accept = "application/x-ndjson"
+	}
+	u := fmt.Sprintf("%s/apis/%s/%s/namespaces/%s/runs", c.base, Group, Version, url.PathEscape(namespace))
+	resp, err := s.send(ctx, http.MethodPost, u, jsonBody(req), "application/json", accept)
+	var res *Result
+	if err == nil {
+		defer func() { _ = resp.Body.Close() }()
+		if stream {
+			res, err = s.readStream(ctx, resp.Body, req.ID, h)
+		} else {
+			res = &Result{}
+			if derr := json.NewDecoder(resp.Body).Decode(res); derr != nil {
+				res, err = nil, fmt.Errorf("%w: decode the result of run %s: %w", errStreamCut, req.ID, derr)
+			}
+		}
+		if err == nil {
+			return res, s, nil
+		}
+	}
+	var e *Error
+	if resp == nil && errors.As(err, &e) && e.Code != http.StatusBadGateway {
+		// The data plane (or kube-apiserver) answered before it ran the code.
+		return nil, s, &NotRunError{Session: s.Name, Err: err}
+	}
+	if resp != nil && (ctx.Err() != nil || !errors.Is(err, errStreamCut)) {
+		// The run started and the caller gave up on it (RunStream's own
+		// interrupt is the data plane's here: the request went away), or
+		// answering its bridge call failed.
+		return nil, s, err
+	}
+	if ctx.Err() != nil {
+		return nil, s, err
+	}
+	res, rerr := s.recoverRun(ctx, req, h)
+	if !req.Keep {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		_ = s.close(cctx)
+	}
+	if rerr != nil {
+		return nil, s, rerr
+	}
+	return res, s, nil
+}
+
+// errStreamCut marks a run's stream that ended before its result.
+var errStreamCut = errors.New("stream cut")
+
+// NotRunError says that a one-call run's code did not run: sending it again
+// cannot run it twice.
+type NotRunError struct {
+	Session string
+	Err     error
+}
+
+func (e *NotRunError) Error() string {
+	return fmt.Sprintf("the code did not run (Session %s): %v", e.Session, e.Err)
+}
+
+func (e *NotRunError) Unwrap() error { return e.Err }
+
+// recoverGrace is how long a run unknown to its agent may still arrive
+// there (a request the gone replica had sent, in flight).
+const recoverGrace = time.Second
+
+// recoverRun finds out what became of a one-call run whose answer was lost.
+func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	unknownUntil := time.Now().Add(recoverGrace)
+	for {
+		info, err := s.RunInfo(ctx, req.ID)
+		switch {
+		case err == nil && info.Running:
+			// It runs: attach to it (the same ID attaches, never runs again).
+			exec := req.ExecRequest
+			exec.Stream = true
+			return s.RunStream(ctx, exec, h)
+		case err == nil && info.Result != nil:
+			return info.Result, nil
+		case IsStatus(err, http.StatusNotFound) && time.Now().After(unknownUntil):
+			// Unknown to the Session's agent (or no such Session): never sent.
+			return nil, &NotRunError{Session: s.Name, Err: err}
+		case IsStatus(err, http.StatusConflict):
+			// The Session is not Ready: Pending (nobody will send the run
+			// now), or ended, and with it whatever ran on it.
+			obj, gerr := s.Get(ctx)
+			if gerr == nil && obj.Status.Phase == sandboxv1alpha1.SessionPending {
+				return nil, &NotRunError{Session: s.Name, Err: err}
+			}
+			return nil, fmt.Errorf("the answer of run %s was lost and its Session %s ended: whether the code ran is unknown: %w", req.ID, s.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the answer of run %s was lost, and asking about it failed: %w", req.ID, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// close ends the Session (spec.close) rather than deleting it: it stays
+// listed, Closed, until its TTL. A caller who may delete Sessions but not
+// patch them deletes it.
+func (s *Session) close(ctx context.Context) error {
+	obj := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
+	err := s.c.objects.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"close":true}}`)))
+	if apierrors.IsForbidden(err) {
+		return s.Close(ctx)
+	}
+	return client.IgnoreNotFound(err)
 }

@@ -35,6 +35,33 @@ type ExecRequest struct {
 	MaxBridgeCalls int  `json:"maxBridgeCalls,omitempty"`
 }
 
+// RunRequest is the body of POST .../namespaces/NS/runs: a new Session of
+// Pool and its first run, in one request. The data plane creates the
+// Session (owned by the caller), waits until it holds a warm interpreter,
+// runs the code in it and, unless Keep, closes it as the response ends. The
+// response is an exec's, with the Session's name in the X-Warmpool-Session
+// header.
+type RunRequest struct {
+	ExecRequest
+	// Pool is the SandboxPool, in the namespace of the URL, to lease from.
+	Pool string `json:"pool"`
+	// Session names the new Session; empty: a generated "run-" name. A
+	// caller that names it can ask about its run even when the response
+	// never arrives.
+	Session string `json:"session,omitempty"`
+	// Keep leaves the Session open after the run, for more runs (its idle
+	// timeout or the caller closes it); false closes it as the response ends.
+	Keep bool `json:"keep,omitempty"`
+	// IdleTimeoutMillis is the Session's idle timeout; 0: one minute without
+	// Keep (a backstop should the close never come), the pool's with it.
+	IdleTimeoutMillis int64 `json:"idleTimeoutMillis,omitempty"`
+	// OwnerOnly binds the Session to the caller (spec.access Owner).
+	OwnerOnly bool `json:"ownerOnly,omitempty"`
+	// WaitMillis bounds the wait for a warm interpreter; 0: five minutes.
+	// Past it the Session is closed and the code has not run.
+	WaitMillis int64 `json:"waitMillis,omitempty"`
+}
+
 // RunRef names a run (interrupt).
 type RunRef struct {
 	ID string `json:"id"`

@@ -1,0 +1,264 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/pkg/sessions"
+)
+
+// ResourceRuns is the data plane's one-call run: POST
+// .../namespaces/NS/runs creates a Session, waits until it is Ready and runs
+// the first code in it, so that a caller with nothing gets its first answer
+// in one round trip (create "runs" in data.warmpool.dev, on top of creating
+// Sessions and sessions/exec, which the handler checks as the caller).
+//
+// The Session is created by the data plane, on the caller's behalf: the
+// caller is its spec.owner, which the warmpool-owner admission policy lets
+// only a user with the "delegate" verb on sessions set to someone else.
+// kube-apiserver's audit log has the caller's request to runs; the Session's
+// create is the data plane's. The lease stays the Session controller's
+// alone: the data plane waits for its Ready status, event-driven, in its own
+// cache, instead of the caller waiting on a watch.
+const ResourceRuns = "runs"
+
+const (
+	// defaultRunWait bounds the wait for a warm interpreter.
+	defaultRunWait = 5 * time.Minute
+	// oneCallIdleTimeout is a one-call Session's idle timeout when the
+	// caller keeps none: the close the data plane sends as the response
+	// ends is what frees the pod, this only if that close never comes.
+	oneCallIdleTimeout = time.Minute
+	// closeTimeout bounds the close of a one-call Session.
+	closeTimeout = 10 * time.Second
+)
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("namespace")
+	var req sessions.RunRequest
+	if !decode(w, r, &req) || !required(w, "pool", req.Pool) {
+		return
+	}
+	if req.Session != "" {
+		if errs := validation.IsDNS1123Label(req.Session); len(errs) > 0 {
+			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("session %q: %v", req.Session, errs))
+			return
+		}
+	}
+	if req.ID == "" {
+		req.ID = uuid.NewString()
+	}
+	caller, ok := request.UserFrom(r.Context())
+	if !ok || caller.GetName() == "" {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "no authenticated user on the request")
+		return
+	}
+	if refused := s.mayCreateAndRun(r.Context(), caller, ns); refused != "" {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refused)
+		return
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := s.Client.Get(r.Context(), types.NamespacedName{Namespace: ns, Name: req.Pool}, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("SandboxPool %q not found in namespace %s", req.Pool, ns))
+			return
+		}
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+		return
+	}
+	if msg := s.checkExec(r, ns, req.Pool, &req.ExecRequest); msg != "" {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
+		return
+	}
+
+	start := time.Now()
+	ses := oneCallSession(ns, caller.GetName(), &req)
+	if err := s.Client.Create(r.Context(), ses); err != nil {
+		code := http.StatusInternalServerError
+		if ae, ok := err.(apierrors.APIStatus); ok {
+			code = int(ae.Status().Code)
+		}
+		writeStatus(w, code, metav1.StatusReason(apierrors.ReasonForError(err)), "create the run's Session: "+err.Error())
+		return
+	}
+	w.Header().Set("X-Warmpool-Session", ses.Name)
+	// The Session ends with the request: its pod goes back to its pool now,
+	// not after an idle timeout. Unless the caller went away once the code
+	// was sent: then the Session keeps the run's outcome for the caller to
+	// ask about (sessions/executions), until the caller closes it or its
+	// idle timeout does.
+	closeIt := !req.Keep
+	defer func() {
+		if closeIt {
+			s.closeSession(r.Context(), ses)
+		}
+	}()
+	wait := defaultRunWait
+	if req.WaitMillis > 0 {
+		wait = time.Duration(req.WaitMillis) * time.Millisecond
+	}
+	ready, code, reason, msg := s.waitReady(r.Context(), ses, wait)
+	if ready == nil {
+		writeStatus(w, code, reason, msg+"; the code has not run")
+		return
+	}
+	metrics.DataPlaneRunLease.Observe(time.Since(start).Seconds())
+	t, code, reason, msg := s.resolve(r.Context(), ns, ses.Name)
+	if t == nil {
+		writeStatus(w, code, reason, msg+"; the code has not run")
+		return
+	}
+	s.runIn(w, r, t, &req.ExecRequest)
+	if r.Context().Err() != nil && closeIt {
+		closeIt = false
+		s.Log.V(1).Info("the caller of a one-call run went away; its Session stays for the caller to ask about the run",
+			"namespace", ns, "session", ses.Name, "run", req.ID)
+	}
+}
+
+// mayCreateAndRun asks, as the caller, for the two rights the one call
+// stands for: creating a Session, and running code in it. The answers are
+// cached by the delegating authorizer, like the request's own.
+func (s *Server) mayCreateAndRun(ctx context.Context, caller userInfo, ns string) (refused string) {
+	if s.authorizer == nil {
+		return "this data plane has no authorizer to check the caller's rights with"
+	}
+	for _, a := range []authorizer.AttributesRecord{
+		{User: caller, Verb: "create", Namespace: ns, APIGroup: sandboxv1alpha1.GroupVersion.Group, APIVersion: sandboxv1alpha1.GroupVersion.Version,
+			Resource: "sessions", ResourceRequest: true},
+		{User: caller, Verb: "create", Namespace: ns, APIGroup: Group, APIVersion: Version,
+			Resource: "sessions", Subresource: SubExec, ResourceRequest: true},
+	} {
+		decision, why, err := s.authorizer.Authorize(ctx, a)
+		if decision == authorizer.DecisionAllow {
+			continue
+		}
+		what := a.Resource + "." + a.APIGroup
+		if a.Subresource != "" {
+			what = a.Resource + "/" + a.Subresource + " in " + a.APIGroup
+		}
+		msg := fmt.Sprintf("user %q may not create %s in namespace %s, which a run that creates its Session needs", caller.GetName(), what, ns)
+		if why != "" {
+			msg += ": " + why
+		}
+		if err != nil {
+			msg += " (" + err.Error() + ")"
+		}
+		return msg
+	}
+	return ""
+}
+
+type userInfo = interface {
+	GetName() string
+	GetUID() string
+	GetGroups() []string
+	GetExtra() map[string][]string
+}
+
+// oneCallSession is the Session of a one-call run.
+func oneCallSession(ns, owner string, req *sessions.RunRequest) *sandboxv1alpha1.Session {
+	ses := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: req.Session,
+		Annotations: map[string]string{sandboxv1alpha1.AnnotationRun: req.ID}},
+		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.PoolReference{Name: req.Pool}, Owner: owner}}
+	if ses.Name == "" {
+		ses.GenerateName = "run-"
+	}
+	if req.OwnerOnly {
+		ses.Spec.Access = sandboxv1alpha1.SessionAccessOwner
+	}
+	switch {
+	case req.IdleTimeoutMillis > 0:
+		ses.Spec.IdleTimeout = &metav1.Duration{Duration: time.Duration(req.IdleTimeoutMillis) * time.Millisecond}
+	case !req.Keep:
+		ses.Spec.IdleTimeout = &metav1.Duration{Duration: oneCallIdleTimeout}
+	}
+	return ses
+}
+
+// waitReady waits until ses is Ready in the cache, as the Session
+// controller's status write arrives there, for at most wait.
+func (s *Server) waitReady(ctx context.Context, ses *sandboxv1alpha1.Session, wait time.Duration) (*sandboxv1alpha1.Session, int, metav1.StatusReason, string) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	key := client.ObjectKeyFromObject(ses)
+	// A look around the cache now and then, should an event be missed.
+	safety := time.NewTicker(time.Second)
+	defer safety.Stop()
+	reader := client.Reader(s.Client)
+	for {
+		changed := s.ready.subscribe(key)
+		cur := &sandboxv1alpha1.Session{}
+		err := reader.Get(ctx, key, cur)
+		switch {
+		case apierrors.IsNotFound(err) && reader == s.APIReader:
+			s.ready.unsubscribe(key, changed)
+			return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s was deleted before it was Ready", ses.Name)
+		case apierrors.IsNotFound(err):
+			// The cache has not seen the create yet.
+		case err != nil && ctx.Err() == nil:
+			s.ready.unsubscribe(key, changed)
+			return nil, http.StatusInternalServerError, metav1.StatusReasonInternalError, "read the run's Session: " + err.Error()
+		case err == nil && cur.UID != ses.UID:
+			s.ready.unsubscribe(key, changed)
+			return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s was deleted and made again by someone else", ses.Name)
+		case err == nil && cur.Status.Phase == sandboxv1alpha1.SessionReady && cur.Status.PodName != "":
+			s.ready.unsubscribe(key, changed)
+			return cur, 0, "", ""
+		case err == nil && cur.Status.Phase.IsFinished():
+			s.ready.unsubscribe(key, changed)
+			return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s ended %s before it was Ready (%s)",
+				ses.Name, cur.Status.Phase, readyCondition(cur))
+		}
+		reader = s.Client
+		select {
+		case <-changed:
+		case <-safety.C:
+			s.ready.unsubscribe(key, changed)
+			if s.APIReader != nil {
+				reader = s.APIReader
+			}
+		case <-ctx.Done():
+			s.ready.unsubscribe(key, changed)
+			why := readyCondition(cur)
+			if r := context.Cause(ctx); r == context.DeadlineExceeded {
+				return nil, http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
+					fmt.Sprintf("Session %s was not Ready within %s (%s); it is closed", ses.Name, wait, why)
+			}
+			return nil, http.StatusRequestTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("the request ended while Session %s waited for a pod", ses.Name)
+		}
+	}
+}
+
+func readyCondition(ses *sandboxv1alpha1.Session) string {
+	for _, c := range ses.Status.Conditions {
+		if c.Type == sandboxv1alpha1.SessionConditionReady && c.Reason != "" {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return "no status yet"
+}
+
+// closeSession ends a one-call Session (spec.close): its pod goes back to its
+// pool, as the pool's reusePolicy says, once no run holds it.
+func (s *Server) closeSession(ctx context.Context, ses *sandboxv1alpha1.Session) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"close":true}}`))
+	if err := s.Client.Patch(ctx, ses, patch); err != nil && !apierrors.IsNotFound(err) {
+		s.Log.Info("could not close a one-call run's Session; its idle timeout will", "namespace", ses.Namespace, "session", ses.Name, "err", err.Error())
+	}
+}
