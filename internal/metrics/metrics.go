@@ -66,8 +66,8 @@ var (
 	// DataPlaneRunLease is how long one-call runs waited for their new
 	// Session to be Ready (the Session's create call included).
 	DataPlaneRunLease = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "warmpool_dataplane_run_lease_seconds",
-		Help: "Time from a one-call run's Session create to that Session Ready, as the data plane saw it.",
+		Name:    "warmpool_dataplane_run_lease_seconds",
+		Help:    "Time from a one-call run's Session create to that Session Ready, as the data plane saw it.",
 		Buckets: []float64{0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
 
