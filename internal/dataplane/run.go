@@ -100,7 +100,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	// was sent: then the Session keeps the run's outcome for the caller to
 	// ask about (sessions/executions), until the caller closes it or its
 	// idle timeout does.
-	closeIt := !req.Keep
+	closeIt := true // until the code is sent, whatever Keep says: a Session whose run failed is nobody's
 	defer func() {
 		if closeIt {
 			s.closeSession(r.Context(), ses)
@@ -121,6 +121,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, reason, msg+"; the code has not run")
 		return
 	}
+	closeIt = !req.Keep
 	s.runIn(w, r, t, &req.ExecRequest)
 	if r.Context().Err() != nil && closeIt {
 		closeIt = false

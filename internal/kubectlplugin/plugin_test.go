@@ -159,24 +159,26 @@ func TestPlugin(t *testing.T) {
 			done <- runCtx(cctx, &out, &errOut, "run", "--pool", "python", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)")
 		}()
 		waitFor(t, func() bool { return out.String() == "started\n" })
-		// The temporary Session is the command's alone.
-		var list sandboxv1alpha1.SessionList
-		if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
+		// The temporary Session is the command's alone. (Those of the runs
+		// before are closed by the data plane just after their results.)
 		live := 0
-		for _, ses := range list.Items {
-			if !strings.HasPrefix(ses.Name, "run-") || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil {
-				continue
+		waitFor(t, func() bool {
+			var list sandboxv1alpha1.SessionList
+			if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
 			}
-			live++
-			if ses.Spec.Owner != "kubectl-user" || ses.Spec.Access != sandboxv1alpha1.SessionAccessOwner {
-				t.Fatalf("temporary Session %s: owner %q, access %q; want kubectl-user, Owner", ses.Name, ses.Spec.Owner, ses.Spec.Access)
+			live = 0
+			for _, ses := range list.Items {
+				if !strings.HasPrefix(ses.Name, "run-") || ses.Status.Phase.IsFinished() || ses.Spec.Close || ses.DeletionTimestamp != nil {
+					continue
+				}
+				live++
+				if ses.Spec.Owner != "kubectl-user" || ses.Spec.Access != sandboxv1alpha1.SessionAccessOwner {
+					t.Fatalf("temporary Session %s: owner %q, access %q; want kubectl-user, Owner", ses.Name, ses.Spec.Owner, ses.Spec.Access)
+				}
 			}
-		}
-		if live != 1 {
-			t.Fatalf("want the run's temporary Session, found %d live run- Sessions", live)
-		}
+			return live == 1
+		})
 		interrupt()
 		code := exitWithin(t, done, 30*time.Second, "the run did not end after Ctrl-C")
 		if code != kubectlplugin.ExitCancelled {

@@ -3,6 +3,7 @@ package kubectlplugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -201,38 +202,33 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 		return exitWith(ExitOther, err)
 	}
 	req := sessions.ExecRequest{Code: code, Language: o.language, TimeoutMillis: o.timeout.Milliseconds()}
-	var s *sessions.Session
-	if o.session != "" {
-		s = sc.Open(ns, o.session)
-		if contextText != nil {
-			req.Context = contextValue(*contextText, o.contextFormat)
-		}
-	} else {
-		// The temporary Session is this command's alone: nobody else in the
-		// namespace may run code in it or read what the code left there.
-		opts := &sessions.Options{Context: contextText, ContextJSON: o.contextFormat == "json", OwnerOnly: true}
-		waitCtx, cancel := context.WithTimeout(ctx, o.sessionTimeout)
-		s, err = sc.Create(waitCtx, ns, "run-", o.pool, opts)
-		cancel()
-		// Closed however the run ends: its pod goes back to the pool.
-		if s != nil {
-			defer func() {
-				closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = s.Close(closeCtx)
-			}()
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return exitWith(ExitCancelled, fmt.Errorf("cancelled while waiting for a sandbox"))
-			}
-			return exitWith(sessionEndCode(ctx, s), fmt.Errorf("temporary Session: %w", err))
-		}
+	if contextText != nil {
+		req.Context = contextValue(*contextText, o.contextFormat)
 	}
-	res, err := s.RunStream(ctx, req, sessions.Handlers{
+	handlers := sessions.Handlers{
 		OnStdout: func(d string) { _, _ = io.WriteString(p.streams.Out, d) },
 		OnStderr: func(d string) { _, _ = io.WriteString(p.streams.ErrOut, d) },
-	})
+	}
+	if o.session == "" {
+		// One request: the data plane leases a warm interpreter for a
+		// temporary Session, runs the code and closes the Session. The
+		// Session is this command's alone: nobody else in the namespace may
+		// run code in it or read what the code left there.
+		res, s, err := sc.RunOnce(ctx, ns, sessions.RunRequest{Pool: o.pool, ExecRequest: req, OwnerOnly: true,
+			WaitMillis: o.sessionTimeout.Milliseconds()}, handlers)
+		var notRun *sessions.NotRunError
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return exitWith(ExitCancelled, fmt.Errorf("interrupted"))
+		case errors.As(err, &notRun):
+			return exitWith(ExitOther, fmt.Errorf("temporary Session: %w", err))
+		case err != nil:
+			return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in temporary Session %s: %w", s.Name, err))
+		}
+		return p.report(outcome{status: string(res.Status), result: res.Result, err: resultError(res.Error)}, "")
+	}
+	s := sc.Open(ns, o.session)
+	res, err := s.RunStream(ctx, req, handlers)
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitWith(ExitCancelled, fmt.Errorf("interrupted"))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/warmpool/warmpool/internal/llm"
@@ -106,17 +107,17 @@ const instructions = `Tools of a stateful Python sandbox (a warmpool Session on 
 // or to serve with mcp.NewStreamableHTTPHandler.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// session returns the warmpool Session of the MCP session of req, leasing it
-// on first use, and the client that acts for the caller of req.
-func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessions.Session, error) {
+// leaseFor returns the lease of the MCP session of req, made on first use,
+// and the client that acts for the caller of req.
+func (s *Server) leaseFor(req *mcp.CallToolRequest) (*sessions.Client, *lease, error) {
 	c, caller, err := s.cfg.Credentials(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, errors.New("the MCP server is shutting down")
+		return nil, nil, errors.New("the MCP server is shutting down")
 	}
 	l := s.sessions[req.Session]
 	first := l == nil
@@ -129,7 +130,17 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessio
 		go s.closeWhenDone(req.Session, l)
 	}
 	if l.caller != caller {
-		return nil, errors.New("this MCP session's sandbox belongs to another credential: start a new MCP session")
+		return nil, nil, errors.New("this MCP session's sandbox belongs to another credential: start a new MCP session")
+	}
+	return c, l, nil
+}
+
+// session returns the warmpool Session of the MCP session of req, leasing it
+// on first use, and the client that acts for the caller of req.
+func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessions.Session, error) {
+	c, l, err := s.leaseFor(req)
+	if err != nil {
+		return nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -149,10 +160,41 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest) (*sessio
 		return nil, fmt.Errorf("lease a sandbox of pool %s/%s: %w", s.cfg.Namespace, s.cfg.Pool, err)
 	}
 	// Not the MCP session's ID: a credential of its own on streamable HTTP.
-	s.cfg.Log.Info("leased a Session for an MCP session", "session", ses.Name, "caller", caller)
+	s.cfg.Log.Info("leased a Session for an MCP session", "session", ses.Name, "caller", l.caller)
 	l.ses = ses
 	return ses, nil
 }
+
+// runFirst runs the first code of an MCP session, when it has no Session
+// yet, in one request: the data plane leases the Session (kept for the next
+// calls) and runs the code in it, without a wait for Ready between the two.
+// ran is false when the MCP session has its Session already.
+func (s *Server) runFirst(ctx context.Context, req *mcp.CallToolRequest, exec sessions.ExecRequest, h sessions.Handlers) (res *sessions.Result, ran bool, err error) {
+	c, l, err := s.leaseFor(req)
+	if err != nil {
+		return nil, true, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, true, errors.New("this MCP session has ended")
+	}
+	if l.ses != nil {
+		return nil, false, nil
+	}
+	res, ses, err := c.RunOnce(ctx, s.cfg.Namespace, sessions.RunRequest{ExecRequest: exec, Pool: s.cfg.Pool, Keep: true,
+		OwnerOnly: true, IdleTimeoutMillis: s.cfg.IdleTimeout.Milliseconds(), Session: "mcp-" + randomSuffix()}, h)
+	var notRun *sessions.NotRunError
+	if errors.As(err, &notRun) {
+		// The data plane closed the Session it could not run the code in.
+		return nil, true, fmt.Errorf("lease a sandbox of pool %s/%s: %w", s.cfg.Namespace, s.cfg.Pool, err)
+	}
+	s.cfg.Log.Info("leased a Session for an MCP session", "session", ses.Name, "caller", l.caller)
+	l.ses = ses
+	return res, true, err
+}
+
+func randomSuffix() string { return strings.ReplaceAll(uuid.NewString(), "-", "")[:10] }
 
 // leaseOf returns the lease of an MCP session that called session before.
 func (s *Server) leaseOf(ss *mcp.ServerSession) *lease {

@@ -103,10 +103,7 @@ func (s *Server) addTools() {
 func ptrTrue() *bool { b := true; return &b }
 
 func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCodeInput) (*mcp.CallToolResult, RunCodeOutput, error) {
-	ses, err := s.session(ctx, req)
-	if err != nil {
-		return nil, RunCodeOutput{}, err
-	}
+	var err error
 	exec := sessions.ExecRequest{Code: in.Code, TimeoutMillis: s.cfg.RunTimeout.Milliseconds()}
 	if in.Context != nil {
 		if exec.Context, err = json.Marshal(in.Context); err != nil {
@@ -117,6 +114,18 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 		exec.TimeoutMillis = max(int64(in.TimeoutSeconds*1000), 1)
 	}
 	start := time.Now()
+	var res *sessions.Result
+	if !multiRoundTrip(req) {
+		// The first run of the MCP session leases its sandbox in the same request.
+		var ran bool
+		if res, ran, err = s.runFirst(ctx, req, exec, sessions.Handlers{OnBridge: answerBridge(req)}); ran {
+			return s.runCodeResult(res, err, start)
+		}
+	}
+	ses, err := s.session(ctx, req)
+	if err != nil {
+		return nil, RunCodeOutput{}, err
+	}
 	l := s.leaseOf(req.Session)
 	if l == nil {
 		return nil, RunCodeOutput{}, errors.New("this MCP session has ended")
@@ -124,7 +133,6 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 	// One call at a time: a call that comes while a cancelled one still
 	// stops its run waits for it instead of finding the sandbox busy.
 	l.serial.Lock()
-	var res *sessions.Result
 	if multiRoundTrip(req) {
 		var round *mcp.CallToolResult
 		round, res, err = s.runCodeRoundTrips(ctx, req, l, ses, exec)
@@ -136,6 +144,11 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 		res, err = ses.RunStream(ctx, exec, sessions.Handlers{OnBridge: answerBridge(req)})
 	}
 	l.serial.Unlock()
+	return s.runCodeResult(res, err, start)
+}
+
+// runCodeResult is run_code's answer for a run's result.
+func (s *Server) runCodeResult(res *sessions.Result, err error, start time.Time) (*mcp.CallToolResult, RunCodeOutput, error) {
 	if err != nil {
 		return nil, RunCodeOutput{}, toolError(err)
 	}

@@ -581,13 +581,14 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 		// The data plane (or kube-apiserver) answered before it ran the code.
 		return nil, s, &NotRunError{Session: s.Name, Err: err}
 	}
-	if resp != nil && (ctx.Err() != nil || !errors.Is(err, errStreamCut)) {
-		// The run started and the caller gave up on it (RunStream's own
-		// interrupt is the data plane's here: the request went away), or
-		// answering its bridge call failed.
-		return nil, s, err
-	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || (resp != nil && !errors.Is(err, errStreamCut)) {
+		// The caller gave up (the data plane interrupts a streamed run whose
+		// request went away), or answering a bridge call of the run failed.
+		if !req.Keep {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+			defer cancel()
+			_ = s.close(cctx)
+		}
 		return nil, s, err
 	}
 	res, rerr := s.recoverRun(ctx, req, h)

@@ -6,8 +6,8 @@
         print(sb.run_code("x").text)  # 42
 """
 
-from .errors import (APIError, ForbiddenError, NotFoundError, PoolNotFoundError, SessionLostError, TimeoutError,
-                     WarmpoolError)
+from .errors import (APIError, ForbiddenError, NotFoundError, NotRunError, PoolNotFoundError, SessionLostError,
+                     StreamCutError, TimeoutError, WarmpoolError)
 from .execution import Execution, ExecutionError
 from .oneoff import run
 from .rlm import REPLResult, WarmpoolREPL
@@ -15,4 +15,4 @@ from .sandbox import Files, Sandbox
 from .tools import python_tool
 
 __all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "Sandbox", "Files", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
-           "NotFoundError", "PoolNotFoundError", "SessionLostError", "TimeoutError"]
+           "NotFoundError", "NotRunError", "PoolNotFoundError", "SessionLostError", "StreamCutError", "TimeoutError"]

@@ -104,3 +104,18 @@ def owner(api):
 
 def data_plane_path(namespace, name, sub):
     return f"/apis/{DATA_GROUP}/{VERSION}/namespaces/{namespace}/sessions/{name}/{sub}"
+
+
+def has_data_plane(api):
+    """Whether the cluster serves the data plane (data.warmpool.dev), asked
+    once per ApiClient."""
+    known = getattr(api, "_warmpool_data_plane", None)
+    if known is not None:
+        return known
+    try:
+        request(api, "GET", f"/apis/{DATA_GROUP}/{VERSION}").release_conn()
+        known = True
+    except errors.APIError:
+        known = False
+    api._warmpool_data_plane = known
+    return known

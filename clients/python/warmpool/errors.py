@@ -41,3 +41,19 @@ class SessionLostError(WarmpoolError):
 
 class TimeoutError(WarmpoolError):  # noqa: A001 - the package's own, a subclass of WarmpoolError
     """A wait ran out: the Session did not become Ready, or an Execution did not finish, in time."""
+
+
+class StreamCutError(WarmpoolError):
+    """A run's stream ended before its result: the Session's pod or the data
+    plane replica that relayed it went away. Whether the code ran is for the
+    caller to ask (the run's ID); ``warmpool.run`` asks itself."""
+
+
+class NotRunError(WarmpoolError):
+    """The code did not run (no sandbox came in time, the request was
+    refused, or its answer was lost before the code was sent): sending it
+    again cannot run it twice. ``cause`` is what stopped it."""
+
+    def __init__(self, session, cause):
+        self.session, self.cause = session, cause
+        super().__init__(f"the code did not run (Session {session}): {cause}")

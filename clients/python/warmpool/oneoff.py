@@ -1,26 +1,50 @@
-"""The declarative path: one Execution object, created, waited for, read.
-Slower than a Sandbox (each run is API writes and an object in etcd), but
-every run is a record ``kubectl get executions`` shows and RBAC audits."""
+"""One-shot runs. By default one request to the data plane: it leases a warm
+interpreter for a temporary Session, runs the code and closes the Session
+(``via="session"``). The declarative path, ``via="execution"``, makes one
+Execution object, waits for it and reads it: slower (API writes and an
+object in etcd per run), but every run is a record ``kubectl get
+executions`` shows."""
 
 import json
+import time
+import uuid
+
+import urllib3
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from . import _api, errors
 from .execution import Execution, ExecutionError
+from .sandbox import Sandbox
 
 _DONE = {"Succeeded": "succeeded", "Failed": "failed", "TimedOut": "timed_out", "Cancelled": "interrupted"}
 
 
 def run(code, pool, namespace=None, *, timeout=None, context=None, envs=None, session=None, name="run-",
-        request_timeout=300, kubeconfig=None, kube_context=None, api_client=None):
-    """Create an Execution of ``code`` in ``pool``, wait for it to finish and
-    return it as an Execution (``id`` is the object's name). ``timeout`` is
-    the run's, in seconds; ``session`` runs it in that Session (created on
-    first use); the object stays for its TTL."""
+        request_timeout=300, kubeconfig=None, kube_context=None, api_client=None, via="auto", on_stdout=None,
+        on_stderr=None, on_llm_query=None, on_rlm_query=None):
+    """Run ``code`` once in a warm interpreter of ``pool`` and return an
+    Execution. ``timeout`` is the run's, in seconds; ``context`` becomes the
+    variable ``context`` and ``envs`` os.environ for it.
+
+    ``via="auto"`` (the default) makes one request to the data plane when the
+    cluster serves it (``via="session"``): a temporary Session, owned by the
+    caller, is leased, runs the code (streaming to ``on_stdout``/``on_stderr``,
+    with ``llm_query`` answered by ``on_llm_query``) and is closed; ``id`` is
+    the run's ID. Should the answer be lost on the way, the run is looked up
+    by its ID: its result comes back if it ran, ``NotRunError`` if it did not,
+    and it is never sent twice. ``via="execution"``, or ``session`` (a Session
+    Executions share, created on first use), makes an Execution object
+    instead; ``id`` is its name and it stays for its TTL."""
+    if via not in ("auto", "session", "execution"):
+        raise ValueError(f"via is auto, session or execution, not {via!r}")
     api, default_ns = (api_client, "default") if api_client is not None else _api.load(kubeconfig, kube_context)
     namespace = namespace or default_ns
+    if session is None and (via == "session" or (via == "auto" and _api.has_data_plane(api))):
+        return _run_once(api, namespace, code, pool, timeout=timeout, context=context, envs=envs, name=name,
+                         wait=request_timeout, on_stdout=on_stdout, on_stderr=on_stderr, on_llm_query=on_llm_query,
+                         on_rlm_query=on_rlm_query)
     spec = {"poolRef": {"name": pool}, "code": code}
     if timeout is not None:
         spec["timeout"] = f"{timeout}s"
@@ -74,3 +98,99 @@ def _execution(obj):
         stdout_truncated=bool(st.get("stdoutTruncated")), stderr_truncated=bool(st.get("stderrTruncated")), raw=obj,
         error=ExecutionError(err.get("type", ""), err.get("message", ""), err.get("traceback", "")) if err else None,
     )
+
+
+# How long a run unknown to its Session's agent may still reach it (a request
+# a gone data-plane replica had sent), and how long the lookup of a run whose
+# answer was lost may take.
+_RECOVER_GRACE = 1.0
+_RECOVER_TIMEOUT = 15.0
+
+
+def _run_once(api, namespace, code, pool, *, timeout, context, envs, name, wait, on_stdout, on_stderr, on_llm_query,
+              on_rlm_query):
+    # Named here, so that a lost answer can still be asked about.
+    session = name + uuid.uuid4().hex[:10] if name.endswith("-") else name
+    req = {"id": uuid.uuid4().hex, "pool": pool, "session": session, "code": code, "stream": True,
+           "bridge": on_llm_query is not None or on_rlm_query is not None, "waitMillis": int(wait * 1000)}
+    if timeout is not None:
+        req["timeoutMillis"] = int(timeout * 1000)
+    if context is not None:
+        req["context"] = context
+    if envs:
+        req["env"] = {k: str(v) for k, v in envs.items()}
+    sb = Sandbox(api, namespace, session)
+    handlers = (on_stdout, on_stderr, on_llm_query, on_rlm_query)
+    try:
+        resp = _api.request(api, "POST", f"/apis/{_api.DATA_GROUP}/{_api.VERSION}/namespaces/{namespace}/runs",
+                            body=req, accept="application/x-ndjson")
+    except errors.APIError as e:
+        if e.status == 502:  # the agent call failed: it may have reached the agent
+            ex = _recover(sb, req, handlers, e)
+            ex.id = req["id"]
+            return ex
+        if e.status == 403:
+            raise
+        if e.status == 404 and "SandboxPool" in e.message:
+            raise errors.PoolNotFoundError(e.message) from None
+        raise errors.NotRunError(session, e) from None
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        ex = _recover(sb, req, handlers, e)
+        ex.id = req["id"]
+        return ex
+    try:
+        ex = sb._read_stream(resp, req["id"], *handlers)
+    except (errors.StreamCutError, urllib3.exceptions.HTTPError, OSError) as e:
+        ex = _recover(sb, req, handlers, e)
+    ex.id = req["id"]
+    return ex
+
+
+def _recover(sb, req, handlers, cause):
+    """Find out what became of a run whose answer was lost, then close its Session."""
+    try:
+        return _lookup(sb, req, handlers, cause)
+    finally:
+        _close(sb)
+
+
+def _lookup(sb, req, handlers, cause):
+    unknown_until = time.monotonic() + _RECOVER_GRACE
+    give_up = time.monotonic() + _RECOVER_TIMEOUT
+    while time.monotonic() < give_up:
+        try:
+            info = _api.request_json(sb._api, "GET", sb._path("executions"), query={"id": req["id"]})
+        except errors.APIError as e:
+            if e.status == 404 and time.monotonic() > unknown_until:
+                raise errors.NotRunError(sb.name, cause) from None
+            if e.status == 409:
+                phase = ((sb.get().get("status") or {}).get("phase")) or "Pending"
+                if phase == "Pending":
+                    raise errors.NotRunError(sb.name, cause) from None
+                raise errors.WarmpoolError(f"the answer of run {req['id']} was lost and its Session {sb.name} "
+                                           f"is {phase}: whether the code ran is unknown ({cause})") from None
+        except (urllib3.exceptions.HTTPError, OSError):
+            pass
+        else:
+            if info.get("running"):
+                # It runs: the same ID attaches to it, and never runs it again.
+                exec_req = {k: v for k, v in req.items() if k not in ("pool", "session", "waitMillis")}
+                resp = _api.request(sb._api, "POST", sb._path("exec"), body=exec_req, accept="application/x-ndjson")
+                return sb._read_stream(resp, req["id"], *handlers)
+            if info.get("result") is not None:
+                return Execution.from_result(info["result"])
+        time.sleep(0.1)
+    raise errors.WarmpoolError(f"the answer of run {req['id']} was lost, and asking about it did not succeed "
+                               f"within {_RECOVER_TIMEOUT:.0f}s ({cause})")
+
+
+def _close(sb):
+    """End the Session (spec.close), or delete it if the caller may not patch it."""
+    try:
+        sb._objects.patch_namespaced_custom_object(_api.GROUP, _api.VERSION, sb.namespace, "sessions", sb.name,
+                                                   {"spec": {"close": True}})
+    except ApiException as e:
+        if e.status == 403:
+            sb.close()
+        elif e.status != 404:
+            raise _api.api_error(e) from None

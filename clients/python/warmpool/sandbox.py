@@ -200,38 +200,46 @@ class Sandbox:
             self._run = req["id"]
         try:
             resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
-            try:
-                for line in resp:
-                    if not line.strip():
-                        continue
-                    ev = json.loads(line)
-                    kind = ev.get("type")
-                    if kind == "stdout" and on_stdout:
-                        on_stdout(ev.get("data", ""))
-                    elif kind == "stderr" and on_stderr:
-                        on_stderr(ev.get("data", ""))
-                    elif kind == "bridge":
-                        self._answer(req["id"], ev.get("call") or {}, on_llm_query, on_rlm_query)
-                    elif kind == "result":
-                        # The stream ends right after its result: reading that
-                        # end lets the connection serve the next request. Here,
-                        # inside the loop: leaving the loop closes urllib3's
-                        # line iterator, which drops a connection not read to
-                        # its end (the next run then pays a TLS handshake, 5 ms).
-                        resp.drain_conn()
-                        ex = Execution.from_result(ev.get("result") or {})
-                        if ex.state_lost:
-                            ex_lost = errors.SessionLostError(self.name, "Lost", "InterpreterRestarted",
-                                                              ex.error.value if ex.error else "the interpreter died")
-                            ex_lost.execution = ex
-                            raise ex_lost
-                        return ex
-            finally:
-                resp.release_conn()
+            return self._read_stream(resp, req["id"], on_stdout, on_stderr, on_llm_query, on_rlm_query)
         finally:
             with self._lock:
                 self._run = None
-        raise errors.WarmpoolError(f"the stream of run {req['id']} ended without a result: the Session's pod went away")
+
+    def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query, on_rlm_query):
+        """Read a run's streamed events to its result, as an Execution."""
+        try:
+            for line in resp:
+                if not line.strip():
+                    continue
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    raise errors.StreamCutError(f"the stream of run {run_id} was cut mid-event") from None
+                kind = ev.get("type")
+                if kind == "stdout" and on_stdout:
+                    on_stdout(ev.get("data", ""))
+                elif kind == "stderr" and on_stderr:
+                    on_stderr(ev.get("data", ""))
+                elif kind == "bridge":
+                    self._answer(run_id, ev.get("call") or {}, on_llm_query, on_rlm_query)
+                elif kind == "result":
+                    # The stream ends right after its result: reading that
+                    # end lets the connection serve the next request. Here,
+                    # inside the loop: leaving the loop closes urllib3's
+                    # line iterator, which drops a connection not read to
+                    # its end (the next run then pays a TLS handshake, 5 ms).
+                    resp.drain_conn()
+                    ex = Execution.from_result(ev.get("result") or {})
+                    if ex.state_lost:
+                        ex_lost = errors.SessionLostError(self.name, "Lost", "InterpreterRestarted",
+                                                          ex.error.value if ex.error else "the interpreter died")
+                        ex_lost.execution = ex
+                        raise ex_lost
+                    return ex
+        finally:
+            resp.release_conn()
+        raise errors.StreamCutError(f"the stream of run {run_id} ended without a result: the Session's pod, "
+                                    "or the data plane replica, went away")
 
     def _answer(self, run_id, call, on_llm_query, on_rlm_query):
         params = call.get("params") or {}
