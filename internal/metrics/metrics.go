@@ -63,6 +63,12 @@ var (
 		Name: "warmpool_dataplane_request_duration_seconds", Help: "Duration of Sessions data-plane requests by subresource.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 	}, []string{"subresource"})
+	// SessionLease is how long the Session controller's lease took.
+	SessionLease = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_session_lease_seconds",
+		Help:    "Time the Session controller took to lease a pod to a Session: from the reconcile that found one to the Ready status stored.",
+		Buckets: []float64{0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10},
+	})
 	// DataPlaneRunLease is how long one-call runs waited for their new
 	// Session to be Ready (the Session's create call included).
 	DataPlaneRunLease = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -161,7 +167,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/controller/agentkeys"
@@ -66,6 +71,10 @@ func (b *bench) dataPlanePhase(ctx context.Context, cfg *rest.Config, image, run
 		}
 		report(fmt.Sprintf("Session create -> Ready on a warm pool (client-side: create call to the watch event), %d one at a time, "+
 			"%s after the pool is full again", creates, settle), ready)
+	}
+
+	if err := b.firstAnswer(ctx, cfg, c, pool, creates); err != nil {
+		return err
 	}
 
 	if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
@@ -237,4 +246,89 @@ func (b *bench) agentOf(ctx context.Context, s *sessions.Session) (*agentclient.
 		return nil, fmt.Errorf("agent of pod %s not reachable from here (NetworkPolicy admits only the manager): %w", pod.Name, err)
 	}
 	return c, nil
+}
+
+// firstAnswer measures create -> first print(1) answered, the two ways a
+// caller with nothing can go: a Session created and watched until Ready, then
+// a run (two calls and a watch); and one call to the data plane's runs,
+// which leases and runs (the Server-Timing header says where its time went).
+// Interleaved, each after the pool is full again and the node settled.
+func (b *bench) firstAnswer(ctx context.Context, cfg *rest.Config, c *sessions.Client, pool *sandboxv1alpha1.SandboxPool, n int) error {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	url := strings.TrimRight(cfg.Host, "/") + "/apis/" + sessions.Group + "/" + sessions.Version + "/namespaces/" + b.ns + "/runs"
+	var two, one, create, lease, rest1 []time.Duration
+	for i := range n {
+		for _, oneCall := range []bool{i%2 == 0, i%2 != 0} {
+			if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Second)
+			start := time.Now()
+			if !oneCall {
+				s, err := c.Create(ctx, b.ns, fmt.Sprintf("two-%03d", i), "dp", nil)
+				if err != nil {
+					return err
+				}
+				res, err := s.Run(ctx, sessions.ExecRequest{Code: "print(1)"})
+				if err == nil && res.Stdout != "1\n" {
+					err = fmt.Errorf("unexpected result %+v", res)
+				}
+				if err != nil {
+					return err
+				}
+				two = append(two, time.Since(start))
+				if err := s.Close(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			body, _ := json.Marshal(sessions.RunRequest{Pool: "dp", Session: fmt.Sprintf("one-%03d", i),
+				ExecRequest: sessions.ExecRequest{Code: "print(1)"}})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			var res sessions.Result
+			err = json.NewDecoder(resp.Body).Decode(&res)
+			took := time.Since(start)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if err == nil && (resp.StatusCode != http.StatusOK || res.Stdout != "1\n") {
+				err = fmt.Errorf("one-call run: %d %+v", resp.StatusCode, res)
+			}
+			if err != nil {
+				return err
+			}
+			one = append(one, took)
+			timing := serverTiming(resp.Header.Get("Server-Timing"))
+			create, lease = append(create, timing["create"]), append(lease, timing["lease"])
+			rest1 = append(rest1, took-timing["create"]-timing["lease"])
+		}
+	}
+	report(fmt.Sprintf("create -> first print(1) answered, two calls (Session create, watch to Ready, run), %d", n), two)
+	report(fmt.Sprintf("create -> first print(1) answered, one call (data plane runs), %d", n), one)
+	report("  of which: the data plane's Session create call", create)
+	report("  of which: the lease, from the create's answer to Ready in the data plane's cache", lease)
+	report("  of which: the rest (the caller to the data plane and back through kube-apiserver, checks, the run)", rest1)
+	return nil
+}
+
+// serverTiming reads "name;dur=MS, ..." into durations.
+func serverTiming(h string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, part := range strings.Split(h, ",") {
+		name, dur, ok := strings.Cut(strings.TrimSpace(part), ";dur=")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(dur, 64); err == nil {
+			out[name] = time.Duration(v * float64(time.Millisecond))
+		}
+	}
+	return out
 }

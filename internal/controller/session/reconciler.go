@@ -121,6 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // the pod informer; should the informer lag behind it and a second pod be
 // leased, the pool deletes the one the Ready Session does not name.
 func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
+	start := time.Now() // a measurement (metrics.SessionLease), not a decision: not r.Clock
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -223,6 +224,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return ctrl.Result{}, fmt.Errorf("store Ready status of session %s: %w", ses.Name, err)
 	}
 	r.Dispatcher.UpdateSession(ses)
+	metrics.SessionLease.Observe(time.Since(start).Seconds())
 	r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSandboxClaimed, "Lease", "Holds pod %s", pod.Name)
 	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
 }
