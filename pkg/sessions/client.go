@@ -592,7 +592,8 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 		return nil, s, err
 	}
 	res, rerr := s.recoverRun(ctx, req, h)
-	if !req.Keep {
+	var notRun *NotRunError
+	if !req.Keep || errors.As(rerr, &notRun) { // a Session whose code never ran is nobody's, kept or not
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		defer cancel()
 		_ = s.close(cctx)
