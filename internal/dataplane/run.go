@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -139,7 +140,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 // mayCreateAndRun asks, as the caller, for the two rights the one call
 // stands for: creating a Session, and running code in it. The answers are
 // cached by the delegating authorizer, like the request's own.
-func (s *Server) mayCreateAndRun(ctx context.Context, caller userInfo, ns string) (refused string) {
+func (s *Server) mayCreateAndRun(ctx context.Context, caller user.Info, ns string) (refused string) {
 	if s.authorizer == nil {
 		return "this data plane has no authorizer to check the caller's rights with"
 	}
@@ -167,13 +168,6 @@ func (s *Server) mayCreateAndRun(ctx context.Context, caller userInfo, ns string
 		return msg
 	}
 	return ""
-}
-
-type userInfo = interface {
-	GetName() string
-	GetUID() string
-	GetGroups() []string
-	GetExtra() map[string][]string
 }
 
 // oneCallSession is the Session of a one-call run.

@@ -178,6 +178,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}
+	claimStart := time.Now()
 	if err := lease.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
 		log.V(1).Info("the claim did not commit", "pod", pod.Name, "err", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
@@ -188,6 +189,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		// behind a few claims must not push the Session out by minutes.
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}
+	claimed := time.Now()
 	var interp string
 	if tag != nil {
 		a := <-tag
@@ -215,6 +217,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	ses.Status.ReadyTime = &now
 	ses.Status.LastActivityTime = &now
 	r.setReady(ses, metav1.ConditionTrue, sandboxv1alpha1.ReasonSandboxClaimed, fmt.Sprintf("holds pod %s", pod.Name))
+	tagged := time.Now()
 	if err := r.Status().Update(ctx, ses); err != nil {
 		if apierrors.IsConflict(err) {
 			// The cache showed an older Session; the pod is its own now, and the
@@ -225,6 +228,8 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionLease.Observe(time.Since(start).Seconds())
+	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
+		"interpreterMs", ms(tagged.Sub(claimed)), "statusMs", ms(time.Since(tagged)))
 	r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSandboxClaimed, "Lease", "Holds pod %s", pod.Name)
 	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
 }
@@ -724,3 +729,5 @@ func (r *Reconciler) sessionEvents() handler.TypedEventHandler[client.Object, ct
 		},
 	}
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
