@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -120,6 +121,16 @@ func (s *Server) Start(ctx context.Context) error {
 	handler, serving, err := s.build()
 	if err != nil {
 		return err
+	}
+	// Until the client CA is loaded a caller's certificate is not asked for,
+	// and the caller would be served as system:anonymous (403): load it
+	// before listening, retrying a failed first read.
+	if ca, ok := serving.ClientCA.(dynamiccertificates.ControllerRunner); ok {
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return ca.RunOnce(ctx) == nil, nil
+		}); err != nil {
+			s.Log.Info("the client CA is not loaded yet; serving, and loading it in the background", "err", err.Error())
+		}
 	}
 	if s.Informers != nil {
 		inf, err := s.Informers.GetInformer(ctx, &sandboxv1alpha1.Session{})

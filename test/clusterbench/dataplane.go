@@ -332,3 +332,99 @@ func serverTiming(h string) map[string]time.Duration {
 	}
 	return out
 }
+
+// firstRunPhase takes the first run on a freshly leased pod apart: straight
+// to the agent (the first call's connection and health check, the first
+// run, the second run), and through the data plane (first and second run),
+// each on a new Session of a pool that had settled for 3 s.
+func (b *bench) firstRunPhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, n int) error {
+	pool := wrappers.Pool(b.ns, "fr").Image(image).RuntimeClass(runtimeClass).Replicas(2).Obj()
+	if err := b.warmPool(ctx, pool); err != nil {
+		return err
+	}
+	c, err := sessions.New(cfg)
+	if err != nil {
+		return err
+	}
+	secret := &corev1.Secret{}
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: agentkeys.DefaultSecret}, secret); err != nil {
+		return fmt.Errorf("agent keys: %w", err)
+	}
+	keys, err := agentauth.ParseKeyring(secret.Data)
+	if err != nil {
+		return err
+	}
+	var connect, direct1, direct2, dp1, dp2 []time.Duration
+	timed := func(into *[]time.Duration, f func() error) error {
+		t := time.Now()
+		if err := f(); err != nil {
+			return err
+		}
+		*into = append(*into, time.Since(t))
+		return nil
+	}
+	for i := range n {
+		for _, viaDataPlane := range []bool{false, true} {
+			if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Second)
+			s, err := c.Create(ctx, b.ns, fmt.Sprintf("fr-%v-%03d", viaDataPlane, i), "fr", nil)
+			if err != nil {
+				return err
+			}
+			print1 := func(run func() (*protocol.Result, error)) func() error {
+				return func() error {
+					res, err := run()
+					if err == nil && res.Stdout != "1\n" {
+						err = fmt.Errorf("unexpected result %+v", res)
+					}
+					return err
+				}
+			}
+			if viaDataPlane {
+				dp := print1(func() (*protocol.Result, error) { return s.Run(ctx, sessions.ExecRequest{Code: "print(1)"}) })
+				if err := timed(&dp1, dp); err != nil {
+					return err
+				}
+				if err := timed(&dp2, dp); err != nil {
+					return err
+				}
+			} else {
+				obj, err := s.Get(ctx)
+				if err != nil {
+					return err
+				}
+				pod := &corev1.Pod{}
+				if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.ns, Name: obj.Status.PodName}, pod); err != nil {
+					return err
+				}
+				ac := agentclient.New(fmt.Sprintf("http://%s:%d", pod.Status.PodIP, sandboxpod.AgentPort), "").
+					WithTokenSource(func() (string, error) { return keys.Token(string(pod.UID), pod.Labels[sandboxpod.LabelAgentKey]) })
+				if err := timed(&connect, func() error { _, err := ac.Ready(ctx); return err }); err != nil {
+					return err
+				}
+				k := 0
+				run := print1(func() (*protocol.Result, error) {
+					k++
+					return ac.Execute(ctx, protocol.ExecuteRequest{ID: fmt.Sprintf("fr-%d-%d", i, k), Code: "print(1)"})
+				})
+				if err := timed(&direct1, run); err != nil {
+					return err
+				}
+				if err := timed(&direct2, run); err != nil {
+					return err
+				}
+			}
+			if err := s.Close(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	report("a freshly leased pod, straight to its agent: the first call (connection + health check)", connect)
+	report("  then the first print(1)", direct1)
+	report("  then the second print(1)", direct2)
+	report("a freshly leased pod, through the data plane via kube-apiserver: the first print(1)", dp1)
+	report("  then the second print(1)", dp2)
+	return nil
+}

@@ -65,7 +65,7 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse or dataplane")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane or firstrun (a freshly leased pod's first run, taken apart)")
 	runs := flag.Int("runs", 1000, "print(1) runs per data-plane path (-only dataplane)")
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
 	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
@@ -121,6 +121,9 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 
 	// Every phase has its pool to itself: on a small node, each idle gVisor
 	// sandbox costs a few percent of a core, and each boot much more.
+	if only == "firstrun" {
+		return b.firstRunPhase(ctx, cfg, image, runtimeClass, dataPlane[1])
+	}
 	if only == "dataplane" {
 		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])
 	}
