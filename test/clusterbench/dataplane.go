@@ -337,8 +337,15 @@ func serverTiming(h string) map[string]time.Duration {
 // to the agent (the first call's connection and health check, the first
 // run, the second run), and through the data plane (first and second run),
 // each on a new Session of a pool that had settled for 3 s.
-func (b *bench) firstRunPhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, n int) error {
-	pool := wrappers.Pool(b.ns, "fr").Image(image).RuntimeClass(runtimeClass).Replicas(2).Obj()
+//
+// noRefill caps the pool at its replicas (maxPods), so that a lease starts no
+// replacement pod: what the first run costs without a pod booting beside it.
+func (b *bench) firstRunPhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, n int, noRefill bool) error {
+	pw := wrappers.Pool(b.ns, "fr").Image(image).RuntimeClass(runtimeClass).Replicas(2)
+	if noRefill {
+		pw = pw.MaxPods(2)
+	}
+	pool := pw.Obj()
 	if err := b.warmPool(ctx, pool); err != nil {
 		return err
 	}

@@ -56,6 +56,9 @@ type bench struct {
 }
 
 // next numbers Execution names, unique within the run.
+// noRefill is -no-refill.
+var noRefill *bool
+
 func (b *bench) next() int { b.seq++; return b.seq }
 
 func main() {
@@ -68,6 +71,7 @@ func main() {
 	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane or firstrun (a freshly leased pod's first run, taken apart)")
 	runs := flag.Int("runs", 1000, "print(1) runs per data-plane path (-only dataplane)")
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
+	noRefill = flag.Bool("no-refill", false, "-only firstrun: cap the pool at its replicas, so that a lease starts no pod beside the run")
 	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
 	flag.Parse()
 	dataPlane = [3]int{*runs, *creates, *parallel}
@@ -122,7 +126,7 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 	// Every phase has its pool to itself: on a small node, each idle gVisor
 	// sandbox costs a few percent of a core, and each boot much more.
 	if only == "firstrun" {
-		return b.firstRunPhase(ctx, cfg, image, runtimeClass, dataPlane[1])
+		return b.firstRunPhase(ctx, cfg, image, runtimeClass, dataPlane[1], *noRefill)
 	}
 	if only == "dataplane" {
 		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])

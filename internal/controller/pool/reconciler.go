@@ -93,6 +93,8 @@ type Reconciler struct {
 	started time.Time
 	// startFailures backs off pools whose pods fail before they run code.
 	startFailures startFailures
+	// refills delays the refill of a pool that still has an idle pod (refill.go).
+	refills refills
 	// Autoscalers keep the demand record of each pool for spec.autoscaling;
 	// the dispatcher feeds them every claim (Runtime wires both).
 	Autoscalers *Autoscalers
@@ -125,6 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.mu.Lock()
 			delete(r.readySeen, req.NamespacedName)
 			r.startFailures.forget(req.NamespacedName)
+			r.refills.forget(req.NamespacedName)
 			r.mu.Unlock()
 			r.Autoscalers.forget(req.NamespacedName)
 		}
@@ -203,6 +206,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 			create = min(create, room)
 		}
+	}
+	if wait := r.refills.wait(req.NamespacedName, pods.busy, len(pods.idle), pending, create, now); wait > 0 {
+		create = 0 // a claim's first run is under way: the boot of its replacement waits a moment
+		pods.requeueWithin(wait)
 	}
 	if create > 0 && backoff > 0 {
 		create = 0 // the last pods failed to start: wait before the next attempt
