@@ -49,6 +49,7 @@ func main() {
 		leaderElectionNS     string
 		secureMetrics        bool
 		enableHTTP2          bool
+		pprofAddr            string
 		agentPort            int
 		managerNamespace     string
 		agentKeysSecret      string
@@ -63,6 +64,8 @@ func main() {
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0",
+		"Address of Go's profiling endpoints (/debug/pprof/), unauthenticated: for a profile taken on purpose; 0 (the default) serves none.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Elect a leader, so that only one of several manager replicas is active.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "",
@@ -133,6 +136,7 @@ func main() {
 		Cache:                         controller.CacheOptions(cfg.KeysSecret()),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                enableLeaderElection,
 		LeaderElectionID:              "manager.warmpool.dev",
 		LeaderElectionNamespace:       leaderElectionNS,
