@@ -254,11 +254,6 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, req *s
 	w.Header().Set("X-Warmpool-Run-Id", req.ID)
 	if resp.StatusCode >= 300 || !stream {
 		relay(w, resp)
-		// Out now: what the handler does after (a one-call run closes its
-		// Session) must not hold the answer back in the server's buffer.
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
 		return
 	}
 	w.Header().Set("Content-Type", protocol.ContentTypeNDJSON)

@@ -130,6 +130,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	}
 	closeIt = !req.Keep
 	s.runIn(w, r, t, &req.ExecRequest)
+	// Out now: the close that follows must not hold the answer back in the
+	// server's buffer (a plain exec needs no flush: its handler ends here).
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 	if r.Context().Err() != nil && closeIt {
 		closeIt = false
 		s.Log.V(1).Info("the caller of a one-call run went away; its Session stays for the caller to ask about the run",
