@@ -113,7 +113,9 @@ def has_data_plane(api):
     if known is not None:
         return known
     try:
-        request(api, "GET", f"/apis/{DATA_GROUP}/{VERSION}").release_conn()
+        resp = request(api, "GET", f"/apis/{DATA_GROUP}/{VERSION}")
+        _ = resp.data  # read to its end: a connection given back unread breaks the next request on it
+        resp.release_conn()
         known = True
     except errors.APIError:
         known = False

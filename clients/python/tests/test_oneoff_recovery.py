@@ -1,0 +1,103 @@
+"""warmpool.run's answer to a lost one-call answer, against the data plane's
+wire (the golden streams of pkg/protocol/testdata): the run is looked up by
+its ID, attached to or reported as not run, never sent twice. No cluster."""
+
+import json
+import pathlib
+
+import pytest
+import urllib3
+
+import warmpool
+from warmpool import _api, oneoff
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[3] / "pkg" / "protocol" / "testdata"
+
+
+class _Stream:
+    def __init__(self, lines, data=b""):
+        self._lines, self.data = lines, data
+
+    def __iter__(self):
+        return iter(self._lines)
+
+    def drain_conn(self):
+        pass
+
+    def release_conn(self):
+        pass
+
+
+class _Wire:
+    """The data plane as the client sees it: /runs fails as told, the run's
+    state answers as told, and every request is recorded."""
+
+    def __init__(self, runs_error, state):
+        self.runs_error, self.state, self.sent = runs_error, state, []
+
+    def request(self, api, method, path, query=None, body=None, **_):
+        sub = path.rsplit("/", 1)[-1]
+        self.sent.append((method, sub, body))
+        if sub == "runs":
+            raise self.runs_error
+        if sub == "executions":
+            state = self.state.pop(0) if len(self.state) > 1 else self.state[0]
+            if isinstance(state, Exception):
+                raise state
+            return _Stream([], json.dumps(state).encode())
+        if sub == "exec":  # an attach: the run's events from the start, as the agent replays them
+            return _Stream((GOLDEN / "output-and-result.ndjson").read_bytes().splitlines(keepends=True))
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+@pytest.fixture
+def wire(monkeypatch):
+    def make(runs_error, state):
+        w = _Wire(runs_error, state)
+        monkeypatch.setattr(_api, "request", w.request)
+        monkeypatch.setattr(oneoff, "_RECOVER_GRACE", 0.05)
+        monkeypatch.setattr(oneoff, "_close", lambda sb: w.sent.append(("close", sb.name, None)))
+        return w
+    return make
+
+
+def _run():
+    return oneoff._run_once(None, "ns", "print('out')\n42", "py", timeout=None, context=None, envs=None, name="run-",
+                            wait=60, on_stdout=None, on_stderr=None, on_llm_query=None, on_rlm_query=None)
+
+
+def test_a_run_still_going_is_attached_to_and_its_result_returned(wire):
+    w = wire(urllib3.exceptions.ProtocolError("connection reset"), [{"id": "x", "running": True}])
+    ex = _run()
+    assert ex.ok and ex.text == "42" and ex.stdout == "out\n"
+    runs = [b for m, sub, b in w.sent if sub == "runs"]
+    attach = [b for m, sub, b in w.sent if sub == "exec"]
+    assert len(runs) == 1 and len(attach) == 1 and attach[0]["id"] == runs[0]["id"], "attached by the same ID"
+    assert attach[0]["code"] == runs[0]["code"] and "pool" not in attach[0]
+    assert ex.id == runs[0]["id"]
+    assert w.sent[-1][0] == "close", "the Session is closed after"
+
+
+def test_a_run_that_ended_returns_its_result_without_sending_it_again(wire):
+    result = {"status": "succeeded", "stdout": "out\n", "result": "42"}
+    w = wire(urllib3.exceptions.ProtocolError("connection reset"), [{"id": "x", "running": False, "result": result}])
+    ex = _run()
+    assert ex.ok and ex.text == "42"
+    assert not [s for _, s, _ in w.sent if s == "exec"], "never sent again"
+
+
+def test_a_run_its_agent_never_heard_of_did_not_run(wire):
+    w = wire(urllib3.exceptions.ProtocolError("connection reset"),
+             [warmpool.NotFoundError(404, "NotFound", "execution not found")])
+    with pytest.raises(warmpool.NotRunError) as e:
+        _run()
+    assert e.value.session.startswith("run-")
+    assert not [s for _, s, _ in w.sent if s == "exec"], "never sent again"
+    assert w.sent[-1][0] == "close"
+
+
+def test_a_refusal_before_the_run_is_not_run_and_asks_nothing(wire):
+    w = wire(warmpool.APIError(504, "Timeout", "Session run-x was not Ready within 5m0s; the code has not run"), [{}])
+    with pytest.raises(warmpool.NotRunError):
+        _run()
+    assert [s for _, s, _ in w.sent] == ["runs"]
