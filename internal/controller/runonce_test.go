@@ -20,18 +20,18 @@ import (
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
-// grantRuns lets user create one-call runs (data.warmpool.dev runs) in ns.
+// grantRuns lets user create one-call runs (runs/exec in data.warmpool.dev) in ns.
 func grantRuns(ns, user string) {
 	GinkgoHelper()
 	name := user + "-runs"
 	Expect(k8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{sessions.Group}, Resources: []string{"runs"}, Verbs: []string{"create"}}}})).To(Succeed())
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{sessions.Group}, Resources: []string{"runs/exec"}, Verbs: []string{"create"}}}})).To(Succeed())
 	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
 }
 
-// cutAfter is a transport that sends a request to runs and drops its
+// cutTransport is a transport that sends a one-call run and drops its
 // answer after d, as a data-plane replica that dies or a network that
 // breaks does; before is a transport that never sends it.
 type cutTransport struct {
@@ -41,7 +41,7 @@ type cutTransport struct {
 }
 
 func (c *cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/runs") {
+	if !strings.Contains(r.URL.Path, "/runs/") {
 		return c.rt.RoundTrip(r)
 	}
 	if c.before {
@@ -161,6 +161,13 @@ var _ = Describe("One-call runs", func() {
 		_, _, err = c.RunOnce(ctx, ns, sessions.RunRequest{Pool: "nope", ExecRequest: sessions.ExecRequest{Code: "1"}}, sessions.Handlers{})
 		Expect(sessions.IsStatus(errors.Unwrap(err), http.StatusNotFound)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring(`SandboxPool "nope" not found`))
+
+		// A wait longer than the data plane holds a request for is refused, before any Session.
+		_, s, err = c.RunOnce(ctx, ns, sessions.RunRequest{Pool: "python", WaitMillis: (2 * time.Hour).Milliseconds(),
+			ExecRequest: sessions.ExecRequest{Code: "1"}}, sessions.Handlers{})
+		Expect(sessions.IsStatus(errors.Unwrap(err), http.StatusBadRequest)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("waitMillis"))
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Name}, &sandboxv1alpha1.Session{}))).To(BeTrue())
 	})
 
 	It("tell a caller whose answer was lost whether the code ran, and never run it twice", func() {

@@ -8,8 +8,8 @@ import (
 
 // The aggregator checks availability with GET /apis/GROUP/VERSION and, with
 // no aggregated discovery at /apis, builds discovery from the same
-// APIResourceList. Only the subresources (and runs, which are created and
-// never stored) are listed: the Session objects are
+// APIResourceList. Only the subresources (and runs/exec, a one-call run that
+// creates its Session) are listed: the Session objects are
 // sandbox.warmpool.dev's, and a "sessions" resource here would make kubectl
 // resolve "session/NAME" to this group, which has no objects.
 
@@ -23,7 +23,7 @@ func apiResources(w http.ResponseWriter, _ *http.Request) {
 		APIResources: []metav1.APIResource{
 			sub(SubExec, "create"), sub(SubInterrupt, "create"), sub(SubBridge, "create"),
 			sub(SubExecutions, "get"), sub(SubVariables, "get"), sub(SubFiles, "get", "update"), sub(SubReset, "create"),
-			{Name: ResourceRuns, Namespaced: true, Kind: "Run", Verbs: []string{"create"}},
+			{Name: ResourceRuns + "/" + SubExec, Namespaced: true, Kind: "Run", Verbs: []string{"create"}},
 		},
 	})
 }

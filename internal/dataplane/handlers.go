@@ -65,7 +65,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+at(SubFiles), s.session(SubFiles, s.readFiles))
 	mux.HandleFunc("PUT "+at(SubFiles), s.session(SubFiles, s.writeFile))
 	mux.HandleFunc("POST "+at(SubReset), s.session(SubReset, s.reset))
-	mux.HandleFunc("POST "+prefix+"/namespaces/{namespace}/"+ResourceRuns, s.instrumented(ResourceRuns, s.run))
+	mux.HandleFunc("POST "+prefix+"/namespaces/{namespace}/"+ResourceRuns+"/{name}/"+SubExec, s.instrumented(ResourceRuns, s.run))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no %s %s in %s/%s", r.Method, r.URL.Path, Group, Version))
 	})
@@ -211,7 +211,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 	if req.ID == "" {
 		req.ID = uuid.NewString()
 	}
-	if msg := s.checkExec(r, t.ses.Namespace, t.ses.Spec.PoolRef.Name, &req); msg != "" {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := s.Client.Get(r.Context(), types.NamespacedName{Namespace: t.ses.Namespace, Name: t.ses.Spec.PoolRef.Name}, pool); err != nil {
+		pool = nil // the agent's own defaults and limits apply (it was started with the pool's)
+	}
+	if msg := checkExec(r, pool, &req); msg != "" {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 		return
 	}
@@ -220,9 +224,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 
 // checkExec fills a run's defaults from its pool and refuses what the pool
 // does not allow or the request cannot carry.
-func (s *Server) checkExec(r *http.Request, ns, pool string, req *sessions.ExecRequest) (refused string) {
-	if msg := s.poolDefaults(r.Context(), ns, pool, req); msg != "" {
-		return msg
+func checkExec(r *http.Request, pool *sandboxv1alpha1.SandboxPool, req *sessions.ExecRequest) (refused string) {
+	if pool != nil {
+		if msg := poolDefaults(pool, req); msg != "" {
+			return msg
+		}
 	}
 	req.Stream = req.Stream || acceptsNDJSON(r)
 	if req.Bridge && !req.Stream {
@@ -303,11 +309,7 @@ func agentRunID(id string) string { return "dp-" + id }
 
 // poolDefaults fills what the caller left unset from the pool's
 // executionDefaults, as for an Execution of that pool.
-func (s *Server) poolDefaults(ctx context.Context, ns, name string, req *sessions.ExecRequest) (refused string) {
-	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pool); err != nil {
-		return "" // the agent's own defaults and limits apply (it was started with the pool's)
-	}
+func poolDefaults(pool *sandboxv1alpha1.SandboxPool, req *sessions.ExecRequest) (refused string) {
 	d := pool.Spec.ExecutionDefaults
 	// What the pool allows is a ceiling, not a default a caller may exceed.
 	if limit := sandboxpod.MaxTimeout(pool); time.Duration(req.TimeoutMillis)*time.Millisecond > limit {

@@ -22,10 +22,18 @@ import (
 )
 
 // ResourceRuns is the data plane's one-call run: POST
-// .../namespaces/NS/runs creates a Session, waits until it is Ready and runs
-// the first code in it, so that a caller with nothing gets its first answer
-// in one round trip (create "runs" in data.warmpool.dev, on top of creating
-// Sessions and sessions/exec, which the handler checks as the caller).
+// .../namespaces/NS/runs/NAME/exec creates Session NAME, waits until it is
+// Ready and runs the first code in it, so that a caller with nothing gets its
+// first answer in one round trip (create "runs/exec" in data.warmpool.dev, on
+// top of creating Sessions and sessions/exec, which the handler checks as the
+// caller).
+//
+// Why a subresource named exec, and the Session's name in the path:
+// kube-apiserver ends a request that is not long-running after its request
+// timeout (60 s by default), and only watches, proxies and the subresources
+// exec, attach, log and portforward are long-running. A run's wait for a pod
+// of a busy pool and its code can both take longer. The caller names the
+// Session, so it can ask about the run whatever becomes of the answer.
 //
 // The Session is created by the data plane, on the caller's behalf: the
 // caller is its spec.owner, which the warmpool-owner admission policy lets
@@ -37,8 +45,10 @@ import (
 const ResourceRuns = "runs"
 
 const (
-	// defaultRunWait bounds the wait for a warm interpreter.
+	// defaultRunWait bounds the wait for a warm interpreter; maxRunWait is
+	// the most a caller may ask for (each wait holds a request open).
 	defaultRunWait = 5 * time.Minute
+	maxRunWait     = time.Hour
 	// oneCallIdleTimeout is a one-call Session's idle timeout when the
 	// caller keeps none: the close the data plane sends as the response
 	// ends is what frees the pod, this only if that close never comes.
@@ -48,16 +58,18 @@ const (
 )
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
-	ns := r.PathValue("namespace")
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	var req sessions.RunRequest
 	if !decode(w, r, &req) || !required(w, "pool", req.Pool) {
 		return
 	}
-	if req.Session != "" {
-		if errs := validation.IsDNS1123Label(req.Session); len(errs) > 0 {
-			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("session %q: %v", req.Session, errs))
-			return
-		}
+	if req.WaitMillis < 0 || time.Duration(req.WaitMillis)*time.Millisecond > maxRunWait {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("waitMillis %d is outside 0 (the default, %s) to %s", req.WaitMillis, defaultRunWait, maxRunWait))
+		return
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("Session name %q: %v", name, errs))
+		return
 	}
 	if req.ID == "" {
 		req.ID = uuid.NewString()
@@ -80,13 +92,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
 		return
 	}
-	if msg := s.checkExec(r, ns, req.Pool, &req.ExecRequest); msg != "" {
+	if msg := checkExec(r, pool, &req.ExecRequest); msg != "" {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 		return
 	}
 
 	start := time.Now()
-	ses := oneCallSession(ns, caller.GetName(), &req)
+	ses := oneCallSession(ns, name, caller.GetName(), &req)
 	err := s.Client.Create(r.Context(), ses)
 	created := time.Now()
 	if err != nil {
@@ -97,7 +109,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, metav1.StatusReason(apierrors.ReasonForError(err)), "create the run's Session: "+err.Error())
 		return
 	}
-	w.Header().Set("X-Warmpool-Session", ses.Name)
 	// The Session ends with the request: its pod goes back to its pool now,
 	// not after an idle timeout. Unless the caller went away once the code
 	// was sent: then the Session keeps the run's outcome for the caller to
@@ -176,13 +187,10 @@ func (s *Server) mayCreateAndRun(ctx context.Context, caller user.Info, ns strin
 }
 
 // oneCallSession is the Session of a one-call run.
-func oneCallSession(ns, owner string, req *sessions.RunRequest) *sandboxv1alpha1.Session {
-	ses := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: req.Session,
+func oneCallSession(ns, name, owner string, req *sessions.RunRequest) *sandboxv1alpha1.Session {
+	ses := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 		Annotations: map[string]string{sandboxv1alpha1.AnnotationRun: req.ID}},
 		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.PoolReference{Name: req.Pool}, Owner: owner}}
-	if ses.Name == "" {
-		ses.GenerateName = "run-"
-	}
 	if req.OwnerOnly {
 		ses.Spec.Access = sandboxv1alpha1.SessionAccessOwner
 	}
@@ -196,53 +204,59 @@ func oneCallSession(ns, owner string, req *sessions.RunRequest) *sandboxv1alpha1
 }
 
 // waitReady waits until ses is Ready in the cache, as the Session
-// controller's status write arrives there, for at most wait.
+// controller's status write arrives there, for at most wait. It reads only
+// the cache: a thousand runs waiting for a busy pool cost the API server
+// nothing.
 func (s *Server) waitReady(ctx context.Context, ses *sandboxv1alpha1.Session, wait time.Duration) (*sandboxv1alpha1.Session, int, metav1.StatusReason, string) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	key := client.ObjectKeyFromObject(ses)
-	// A look around the cache now and then, should an event be missed.
-	safety := time.NewTicker(time.Second)
-	defer safety.Stop()
-	reader := client.Reader(s.Client)
+	// A look at the cache every second as well as at each change.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	seen := false // the cache has shown the Session: gone from it now means deleted
+	last := ses
 	for {
 		changed := s.ready.subscribe(key)
 		cur := &sandboxv1alpha1.Session{}
-		err := reader.Get(ctx, key, cur)
+		err := s.Client.Get(ctx, key, cur)
+		code, msg := 0, ""
 		switch {
-		case apierrors.IsNotFound(err) && reader == s.APIReader:
-			s.ready.unsubscribe(key, changed)
-			return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s was deleted before it was Ready", ses.Name)
+		case apierrors.IsNotFound(err) && seen:
+			code, msg = http.StatusConflict, fmt.Sprintf("Session %s was deleted before it was Ready", ses.Name)
 		case apierrors.IsNotFound(err):
 			// The cache has not seen the create yet.
 		case err != nil && ctx.Err() == nil:
-			s.ready.unsubscribe(key, changed)
-			return nil, http.StatusInternalServerError, metav1.StatusReasonInternalError, "read the run's Session: " + err.Error()
-		case err == nil && cur.UID != ses.UID:
-			s.ready.unsubscribe(key, changed)
-			return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s was deleted and made again by someone else", ses.Name)
-		case err == nil && cur.Status.Phase == sandboxv1alpha1.SessionReady && cur.Status.PodName != "":
+			code, msg = http.StatusInternalServerError, "read the run's Session: "+err.Error()
+		case err != nil:
+		case cur.UID != ses.UID:
+			code, msg = http.StatusConflict, fmt.Sprintf("Session %s was deleted and made again by someone else", ses.Name)
+		case cur.Status.Phase == sandboxv1alpha1.SessionReady && cur.Status.PodName != "":
 			s.ready.unsubscribe(key, changed)
 			return cur, 0, "", ""
-		case err == nil && cur.Status.Phase.IsFinished():
-			s.ready.unsubscribe(key, changed)
-			return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s ended %s before it was Ready (%s)",
+		case cur.Status.Phase.IsFinished():
+			code, msg = http.StatusConflict, fmt.Sprintf("Session %s ended %s before it was Ready (%s)",
 				ses.Name, cur.Status.Phase, readyCondition(cur))
+		default:
+			seen, last = true, cur
 		}
-		reader = s.Client
+		if code != 0 {
+			s.ready.unsubscribe(key, changed)
+			reason := metav1.StatusReasonConflict
+			if code == http.StatusInternalServerError {
+				reason = metav1.StatusReasonInternalError
+			}
+			return nil, code, reason, msg
+		}
 		select {
 		case <-changed:
-		case <-safety.C:
+		case <-tick.C:
 			s.ready.unsubscribe(key, changed)
-			if s.APIReader != nil {
-				reader = s.APIReader
-			}
 		case <-ctx.Done():
 			s.ready.unsubscribe(key, changed)
-			why := readyCondition(cur)
-			if r := context.Cause(ctx); r == context.DeadlineExceeded {
+			if context.Cause(ctx) == context.DeadlineExceeded {
 				return nil, http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
-					fmt.Sprintf("Session %s was not Ready within %s (%s); it is closed", ses.Name, wait, why)
+					fmt.Sprintf("Session %s was not Ready within %s (%s); it is closed", ses.Name, wait, readyCondition(last))
 			}
 			return nil, http.StatusRequestTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("the request ended while Session %s waited for a pod", ses.Name)
 		}

@@ -130,16 +130,6 @@ func (p *plugin) run(ctx context.Context, o *runOptions) error {
 	defer stop()
 
 	if o.session == "" {
-		c, err := p.client()
-		if err != nil {
-			return exitWith(ExitOther, err)
-		}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.pool}, &sandboxv1alpha1.SandboxPool{}); err != nil {
-			if apierrors.IsNotFound(err) {
-				return exitWith(ExitOther, fmt.Errorf("SandboxPool %q not found in namespace %s", o.pool, ns))
-			}
-			return exitWith(ExitOther, fmt.Errorf("read SandboxPool %s: %w", o.pool, err))
-		}
 		via := o.via
 		if via == viaAuto {
 			via = viaExecution
@@ -148,8 +138,19 @@ func (p *plugin) run(ctx context.Context, o *runOptions) error {
 			}
 		}
 		if via == viaExecution {
+			c, err := p.client()
+			if err != nil {
+				return exitWith(ExitOther, err)
+			}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.pool}, &sandboxv1alpha1.SandboxPool{}); err != nil {
+				if apierrors.IsNotFound(err) {
+					return exitWith(ExitOther, fmt.Errorf("SandboxPool %q not found in namespace %s", o.pool, ns))
+				}
+				return exitWith(ExitOther, fmt.Errorf("read SandboxPool %s: %w", o.pool, err))
+			}
 			return p.runExecution(ctx, c, ns, code, contextText, o)
 		}
+		// The one-call run checks the pool itself (404 naming it): no read first.
 	}
 	return p.runInSession(ctx, ns, code, contextText, o)
 }

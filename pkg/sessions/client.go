@@ -559,7 +559,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 	if stream {
 		accept = "application/x-ndjson"
 	}
-	u := fmt.Sprintf("%s/apis/%s/%s/namespaces/%s/runs", c.base, Group, Version, url.PathEscape(namespace))
+	u := fmt.Sprintf("%s/apis/%s/%s/namespaces/%s/runs/%s/exec", c.base, Group, Version, url.PathEscape(namespace), url.PathEscape(req.Session))
 	resp, err := s.send(ctx, http.MethodPost, u, jsonBody(req), "application/json", accept)
 	var res *Result
 	if err == nil {

@@ -35,20 +35,19 @@ type ExecRequest struct {
 	MaxBridgeCalls int  `json:"maxBridgeCalls,omitempty"`
 }
 
-// RunRequest is the body of POST .../namespaces/NS/runs: a new Session of
-// Pool and its first run, in one request. The data plane creates the
-// Session (owned by the caller), waits until it holds a warm interpreter,
-// runs the code in it and, unless Keep, closes it as the response ends. The
-// response is an exec's, with the Session's name in the X-Warmpool-Session
-// header.
+// RunRequest is the body of POST .../namespaces/NS/runs/NAME/exec: a new
+// Session NAME of Pool and its first run, in one request. The data plane
+// creates the Session (owned by the caller), waits until it holds a warm
+// interpreter, runs the code in it and, unless Keep, closes it as the
+// response ends. The response is an exec's.
 type RunRequest struct {
 	ExecRequest
 	// Pool is the SandboxPool, in the namespace of the URL, to lease from.
 	Pool string `json:"pool"`
-	// Session names the new Session; empty: a generated "run-" name. A
-	// caller that names it can ask about its run even when the response
-	// never arrives.
-	Session string `json:"session,omitempty"`
+	// Session names the new Session (NAME in the path, not in the body);
+	// empty: RunOnce makes up a "run-" name. Named by the caller, it can be
+	// asked about its run even when the response never arrives.
+	Session string `json:"-"`
 	// Keep leaves the Session open after the run, for more runs (its idle
 	// timeout or the caller closes it); false closes it as the response ends.
 	Keep bool `json:"keep,omitempty"`
@@ -57,7 +56,8 @@ type RunRequest struct {
 	IdleTimeoutMillis int64 `json:"idleTimeoutMillis,omitempty"`
 	// OwnerOnly binds the Session to the caller (spec.access Owner).
 	OwnerOnly bool `json:"ownerOnly,omitempty"`
-	// WaitMillis bounds the wait for a warm interpreter; 0: five minutes.
+	// WaitMillis bounds the wait for a warm interpreter; 0: five minutes; at
+	// most an hour.
 	// Past it the Session is closed and the code has not run.
 	WaitMillis int64 `json:"waitMillis,omitempty"`
 }

@@ -250,7 +250,7 @@ func (b *bench) agentOf(ctx context.Context, s *sessions.Session) (*agentclient.
 
 // firstAnswer measures create -> first print(1) answered, the two ways a
 // caller with nothing can go: a Session created and watched until Ready, then
-// a run (two calls and a watch); and one call to the data plane's runs,
+// a run (two calls and a watch); and one call to the data plane's runs/exec,
 // which leases and runs (the Server-Timing header says where its time went).
 // Interleaved, each after the pool is full again and the node settled.
 func (b *bench) firstAnswer(ctx context.Context, cfg *rest.Config, c *sessions.Client, pool *sandboxv1alpha1.SandboxPool, n int) error {
@@ -258,7 +258,7 @@ func (b *bench) firstAnswer(ctx context.Context, cfg *rest.Config, c *sessions.C
 	if err != nil {
 		return err
 	}
-	url := strings.TrimRight(cfg.Host, "/") + "/apis/" + sessions.Group + "/" + sessions.Version + "/namespaces/" + b.ns + "/runs"
+	runs := strings.TrimRight(cfg.Host, "/") + "/apis/" + sessions.Group + "/" + sessions.Version + "/namespaces/" + b.ns + "/runs/"
 	var two, one, create, lease, rest1 []time.Duration
 	for i := range n {
 		for _, oneCall := range []bool{i%2 == 0, i%2 != 0} {
@@ -285,9 +285,8 @@ func (b *bench) firstAnswer(ctx context.Context, cfg *rest.Config, c *sessions.C
 				}
 				continue
 			}
-			body, _ := json.Marshal(sessions.RunRequest{Pool: "dp", Session: fmt.Sprintf("one-%03d", i),
-				ExecRequest: sessions.ExecRequest{Code: "print(1)"}})
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+			body, _ := json.Marshal(sessions.RunRequest{Pool: "dp", ExecRequest: sessions.ExecRequest{Code: "print(1)"}})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, runs+fmt.Sprintf("one-%03d/exec", i), bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := hc.Do(req)
 			if err != nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
-// onReplica sends one-call runs (POST .../runs) straight to one data-plane
+// onReplica sends one-call runs (POST .../runs/NAME/exec) straight to one data-plane
 // replica, with a bearer token, and everything else through kube-apiserver:
 // the replica a run lands on is known, and can be killed under it, while the
 // caller still reaches the others.
@@ -31,7 +31,7 @@ type onReplica struct {
 }
 
 func (o *onReplica) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/runs") {
+	if !strings.Contains(r.URL.Path, "/runs/") {
 		return o.apiserver.RoundTrip(r)
 	}
 	r = r.Clone(r.Context())

@@ -3,29 +3,13 @@ wire (the golden streams of pkg/protocol/testdata): the run is looked up by
 its ID, attached to or reported as not run, never sent twice. No cluster."""
 
 import json
-import pathlib
 
 import pytest
 import urllib3
 
 import warmpool
+from fakes import GOLDEN, Stream
 from warmpool import _api, oneoff
-
-GOLDEN = pathlib.Path(__file__).resolve().parents[3] / "pkg" / "protocol" / "testdata"
-
-
-class _Stream:
-    def __init__(self, lines, data=b""):
-        self._lines, self.data = lines, data
-
-    def __iter__(self):
-        return iter(self._lines)
-
-    def drain_conn(self):
-        pass
-
-    def release_conn(self):
-        pass
 
 
 class _Wire:
@@ -36,7 +20,7 @@ class _Wire:
         self.runs_error, self.state, self.sent = runs_error, state, []
 
     def request(self, api, method, path, query=None, body=None, **_):
-        sub = path.rsplit("/", 1)[-1]
+        sub = "runs" if "/runs/" in path else path.rsplit("/", 1)[-1]
         self.sent.append((method, sub, body))
         if sub == "runs":
             raise self.runs_error
@@ -44,9 +28,9 @@ class _Wire:
             state = self.state.pop(0) if len(self.state) > 1 else self.state[0]
             if isinstance(state, Exception):
                 raise state
-            return _Stream([], json.dumps(state).encode())
+            return Stream([], json.dumps(state).encode())
         if sub == "exec":  # an attach: the run's events from the start, as the agent replays them
-            return _Stream((GOLDEN / "output-and-result.ndjson").read_bytes().splitlines(keepends=True))
+            return Stream((GOLDEN / "output-and-result.ndjson").read_bytes().splitlines(keepends=True))
         raise AssertionError(f"unexpected {method} {path}")
 
 

@@ -3,28 +3,12 @@ what the agent streams, as the data plane relays it, read by run_code. No
 cluster: the data plane's answers are the golden files."""
 
 import json
-import pathlib
 
 import pytest
 
 import warmpool
+from fakes import GOLDEN, Stream
 from warmpool import _api
-
-GOLDEN = pathlib.Path(__file__).resolve().parents[3] / "pkg" / "protocol" / "testdata"
-
-
-class _Stream:
-    def __init__(self, lines):
-        self._lines = lines
-
-    def __iter__(self):
-        return iter(self._lines)
-
-    def drain_conn(self):
-        pass
-
-    def release_conn(self):
-        pass
 
 
 def _run(monkeypatch, name, **kwargs):
@@ -33,9 +17,9 @@ def _run(monkeypatch, name, **kwargs):
 
     def request(api, method, path, body=None, accept="application/json", **_):
         if path.endswith("/exec"):
-            return _Stream(lines)
+            return Stream(lines)
         posted.append((path.rsplit("/", 1)[-1], body))
-        return _Stream([])
+        return Stream([])
 
     monkeypatch.setattr(_api, "request", request)
     sb = warmpool.Sandbox(None, "ns", "s")

@@ -111,7 +111,7 @@ def _run_once(api, namespace, code, pool, *, timeout, context, envs, name, wait,
               on_rlm_query):
     # Named here, so that a lost answer can still be asked about.
     session = name + uuid.uuid4().hex[:10] if name.endswith("-") else name
-    req = {"id": uuid.uuid4().hex, "pool": pool, "session": session, "code": code, "stream": True,
+    req = {"id": uuid.uuid4().hex, "pool": pool, "code": code, "stream": True,
            "bridge": on_llm_query is not None or on_rlm_query is not None, "waitMillis": int(wait * 1000)}
     if timeout is not None:
         req["timeoutMillis"] = int(timeout * 1000)
@@ -122,7 +122,7 @@ def _run_once(api, namespace, code, pool, *, timeout, context, envs, name, wait,
     sb = Sandbox(api, namespace, session)
     handlers = (on_stdout, on_stderr, on_llm_query, on_rlm_query)
     try:
-        resp = _api.request(api, "POST", f"/apis/{_api.DATA_GROUP}/{_api.VERSION}/namespaces/{namespace}/runs",
+        resp = _api.request(api, "POST", f"/apis/{_api.DATA_GROUP}/{_api.VERSION}/namespaces/{namespace}/runs/{session}/exec",
                             body=req, accept="application/x-ndjson")
     except errors.APIError as e:
         if e.status == 502:  # the agent call failed: it may have reached the agent
@@ -174,7 +174,7 @@ def _lookup(sb, req, handlers, cause):
         else:
             if info.get("running"):
                 # It runs: the same ID attaches to it, and never runs it again.
-                exec_req = {k: v for k, v in req.items() if k not in ("pool", "session", "waitMillis")}
+                exec_req = {k: v for k, v in req.items() if k not in ("pool", "waitMillis")}
                 resp = _api.request(sb._api, "POST", sb._path("exec"), body=exec_req, accept="application/x-ndjson")
                 return sb._read_stream(resp, req["id"], *handlers)
             if info.get("result") is not None:

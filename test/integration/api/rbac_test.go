@@ -140,7 +140,7 @@ var _ = Describe("Tenant RBAC", func() {
 				if name == "warmpool-session-editor-role" && slices.Equal(rule.APIGroups, []string{"data.warmpool.dev"}) {
 					// The data plane's verbs: running code in a Session is editing.
 					for _, res := range rule.Resources {
-						Expect(res).To(Or(HavePrefix("sessions/"), Equal("runs")), name)
+						Expect(res).To(Or(HavePrefix("sessions/"), Equal("runs/exec")), name)
 					}
 					continue
 				}
