@@ -1,6 +1,7 @@
 package sandboxpod_test
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -79,7 +80,7 @@ func TestDisruptionBudgetCoversBusyPodsOnly(t *testing.T) {
 	if got := pdb.Spec.Selector.MatchLabels; !reflect.DeepEqual(got, map[string]string{sandboxpod.LabelPool: "p", sandboxpod.LabelState: sandboxpod.StateBusy}) {
 		t.Errorf("selects %v", got)
 	}
-	if pdb.Spec.MaxUnavailable.IntValue() != 0 || pdb.Spec.MinAvailable != nil {
+	if pdb.Spec.MaxUnavailable != nil || pdb.Spec.MinAvailable.IntValue() != math.MaxInt32 {
 		t.Errorf("budget %+v", pdb.Spec)
 	}
 }

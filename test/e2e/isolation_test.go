@@ -476,36 +476,60 @@ print(json.dumps({'env': found, 'paths': [p for p in paths if os.path.exists(p)]
 	})
 
 	It("refuses to evict a busy sandbox (drains wait for the code), but lets idle ones go", func() {
-		ex := wrappers.Execution(ns, "long").Pool("a").Timeout(time.Minute).Code("import time\ntime.sleep(50)").Obj()
-		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		// Three busy pods on a pool of two warm replicas: busy pods are beyond
+		// the warm count, and a budget that took its expected count from the
+		// pool's scale (maxUnavailable: 0) let the surplus go.
+		var long []*sandboxv1alpha1.Execution
+		for i := range 3 {
+			ex := wrappers.Execution(ns, fmt.Sprintf("long-%d", i)).Pool("a").Timeout(2 * time.Minute).Code("import time\ntime.sleep(100)").Obj()
+			Expect(k8s.Create(ctx, ex)).To(Succeed())
+			long = append(long, ex)
+		}
+		busy := map[string]bool{}
 		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)).To(Succeed())
-			g.Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
+			for _, ex := range long {
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)).To(Succeed())
+				g.Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning), ex.Name)
+				busy[ex.Status.PodName] = true
+			}
+		}).WithTimeout(2 * time.Minute).Should(Succeed())
+		By("waiting for the disruption controller to count the three busy pods")
+		Eventually(func(g Gomega) {
+			pdb := &policyv1.PodDisruptionBudget{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, pdb)).To(Succeed())
+			g.Expect(pdb.Status.ObservedGeneration).To(Equal(pdb.Generation))
+			g.Expect(pdb.Status.CurrentHealthy).To(BeNumerically("==", 3))
 		}).WithTimeout(time.Minute).Should(Succeed())
 		evict := func(name string) error {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 			return k8s.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{ObjectMeta: pod.ObjectMeta})
 		}
-		err := evict(ex.Status.PodName)
-		Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "evicting the busy pod %s: want 429 from the disruption budget, got %v", ex.Status.PodName, err)
-		Expect(err.Error()).To(ContainSubstring("disruption budget"))
+		for name := range busy {
+			err := evict(name)
+			Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "evicting the busy pod %s: want 429 from the disruption budget, got %v", name, err)
+			Expect(err.Error()).To(ContainSubstring("disruption budget"))
+		}
 
 		var idle corev1.Pod
 		Eventually(func(g Gomega) {
 			for _, p := range poolPods(g, poolA) {
-				if p.Name != ex.Status.PodName && sandboxpod.IsIdle(&p) {
+				if !busy[p.Name] && sandboxpod.IsIdle(&p) {
 					idle = p
 					return
 				}
 			}
-			g.Expect(false).To(BeTrue(), "an idle pod besides the busy one")
+			g.Expect(false).To(BeTrue(), "an idle pod besides the busy ones")
 		}).WithTimeout(2 * time.Minute).Should(Succeed())
 		Expect(evict(idle.Name)).To(Succeed(), "an idle pod is evictable: the pool replaces it")
 
-		patch := client.MergeFrom(ex.DeepCopy())
-		ex.Spec.Cancel = true
-		Expect(k8s.Patch(ctx, ex, patch)).To(Succeed())
-		Expect(finished(ex, time.Minute).Status.Phase).To(Equal(sandboxv1alpha1.PhaseCancelled))
+		for _, ex := range long {
+			patch := client.MergeFrom(ex.DeepCopy())
+			ex.Spec.Cancel = true
+			Expect(k8s.Patch(ctx, ex, patch)).To(Succeed())
+		}
+		for _, ex := range long {
+			Expect(finished(ex, time.Minute).Status.Phase).To(Equal(sandboxv1alpha1.PhaseCancelled))
+		}
 	})
 
 	It("keeps warm pods in a namespace that enforces Pod Security 'restricted'", func() {
