@@ -74,8 +74,11 @@ const (
 	// that does not import, an image without python); replacements back off.
 	ReasonSandboxStartFailed = "SandboxStartFailed"
 	ReasonPodsStarting       = "PodsStarting"
-	ReasonIdleReplicasReady  = "IdleReplicasReady"
-	ReasonPodsHealthy        = "PodsHealthy"
+	// ReasonUnschedulable: the scheduler finds no node for the pool's pods
+	// (its message says why: CPU, memory, selectors, taints).
+	ReasonUnschedulable     = "Unschedulable"
+	ReasonIdleReplicasReady = "IdleReplicasReady"
+	ReasonPodsHealthy       = "PodsHealthy"
 	// ScalingLimited reasons: ReasonResourceQuota (the API server refused a
 	// pod for the namespace's quota), ReasonMaxPods, ReasonMaxReplicas; else
 	// ReasonWithinLimits.

@@ -1,6 +1,10 @@
 package controller_test
 
 import (
+	"context"
+	"encoding/json"
+	"strings"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +15,7 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/fakellm"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
 // llm_query in Executions (issue 13): the manager asks the pool's
@@ -83,6 +88,54 @@ var _ = Describe("llm_query in Executions", func() {
 		Expect(ex.Status.Error.Type).To(Equal("RuntimeError"))
 		Expect(ex.Status.Error.Message).To(ContainSubstring("limit of 2"))
 		Expect(ex.Status.Stdout).To(Equal("tiny says: 0\ntiny says: 1\n"), "the calls within the limit were answered")
+	})
+
+	It("answers llm_query in a Session's runs too, unless the caller answers them itself", func() {
+		name := "llm-" + ns
+		key(name, "sk-ses")
+		endpoint(name, nil, 3)
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).LLM(name).Obj())
+		c := sessionsClient(sessionUser(ns, "alice", true))
+		grantRuns(ns, "alice")
+		s, err := c.Create(ctx, ns, "ask", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = s.Close(context.Background()) })
+
+		By("a blocking run: the data plane reads the agent's events and answers the calls")
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "a = llm_query('one')\nprint(a)\nllm_query('two')"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(res.Stdout).To(Equal("tiny says: one\n"))
+		Expect(*res.Result).To(Equal("'tiny says: two'"))
+
+		By("a streamed run: output relayed as written, the calls answered aside, the endpoint's call limit held")
+		var out strings.Builder
+		res, err = s.RunStream(ctx, sessions.ExecRequest{Code: "for i in range(5):\n    print(llm_query(str(i)), flush=True)"},
+			sessions.Handlers{OnStdout: func(d string) { out.WriteString(d) }})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusFailed))
+		Expect(res.Error.Message).To(ContainSubstring("limit of 3"))
+		Expect(out.String()).To(Equal("tiny says: 0\ntiny says: 1\ntiny says: 2\n"))
+
+		By("a caller that answers the calls itself gets them, and the model is not asked")
+		before := len(keysSeen())
+		res, err = s.RunStream(ctx, sessions.ExecRequest{Code: "llm_query('mine')"}, sessions.Handlers{
+			OnBridge: func(_ context.Context, call sessions.BridgeCall) (json.RawMessage, error) {
+				return json.Marshal("the caller's answer")
+			}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(*res.Result).To(Equal(`"the caller's answer"`))
+		Expect(keysSeen()).To(HaveLen(before))
+
+		By("a one-call run (the plugin's and the SDKs' one-shot path)")
+		res, _, err = c.RunOnce(ctx, ns, sessions.RunRequest{Pool: "python", ExecRequest: sessions.ExecRequest{Code: "llm_query('once')"}},
+			sessions.Handlers{OnStdout: func(string) {}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(*res.Result).To(Equal("'tiny says: once'"))
+		for _, k := range keysSeen() {
+			Expect(k).To(Equal("Bearer sk-ses"))
+		}
 	})
 
 	It("tells the code why it cannot ask: a namespace the endpoint does not admit, a missing key, a missing endpoint", func() {

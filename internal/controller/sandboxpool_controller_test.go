@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -165,6 +166,35 @@ var _ = Describe("SandboxPool", func() {
 			"a pod in the middle of its reset is not replaced")
 		Expect(hasSeries(metrics.PoolOldestWarming, ns, "python")).To(BeFalse(),
 			"a resetting pod is not a pod that is starting (WarmpoolSandboxPodsNotReady would fire on it)")
+	})
+
+	It("says in Ready, its Status column and an Event when the scheduler finds no node for its pods", func() {
+		ns := newNamespace()
+		const why = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+		pool := wrappers.Pool(ns, "big").Obj()
+		pool.Spec.Template = &sandboxv1alpha1.SandboxPodTemplate{Metadata: sandboxv1alpha1.SandboxPodMetadata{
+			Annotations: map[string]string{localkubelet.AnnotationUnschedulable: why}}}
+		Expect(k8s.Create(ctx, pool)).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getPool(ns, "big").Status.Conditions, sandboxv1alpha1.PoolConditionReady)
+		}).Should(And(
+			HaveField("Status", Equal("False")),
+			HaveField("Reason", Equal(sandboxv1alpha1.ReasonUnschedulable)),
+			HaveField("Message", And(ContainSubstring("cannot be scheduled: "+why), ContainSubstring("0 of 1 idle pods ready"))),
+		))
+		Expect(condition(getPool(ns, "big").Status.Conditions, sandboxv1alpha1.PoolConditionDegraded)).
+			To(HaveField("Status", Equal("False")), "no node has room: a limit of the cluster, not a fault of the pool's pods")
+		Eventually(func() []string {
+			evs := &eventsv1.EventList{}
+			Expect(k8s.List(ctx, evs, client.InNamespace(ns))).To(Succeed())
+			var reasons []string
+			for _, e := range evs.Items {
+				if e.Regarding.Name == "big" {
+					reasons = append(reasons, e.Reason+": "+e.Note)
+				}
+			}
+			return reasons
+		}).Should(ContainElement(And(HavePrefix("Unschedulable: "), ContainSubstring("Insufficient cpu"))))
 	})
 
 	It("reports Degraded with the reason when pods cannot pull their image", func() {

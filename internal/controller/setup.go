@@ -159,8 +159,15 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 // run in every replica, leader or not.
 func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 	keys := rt.Keys
+	if cfg.LLM == nil {
+		cfg.LLM = llm.NewClient()
+	}
+	// A pool's ModelEndpoint answers llm_query in a Session's runs as in its
+	// Executions, when the caller does not answer the calls itself.
+	models := &modelendpoint.Endpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
 	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
-		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Informers: mgr.GetCache(), Log: mgr.GetLogger().WithName("dataplane")}
+		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Models: models, Informers: mgr.GetCache(),
+		Log: mgr.GetLogger().WithName("dataplane")}
 	// A replica without keys is not ready: the data plane's Service sends
 	// callers only to replicas that can sign their calls to agents.
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {

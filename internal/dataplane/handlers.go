@@ -219,7 +219,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 		return
 	}
-	s.runIn(w, r, t, &req)
+	s.runIn(w, r, t, pool, &req)
 }
 
 // checkExec fills a run's defaults from its pool and refuses what the pool
@@ -238,16 +238,26 @@ func checkExec(r *http.Request, pool *sandboxv1alpha1.SandboxPool, req *sessions
 }
 
 // runIn sends a checked run to the Session's agent and relays its answer.
-func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, req *sessions.ExecRequest) {
+// The code's llm_query calls go to the caller when it answers them (bridge),
+// else to the pool's ModelEndpoint, if the pool names one.
+func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *sandboxv1alpha1.SandboxPool, req *sessions.ExecRequest) {
 	runID := agentRunID(req.ID)
 	stream := req.Stream
+	var model func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer
+	maxCalls := req.MaxBridgeCalls
+	if !req.Bridge && pool != nil && s.Models != nil {
+		var limit int
+		if model, limit = s.Models.Bridge(r.Context(), pool); model != nil && limit > 0 && (maxCalls == 0 || maxCalls > limit) {
+			maxCalls = limit
+		}
+	}
 	body, _ := json.Marshal(protocol.ExecuteRequest{
 		ID: runID, Code: req.Code, Language: req.Language, Context: req.Context, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
-		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream, Bridge: req.Bridge,
-		MaxBridgeCalls: req.MaxBridgeCalls, Interpreter: t.ses.Status.Interpreter,
+		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream || model != nil, Bridge: req.Bridge || model != nil,
+		MaxBridgeCalls: maxCalls, Interpreter: t.ses.Status.Interpreter,
 	})
 	accept := "application/json"
-	if stream {
+	if stream || model != nil {
 		accept = protocol.ContentTypeNDJSON
 	}
 	resp, err := s.send(r.Context(), t, body, accept, time.Duration(req.TimeoutMillis)*time.Millisecond)
@@ -258,28 +268,38 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, req *s
 	}
 	defer func() { _ = resp.Body.Close() }()
 	w.Header().Set("X-Warmpool-Run-Id", req.ID)
-	if resp.StatusCode >= 300 || !stream {
+	if resp.StatusCode >= 300 || (!stream && model == nil) {
 		relay(w, resp)
 		return
 	}
-	w.Header().Set("Content-Type", protocol.ContentTypeNDJSON)
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
+	if stream {
+		w.Header().Set("Content-Type", protocol.ContentTypeNDJSON)
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+	}
 	flusher, _ := w.(http.Flusher)
-	if flusher != nil { // the caller learns the run's ID before the code prints anything
+	if stream && flusher != nil { // the caller learns the run's ID before the code prints anything
 		flusher.Flush()
 	}
+	answering := newModelCalls(t, runID, model)
+	defer answering.wait()
 	// Relayed as read, without a bound on a line: the agent bounds what a run
 	// prints, and a line cut here would end the caller's stream mid-event.
+	// A line the model answers, or any line but the result for a caller who
+	// did not ask for a stream, is read whole instead (the agent bounds it).
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	lineStart, result := true, false
+	lineStart, kind := true, lineOther
+	var whole []byte
 	for {
 		frag, err := br.ReadSlice('\n')
 		if lineStart && len(frag) > 0 {
-			// Events are objects whose first member is their type.
-			result = bytes.HasPrefix(frag, []byte(`{"type":"result"`))
+			kind = classify(frag)
 		}
-		if len(frag) > 0 {
+		keep := kind == lineBridge && model != nil || !stream && kind == lineResult
+		switch {
+		case keep:
+			whole = append(whole, frag...)
+		case stream && len(frag) > 0:
 			if _, werr := w.Write(frag); werr != nil {
 				s.callerGone(r, t, runID, true)
 				return
@@ -287,10 +307,22 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, req *s
 		}
 		lineStart = err == nil
 		if lineStart {
-			if flusher != nil {
+			switch {
+			case keep && kind == lineBridge:
+				answering.answer(r.Context(), whole)
+			case keep: // the result of a run whose events the caller did not ask for
+				var ev protocol.Event
+				if jerr := json.Unmarshal(whole, &ev); jerr != nil || ev.Result == nil {
+					agentFailed(w, fmt.Errorf("the agent's result did not parse: %v", jerr))
+					return
+				}
+				writeJSON(w, http.StatusOK, ev.Result)
+				return
+			case stream && flusher != nil:
 				flusher.Flush()
 			}
-			if result {
+			whole = whole[:0]
+			if kind == lineResult {
 				return
 			}
 			continue
@@ -299,7 +331,10 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, req *s
 			break // the agent's stream ended without a result (its pod went away): so does the caller's
 		}
 	}
-	s.callerGone(r, t, runID, true)
+	if !stream {
+		agentFailed(w, errors.New("the agent's stream ended without a result (its pod went away?)"))
+	}
+	s.callerGone(r, t, runID, stream)
 }
 
 // agentRunID is the agent's ID of a data-plane run. The prefix keeps callers

@@ -5,12 +5,17 @@ package dataplane
 // part of warmpool every caller reaches, may only read what it serves, record
 // a Session's interpreter, create and close the Sessions of one-call runs
 // (owned by their callers: "delegate", see config/admission), read the agent
-// keys and keep its serving certificate. It cannot create, change or delete
+// keys and keep its serving certificate, and answer llm_query from a pool's
+// ModelEndpoint. It cannot create, change or delete
 // pods, nor write the keys.
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;patch;delegate
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions/status,verbs=get;patch
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// A pool's ModelEndpoint, the namespaces its selector admits and (below, in
+// the manager's namespace) its key: llm_query in a Session's runs.
+// +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=modelendpoints,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // The agent keys (read) and the serving certificate's Secret, in the

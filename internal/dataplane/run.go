@@ -140,7 +140,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	closeIt = !req.Keep
-	s.runIn(w, r, t, &req.ExecRequest)
+	s.runIn(w, r, t, pool, &req.ExecRequest)
 	// Out now: the close that follows must not hold the answer back in the
 	// server's buffer (a plain exec needs no flush: its handler ends here).
 	if f, ok := w.(http.Flusher); ok {

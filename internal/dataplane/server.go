@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/pkg/protocol"
 
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -92,6 +93,10 @@ type Server struct {
 	// Certs, when set, is the serving certificate the APIService trusts
 	// (servingcert); until it has one the server serves a self-signed one.
 	Certs CertSource
+	// Models answers the code's llm_query calls from the pool's
+	// ModelEndpoint (spec.llm) when the caller does not answer them itself,
+	// as the manager does for an Execution of the pool. Nil: the caller's.
+	Models Models
 	// Informers deliver the Session changes one-call runs wait for (the
 	// manager's cache); nil: they look every second.
 	Informers cache.Informers
@@ -99,6 +104,12 @@ type Server struct {
 
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
+}
+
+// Models gives the answerer of a pool's ModelEndpoint (nil when the pool
+// names none) and the endpoint's bound on calls per run.
+type Models interface {
+	Bridge(ctx context.Context, pool *sandboxv1alpha1.SandboxPool) (func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer, int)
 }
 
 // CertSource provides the serving certificate and can be made current.
@@ -204,7 +215,7 @@ func (s *Server) build() (http.Handler, *server.SecureServingInfo, error) {
 
 	var h http.Handler = s.routes()
 	h = filters.WithAuthorization(h, authz.Authorizer, codecs)
-	h = filters.WithAuthentication(h, authn.Authenticator, filters.Unauthorized(codecs), nil, authn.RequestHeaderConfig)
+	h = filters.WithAuthentication(h, withFrontProxyCache(authn.RequestHeaderConfig, authn.Authenticator), filters.Unauthorized(codecs), nil, authn.RequestHeaderConfig)
 	h = filters.WithRequestInfo(h, &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
 	return h, serving, nil

@@ -1,3 +1,4 @@
+import datetime
 import threading
 import time
 
@@ -104,7 +105,13 @@ def test_variables_files_and_reset(sandbox):
     assert sandbox.run_code("open('in/data.txt').read().upper()").text == "'HELLO'"
     sandbox.run_code("open('out.bin', 'wb').write(bytes([0, 1, 2]))")
     assert sandbox.files.read("out.bin", format="bytes") == b"\x00\x01\x02"
-    assert any(e["name"] == "data.txt" for e in sandbox.files.list("in"))
+    sandbox.run_code("import os\nos.mkdir('in/sub')")
+    entries = {e.name: e for e in sandbox.files.list("in")}
+    data, sub = entries["data.txt"], entries["sub"]
+    assert (data.type, data.path, data.size, data.dir) == ("file", "/in/data.txt", 5, False)
+    assert (sub.type, sub.path, sub.dir) == ("dir", "/in/sub", True)
+    assert abs(datetime.datetime.now(datetime.timezone.utc) - data.modified_time) < datetime.timedelta(minutes=5)
+    assert data["name"] == "data.txt" and data["mode"] == data.mode, "entries are still the agent's dicts"
 
     sandbox.reset()
     assert sandbox.run_code("'data' in globals()").text == "False"

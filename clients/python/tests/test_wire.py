@@ -12,6 +12,12 @@ from warmpool import _api
 
 
 def _run(monkeypatch, name, **kwargs):
+    sb, posted = _sandbox(monkeypatch, name)
+    return sb.run_code("ignored: the stream is the golden one", **kwargs), posted
+
+
+def _sandbox(monkeypatch, name):
+    """A Sandbox whose every run streams the golden stream ``name``."""
     lines = (GOLDEN / f"{name}.ndjson").read_bytes().splitlines(keepends=True)
     posted = []
 
@@ -22,8 +28,7 @@ def _run(monkeypatch, name, **kwargs):
         return Stream([])
 
     monkeypatch.setattr(_api, "request", request)
-    sb = warmpool.Sandbox(None, "ns", "s")
-    return sb.run_code("ignored: the stream is the golden one", **kwargs), posted
+    return warmpool.Sandbox(None, "ns", "s"), posted
 
 
 def test_every_golden_stream_is_known():
@@ -67,6 +72,15 @@ def test_final(monkeypatch):
 def test_timed_out(monkeypatch):
     ex, _ = _run(monkeypatch, "timed-out")
     assert ex.status == "timed_out" and ex.stdout == "started\n" and ex.error.name == "KeyboardInterrupt"
+
+
+@pytest.mark.parametrize("timeout,says", [(None, "the sandbox's timeout"), (0, "the sandbox's timeout"), (2, "2s"),
+                                          (2.0, "2s"), (0.25, "0.25s"), (90, "90s")])
+def test_the_tool_says_how_long_a_timed_out_call_ran(monkeypatch, timeout, says):
+    sb, _ = _sandbox(monkeypatch, "timed-out")
+    out = json.loads(warmpool.python_tool(sb, timeout=timeout)("while True: pass"))
+    assert out["stdout"] == "started\n" and out["error"]["name"] == "KeyboardInterrupt"
+    assert out["error"]["value"] == f"the code ran longer than {says} and was interrupted"
 
 
 def test_shell(monkeypatch):

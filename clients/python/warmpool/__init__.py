@@ -11,8 +11,8 @@ from .errors import (APIError, ForbiddenError, NotFoundError, NotRunError, PoolN
 from .execution import Execution, ExecutionError
 from .oneoff import run
 from .rlm import REPLResult, WarmpoolREPL
-from .sandbox import Files, Sandbox
+from .sandbox import EntryInfo, Files, Sandbox
 from .tools import python_tool
 
-__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "Sandbox", "Files", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
+__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "Sandbox", "Files", "EntryInfo", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
            "NotFoundError", "NotRunError", "PoolNotFoundError", "SessionLostError", "StreamCutError", "TimeoutError"]

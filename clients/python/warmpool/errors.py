@@ -14,7 +14,10 @@ class APIError(WarmpoolError):
 
     def __init__(self, status, reason, message):
         self.status, self.reason, self.message = status, reason, message
-        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        # Status 0 and no message: no HTTP answer came (the kubernetes client's
+        # TLS and connection failures), and its reason says why.
+        head = " ".join(str(p) for p in (status or "", reason) if p)
+        super().__init__(f"{head}: {message}" if message else head)
 
 
 class ForbiddenError(APIError):

@@ -1,7 +1,9 @@
 """Sandbox: a Session of a warmpool SandboxPool, one warm stateful Python
 interpreter leased for as long as the caller needs it."""
 
+import datetime
 import json
+import re
 import threading
 import uuid
 
@@ -14,6 +16,38 @@ from .execution import Execution
 
 def _seconds(d):
     return None if d is None else f"{int(d)}s"
+
+
+class EntryInfo(dict):
+    """An entry of ``Files.list``, with the attributes of E2B's ``EntryInfo``:
+    ``name``, ``path`` (from the workspace's root, ``/in/data.txt``),
+    ``type`` (``"file"`` or ``"dir"``), ``size`` (bytes), ``mode``
+    (``"-rw-r--r--"``), ``modified_time`` (a datetime). It is still the dict
+    the agent sent (``entry["name"]``, ``entry["modTime"]``), as before."""
+
+    name = property(lambda self: self.get("name", ""))
+    path = property(lambda self: self.get("path", ""))
+    size = property(lambda self: self.get("size", 0))
+    dir = property(lambda self: bool(self.get("dir")))
+    type = property(lambda self: "dir" if self.get("dir") else "file")
+    mode = property(lambda self: self.get("mode", ""))
+
+    @property
+    def modified_time(self):
+        t = self.get("modTime")
+        if not t:
+            return None
+        # Go writes RFC 3339 with up to nanoseconds and a "Z", which
+        # fromisoformat reads only from Python 3.11 on.
+        m = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", t)
+        if m is None:
+            return None
+        frac = f".{m.group(2)[:6]:0<6}" if m.group(2) else ""
+        zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+        return datetime.datetime.fromisoformat(m.group(1) + frac + zone)
+
+    def __repr__(self):
+        return f"EntryInfo(name={self.name!r}, type={self.type!r}, path={self.path!r}, size={self.size})"
 
 
 class Files:
@@ -36,8 +70,9 @@ class Files:
                      content_type="application/octet-stream")
 
     def list(self, path="."):
-        """Entries of a directory: dicts with ``name``, ``path``, ``size``, ``dir``, ``mode``, ``modTime``."""
-        return _api.request_json(self._s._api, "GET", self._s._path("files"), query={"path": path, "list": "true"}) or []
+        """Entries of a directory, as EntryInfo: ``entry.name``, ``entry.type``, ``entry.size``..."""
+        entries = _api.request_json(self._s._api, "GET", self._s._path("files"), query={"path": path, "list": "true"})
+        return [EntryInfo(e) for e in entries or []]
 
 
 class Sandbox:
@@ -284,7 +319,8 @@ class Sandbox:
         v = _api.request_json(self._api, "GET", self._path("variables"), query={"name": name})
         if "json" in v:
             return v["json"]
-        raise ValueError(f"{name} ({v.get('type')}) is not JSON-serialisable: {v.get('repr')}")
+        r = v.get("repr") or "its repr is empty"  # the agent leaves an empty repr out
+        raise ValueError(f"{name} ({v.get('type')}) is not JSON-serialisable: {r}")
 
     def reset(self):
         """A fresh interpreter: variables are gone, files stay."""

@@ -19,6 +19,11 @@ _DESCRIPTION = ("Run Python code in a persistent sandboxed interpreter (variable
                 "if the code raised, `error` with its name, message and traceback.")
 
 
+def _seconds(t):
+    # To the millisecond, the resolution run_code sends: 2 -> "2s", 0.25 -> "0.25s".
+    return f"{t:.3f}".rstrip("0").rstrip(".") + "s"
+
+
 def python_tool(sandbox: Sandbox, *, timeout: Optional[float] = None, name: str = "run_python"):
     """A tool function that runs code in ``sandbox``; ``timeout`` (seconds)
     interrupts a call that runs longer, keeping its partial output."""
@@ -27,7 +32,9 @@ def python_tool(sandbox: Sandbox, *, timeout: Optional[float] = None, name: str 
         ex = sandbox.run_code(code, timeout=timeout)
         out = ex.to_json()
         if ex.status == "timed_out" and "error" in out:
-            out["error"]["value"] = f"the code ran longer than {timeout}s and was interrupted"
+            # No timeout, or 0 (which run_code sends as "the default"): the sandbox's own ran out.
+            limit = _seconds(timeout) if timeout else "the sandbox's timeout"
+            out["error"]["value"] = f"the code ran longer than {limit} and was interrupted"
         return json.dumps(out)
 
     run_python.__name__ = run_python.__qualname__ = name

@@ -91,6 +91,72 @@ func TestErrorTracebackPointsAtUserLines(t *testing.T) {
 	}
 }
 
+// wantUserFrames fails unless tb shows each of want and none of the REPL
+// server's frames.
+func wantUserFrames(t *testing.T, tb string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(tb, w) {
+			t.Errorf("traceback lacks %q:\n%s", w, tb)
+		}
+	}
+	for _, server := range []string{"in _execute", "in _on_sigint", "in _bridge", "in _recv", "in llm_query", "in FINAL", "in chunk_text"} {
+		if strings.Contains(tb, server) {
+			t.Errorf("traceback shows the REPL server's frame %q:\n%s", server, tb)
+		}
+	}
+}
+
+func TestTracebackHidesServerFrames(t *testing.T) {
+	it := newInterp(t)
+	failing := Hooks{OnBridge: func(protocol.BridgeCall, <-chan struct{}) (json.RawMessage, error) {
+		return nil, fmt.Errorf("model unavailable")
+	}}
+	t.Run("bridge", func(t *testing.T) {
+		res, err := it.Execute(protocol.ExecuteRequest{ID: "tb-bridge", Bridge: true,
+			Code: "x = 1\nanswer = llm_query('hi')"}, failing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, res, protocol.StatusFailed)
+		wantUserFrames(t, res.Error.Traceback, "line 2, in <module>", "answer = llm_query('hi')",
+			"RuntimeError: llm_query failed: model unavailable")
+	})
+	t.Run("chained", func(t *testing.T) {
+		res, err := it.Execute(protocol.ExecuteRequest{ID: "tb-chained", Bridge: true,
+			Code: "try:\n    llm_query('hi')\nexcept RuntimeError as e:\n    kept = e\n    raise ValueError('no answer') from e"}, failing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, res, protocol.StatusFailed)
+		wantUserFrames(t, res.Error.Traceback, "line 2, in <module>", "llm_query failed", "line 5, in <module>",
+			"ValueError: no answer")
+		// The code's own exception object keeps its whole traceback.
+		res = run(t, it, "import traceback\n''.join(traceback.format_tb(kept.__traceback__))")
+		wantStatus(t, res, protocol.StatusSucceeded)
+		if !strings.Contains(*res.Result, "in _bridge") {
+			t.Errorf("the code's exception lost its traceback: %s", *res.Result)
+		}
+	})
+	t.Run("helper", func(t *testing.T) {
+		res := run(t, it, "parts = chunk_text('abc', 0)")
+		wantStatus(t, res, protocol.StatusFailed)
+		wantUserFrames(t, res.Error.Traceback, "line 1, in <module>", "ValueError: size must be positive")
+	})
+	t.Run("timeout", func(t *testing.T) {
+		res := run(t, it, "import time\nwhile True:\n    time.sleep(0.01)",
+			func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 200 })
+		wantStatus(t, res, protocol.StatusTimedOut)
+		wantUserFrames(t, res.Error.Traceback, "in <module>", "KeyboardInterrupt")
+	})
+	t.Run("library and exec frames stay", func(t *testing.T) {
+		res := run(t, it, "import json\nexec('def g():\\n    return json.loads(\"{\")')\ng()")
+		wantStatus(t, res, protocol.StatusFailed)
+		wantUserFrames(t, res.Error.Traceback, "line 3, in <module>", `File "<string>", line 2, in g`,
+			"json/__init__.py", "json.decoder.JSONDecodeError")
+	})
+}
+
 func TestSyntaxError(t *testing.T) {
 	it := newInterp(t)
 	res := run(t, it, "x = (1,\nprint(x")

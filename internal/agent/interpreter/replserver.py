@@ -39,8 +39,11 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 SERVER_FILE = "<string>"  # co_filename of this file's frames when run with -c
+_SERVER_GLOBALS = globals()
+_EXCEPTION_GROUPS = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
 
 _MAX_MESSAGE_BYTES = int(os.environ.pop("WARMPOOL_MAX_MESSAGE_BYTES", "") or 16 << 20)
 # Under a memory limit (RLIMIT_AS) each thread's stack is address space: with
@@ -339,17 +342,53 @@ def _flush_output():
             pass
 
 
+def _server_frame(frame):
+    # By its globals as well as its file name: code the user runs with exec()
+    # or eval() of a string is "<string>" too, and is the user's.
+    return frame.f_globals is _SERVER_GLOBALS and frame.f_code.co_filename == SERVER_FILE
+
+
 def _user_tb(tb):
-    while tb is not None and tb.tb_frame.f_code.co_filename == SERVER_FILE:
+    """tb without this server's frames: _execute below the code, helpers such
+    as llm_query and _bridge in the middle, _on_sigint on top. A user sees
+    their code and the library code it called."""
+    kept = []
+    while tb is not None:
+        if not _server_frame(tb.tb_frame):
+            kept.append(tb)
         tb = tb.tb_next
-    return tb
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _format_exception(exc):
+    """The traceback of exc and of the exceptions chained to it (raise ...
+    from, during handling, groups), each without the server's frames. The
+    exceptions get their own tracebacks back: the code may still hold them."""
+    saved, todo = {}, [exc]
+    try:
+        while todo:
+            e = todo.pop()
+            if e is None or id(e) in saved:
+                continue
+            saved[id(e)] = (e, e.__traceback__)
+            e.__traceback__ = _user_tb(e.__traceback__)
+            todo += [e.__cause__, e.__context__]
+            if isinstance(e, _EXCEPTION_GROUPS):
+                todo += list(e.exceptions)
+        return traceback.format_exception(type(exc), exc, exc.__traceback__)
+    finally:
+        for e, tb in saved.values():
+            e.__traceback__ = tb
 
 
 def _error(exc, limit=65536):
     if isinstance(exc, SyntaxError):
         lines = traceback.format_exception_only(type(exc), exc)
     else:
-        lines = traceback.format_exception(type(exc), exc, _user_tb(exc.__traceback__))
+        lines = _format_exception(exc)
     try:
         message = str(exc)
     except BaseException as e:  # a broken __str__ must not break the server

@@ -61,3 +61,19 @@ func Trouble(p *corev1.Pod) (reason, message string) {
 	}
 	return "", ""
 }
+
+// Unschedulable returns the scheduler's words when it could not place the
+// pod (PodScheduled False, reason Unschedulable: no node has the CPU or
+// memory it requests, or none matches its selector or tolerates its
+// taints), else "".
+func Unschedulable(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return ""
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}

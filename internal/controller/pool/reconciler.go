@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,6 +108,7 @@ type poolPods struct {
 	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
 	nextExpiry             time.Duration // the next session idle timeout or stuck reset, for a requeue
 	degradedReason, degMsg string
+	unschedulable          string // the scheduler's words for the first pod it could not place
 	limit                  scalingLimit
 }
 
@@ -288,6 +290,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Scale", "%s", c.Message)
 		}
 	}
+	if c := meta.FindStatusCondition(status.Conditions, sandboxv1alpha1.PoolConditionReady); c.Reason == sandboxv1alpha1.ReasonUnschedulable {
+		if old := meta.FindStatusCondition(pool.Status.Conditions, c.Type); old == nil || old.Reason != c.Reason {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Scale", "%s", c.Message)
+		}
+	}
 	if meta.IsStatusConditionTrue(status.Conditions, sandboxv1alpha1.PoolConditionDegraded) &&
 		!meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1alpha1.PoolConditionDegraded) {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
@@ -324,6 +331,9 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 		}
 		if reason, msg := podstatus.Trouble(p); reason != "" && out.degradedReason == "" {
 			out.degradedReason, out.degMsg = reason, fmt.Sprintf("pod %s: %s", p.Name, msg)
+		}
+		if msg := podstatus.Unschedulable(p); msg != "" && out.unschedulable == "" {
+			out.unschedulable = fmt.Sprintf("pod %s cannot be scheduled: %s", p.Name, msg)
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			out.failed = append(out.failed, p)
@@ -550,6 +560,20 @@ func (r *Reconciler) status(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pe
 		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonMaxPodsReached
 		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready; maxPods %d reached: raise spec.maxPods or wait for busy pods to finish",
 			idle, pool.Spec.Replicas, *pool.Spec.MaxPods)
+	case pods.degradedReason != "":
+		// The pods fail to start: the Degraded condition's reason says why,
+		// and so does Ready's, which `kubectl get sbp` shows.
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, pods.degradedReason
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready; %s", idle, pool.Spec.Replicas, pods.degMsg)
+	case pods.limit.reason != "":
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, pods.limit.reason
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready; %s", idle, pool.Spec.Replicas, strings.Join(pods.limit.messages, "; "))
+	case pods.unschedulable != "":
+		// Not a fault of the pool (Degraded), but what holds it back: the
+		// cluster lacks room, as the scheduler says.
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonUnschedulable
+		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready; %s (add nodes or capacity, lower spec.resources.requests, "+
+			"or fix spec.template's node selector and tolerations)", idle, pool.Spec.Replicas, pods.unschedulable)
 	default:
 		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, sandboxv1alpha1.ReasonPodsStarting
 		readyCond.Message = fmt.Sprintf("%d of %d idle pods ready", idle, pool.Spec.Replicas)

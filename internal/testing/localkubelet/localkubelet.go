@@ -36,6 +36,11 @@ import (
 // AnnotationImagePullBackOff on a pod makes the kubelet report ImagePullBackOff instead of starting it.
 const AnnotationImagePullBackOff = "localkubelet.warmpool.dev/image-pull-backoff"
 
+// AnnotationUnschedulable on a pod makes the kubelet play a scheduler that
+// finds no node for it: PodScheduled False, reason Unschedulable, with the
+// annotation's value as the scheduler's message.
+const AnnotationUnschedulable = "localkubelet.warmpool.dev/unschedulable"
+
 // Kubelet runs sandbox pods as local agent processes.
 type Kubelet struct {
 	client.Client
@@ -248,6 +253,13 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	if pod.Status.Phase == corev1.PodFailed {
 		return ctrl.Result{}, nil
+	}
+	if msg, ok := pod.Annotations[AnnotationUnschedulable]; ok {
+		return ctrl.Result{}, k.setStatus(ctx, pod, func(st *corev1.PodStatus) {
+			st.Phase = corev1.PodPending
+			st.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.Now()}}
+		})
 	}
 	if _, ok := pod.Annotations[AnnotationImagePullBackOff]; ok {
 		return ctrl.Result{}, k.setStatus(ctx, pod, func(st *corev1.PodStatus) {
