@@ -82,7 +82,8 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	return RunContext(context.Background(), args, streams)
 }
 
-// RunContext is Run with a context whose end interrupts a run as Ctrl-C does.
+// RunContext is Run with a context whose end interrupts a run as Ctrl-C does
+// (cmd/kubectl-warmpool ends it at the first Ctrl-C).
 func RunContext(ctx context.Context, args []string, streams genericiooptions.IOStreams) int {
 	cmd := NewCommand(streams)
 	cmd.SetArgs(args)
@@ -123,6 +124,17 @@ type plugin struct {
 	streams genericiooptions.IOStreams
 	// now is the clock of ages and durations; tests set it.
 	now func() time.Time
+	// outOpen is true when what the code printed so far ends mid-line.
+	outOpen bool
+}
+
+// writeOut writes the code's output to stdout as it arrives.
+func (p *plugin) writeOut(s string) {
+	if s == "" {
+		return
+	}
+	_, _ = io.WriteString(p.streams.Out, s)
+	p.outOpen = s[len(s)-1] != '\n'
 }
 
 // NewCommand returns `kubectl warmpool` with its subcommands.

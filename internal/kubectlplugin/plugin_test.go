@@ -3,6 +3,7 @@ package kubectlplugin_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,12 +13,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/kubectlplugin"
+	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 	"github.com/warmpool/warmpool/internal/testing/stack"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -264,18 +267,108 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
-	t.Run("top shows the pool", func(t *testing.T) {
+	t.Run("run --session with --pool creates the Session and keeps it; without --pool it says how", func(t *testing.T) {
+		expect(t, plugin("run", "--session", "scratch", "-c", "1"), kubectlplugin.ExitOther, "",
+			`Session "scratch" not found`, "--pool")
+		expect(t, plugin("run", "--pool", "python", "--session", "scratch", "-c", "x = 41\nprint('no newline', end='')\nx"),
+			0, "no newline\n41\n", "session.sandbox.warmpool.dev/scratch created")
+		got := plugin("run", "--pool", "python", "--session", "scratch", "-c", "x + 1")
+		expect(t, got, 0, "42\n")
+		if strings.Contains(got.stderr, "created") {
+			t.Fatalf("an existing Session is not created again: %q", got.stderr)
+		}
+		ses := &sandboxv1alpha1.Session{}
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "scratch"}, ses); err != nil ||
+			ses.Spec.Owner != "kubectl-user" || ses.Spec.Access != sandboxv1alpha1.SessionAccessOwner || ses.Spec.Close {
+			t.Fatalf("the Session a run creates is the user's alone and stays open: %+v, %v", ses.Spec, err)
+		}
+		expect(t, plugin("sessions", "close", "scratch"), 0, "*")
+	})
+
+	t.Run("Ctrl-C while the run waits for a sandbox exits 4 and leaves no Session holding one", func(t *testing.T) {
+		// A pool whose pods the scheduler cannot place: the run waits.
+		pool := wrappers.Pool(ns, "full").Replicas(1).Obj()
+		pool.Spec.Template = &sandboxv1alpha1.SandboxPodTemplate{Metadata: sandboxv1alpha1.SandboxPodMetadata{
+			Annotations: map[string]string{localkubelet.AnnotationUnschedulable: "0/1 nodes are available: 1 Insufficient cpu."}}}
+		if err := admin.Create(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut syncBuffer
+		cctx, interrupt := context.WithCancel(ctx)
+		defer interrupt()
+		done := make(chan int)
+		go func() { done <- runCtx(cctx, &out, &errOut, "run", "--pool", "full", "-c", "print('ran')") }()
+		var waiting string
+		waitFor(t, func() bool {
+			var list sandboxv1alpha1.SessionList
+			if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			for _, ses := range list.Items {
+				if ses.Spec.PoolRef.Name == "full" {
+					waiting = ses.Name
+				}
+			}
+			return waiting != ""
+		})
+		interrupt()
+		code := exitWithin(t, done, 30*time.Second, "the run did not end after Ctrl-C")
+		if code != kubectlplugin.ExitCancelled || out.String() != "" || !strings.Contains(errOut.String(), "interrupted") {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want 4, nothing printed, and why", code, out.String(), errOut.String())
+		}
+		waitFor(t, func() bool {
+			ses := &sandboxv1alpha1.Session{}
+			err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: waiting}, ses)
+			return apierrors.IsNotFound(err) || err == nil && (ses.Spec.Close || ses.Status.Phase.IsFinished())
+		})
+
 		got := plugin("top")
-		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+AGE\npython\s+2\s+\d+\s+\d+\s+\d+\s+0\s+\d+\.\d%\s+\d+\.\ds\s+\S+\n$`).MatchString(got.stdout) {
-			t.Fatalf("top: exit %d\n%s%s", got.code, got.stdout, got.stderr)
+		if got.code != 0 || !regexp.MustCompile(`(?m)^full\s+1\s+0\s+0\s+\d+\s+\d+\s+-\s+-\s+Unschedulable\s`).MatchString(got.stdout) ||
+			!strings.Contains(got.stderr, ns+"/full: Unschedulable: 0 of 1 idle pods ready; pod full-") ||
+			!strings.Contains(got.stderr, "Insufficient cpu") {
+			t.Fatalf("top must show why the pool has no pods:\n%s%s", got.stdout, got.stderr)
+		}
+		if err := admin.Delete(ctx, pool); err != nil {
+			t.Fatal(err)
 		}
 	})
 
-	t.Run("version prints the plugin's and the cluster's", func(t *testing.T) {
+	t.Run("top shows the pool, -o wide and json too", func(t *testing.T) {
+		var got result
+		waitFor(t, func() bool { // the runs before took pods: wait for the pool to be full again
+			got = plugin("top")
+			return regexp.MustCompile(`(?m)^python\s.*IdleReplicasReady`).MatchString(got.stdout)
+		})
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+STATUS\s+AGE\n(.*\n)*python\s+2\s+\d+\s+\d+\s+\d+\s+0\s+\d+\.\d%\s+\d+\.\ds\s+IdleReplicasReady\s+\S+\n`).MatchString(got.stdout) {
+			t.Fatalf("top: exit %d\n%s%s", got.code, got.stdout, got.stderr)
+		}
+		got = plugin("top", "-o", "wide")
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+.*\s+STATUS\s+AGE\s+MAX-PODS\s+MESSAGE\n(.*\n)*python\s+.*IdleReplicasReady\s+\S+\s+-\s+\d+ of 2 idle pods ready\n`).MatchString(got.stdout) {
+			t.Fatalf("top -o wide: exit %d\n%s%s", got.code, got.stdout, got.stderr)
+		}
+		got = plugin("top", "-o", "json")
+		var pools sandboxv1alpha1.SandboxPoolList
+		if err := json.Unmarshal([]byte(got.stdout), &pools); err != nil || got.code != 0 || pools.Kind != "SandboxPoolList" ||
+			len(pools.Items) == 0 || pools.Items[0].Name != "python" {
+			t.Fatalf("top -o json: exit %d, %v\n%s", got.code, err, got.stdout)
+		}
+		got = plugin("sessions", "-o", "yaml")
+		if got.code != 0 || !strings.HasPrefix(got.stdout, "apiVersion: sandbox.warmpool.dev/v1alpha1\nitems:\n") {
+			t.Fatalf("sessions -o yaml: exit %d\n%s%s", got.code, got.stdout, got.stderr)
+		}
+		expect(t, plugin("sessions", "-o", "table"), kubectlplugin.ExitUsage, "", "--output is json, yaml or wide")
+	})
+
+	t.Run("version prints the plugin's and the cluster's, and fails on a context that does not exist", func(t *testing.T) {
 		got := plugin("version")
 		expect(t, got, 0, "*")
 		if !strings.HasPrefix(got.stdout, "Client Version: ") || !strings.Contains(got.stdout, "Kubernetes Version: v1.") {
 			t.Fatalf("version:\n%s", got.stdout)
+		}
+		got = plugin("version", "--context", "nope")
+		expect(t, got, 1, "*", `context "nope" does not exist`)
+		if !strings.HasPrefix(got.stdout, "Client Version: ") || strings.Contains(got.stdout, "Kubernetes Version") {
+			t.Fatalf("version --context nope: the client's version, and no cluster's:\n%s", got.stdout)
 		}
 	})
 

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,7 +51,8 @@ func (p *plugin) runCommand() *cobra.Command {
 stderr, then its result (the repr of a trailing expression, or FINAL()).
 
 With --session, the code runs in that Session (its interpreter keeps state between runs),
-through the Sessions data plane, with its output streamed as it is written. Without it,
+through the Sessions data plane, with its output streamed as it is written; with --pool as
+well, a Session of that name that does not exist yet is created (yours alone) and kept. Without it,
 --via auto (the default) uses a temporary Session when the cluster serves the data plane
 (data.warmpool.dev) and an Execution object otherwise; --via execution always creates an
 Execution, whose status keeps the output (kubectl warmpool logs NAME).
@@ -64,7 +64,7 @@ it hit), 2 usage, 3 timed out, 4 cancelled, 5 the sandbox was lost, 6 anything e
 		Example: `  kubectl warmpool run --pool python -c 'print(1)'
   kubectl warmpool run --pool python -f analysis.py --timeout 2m --context-file data.json --context-format json
   echo 'import sys; sys.version' | kubectl warmpool run --pool python -
-  kubectl warmpool run --session notebook -c 'x = 41'; kubectl warmpool run --session notebook -c 'x + 1'`,
+  kubectl warmpool run --pool python --session scratch -c 'x = 41'; kubectl warmpool run --session scratch -c 'x + 1'`,
 		Args: args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if len(a) == 1 {
@@ -80,7 +80,7 @@ it hit), 2 usage, 3 timed out, 4 cancelled, 5 the sandbox was lost, 6 anything e
 	f.StringVarP(&o.code, "code", "c", "", "the code to run")
 	f.StringVarP(&o.file, "filename", "f", "", "file with the code to run (- for stdin)")
 	f.StringVar(&o.pool, "pool", "", "SandboxPool whose sandbox runs the code")
-	f.StringVar(&o.session, "session", "", "existing Session to run the code in")
+	f.StringVar(&o.session, "session", "", "Session to run the code in (created and kept when it does not exist and --pool names its pool)")
 	f.DurationVar(&o.timeout, "timeout", 0, "interrupt the code after this long (default: the pool's)")
 	f.StringVar(&o.contextFile, "context-file", "", "file whose content becomes the code's `context` variable")
 	f.StringVar(&o.contextFormat, "context-format", "text", "text (context is a str) or json (the parsed value)")
@@ -92,7 +92,7 @@ it hit), 2 usage, 3 timed out, 4 cancelled, 5 the sandbox was lost, 6 anything e
 }
 
 func (p *plugin) run(ctx context.Context, o *runOptions) error {
-	code, err := o.readCode(p.streams.In)
+	code, err := o.readCode(ctx, p.streams.In)
 	if err != nil {
 		return err
 	}
@@ -125,16 +125,23 @@ func (p *plugin) run(ctx context.Context, o *runOptions) error {
 		return exitWith(ExitOther, err)
 	}
 
-	// Ctrl-C interrupts the run; a second one leaves at once.
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
+	// Ctrl-C (the end of ctx: cmd/kubectl-warmpool turns the first one into
+	// it from the start) interrupts the run, or ends the wait for one.
 	if o.session == "" {
 		via := o.via
 		if via == viaAuto {
 			via = viaExecution
-			if p.hasDataPlane() {
+			why := p.dataPlane(ctx)
+			switch {
+			case why == nil:
 				via = viaSession
+			case ctx.Err() != nil:
+				return exitWith(ExitCancelled, errors.New("interrupted before the code was sent"))
+			default:
+				// Say so: an Execution waits for the controllers, which is
+				// slower, and a data plane that should be there is worth a look.
+				fmt.Fprintf(p.streams.ErrOut, "note: running the code as an Execution object, not through a Session: %v "+
+					"(--via execution chooses this path, --via session fails instead)\n", why)
 			}
 		}
 		if via == viaExecution {
@@ -155,18 +162,31 @@ func (p *plugin) run(ctx context.Context, o *runOptions) error {
 	return p.runInSession(ctx, ns, code, contextText, o)
 }
 
-func (o *runOptions) readCode(stdin io.Reader) (string, error) {
+func (o *runOptions) readCode(ctx context.Context, stdin io.Reader) (string, error) {
 	switch {
 	case o.code != "" && o.file != "":
 		return "", usagef("give the code once: -c or -f, not both")
 	case o.code != "":
 		return o.code, nil
 	case o.file == "-":
-		data, err := io.ReadAll(stdin)
-		if err != nil {
-			return "", fmt.Errorf("read stdin: %w", err)
+		type read struct {
+			data []byte
+			err  error
 		}
-		return string(data), nil
+		done := make(chan read, 1)
+		go func() {
+			data, err := io.ReadAll(stdin)
+			done <- read{data, err}
+		}()
+		select {
+		case <-ctx.Done(): // a Ctrl-C at a terminal that waits for the code
+			return "", exitWith(ExitCancelled, errors.New("interrupted before the code was read"))
+		case r := <-done:
+			if r.err != nil {
+				return "", fmt.Errorf("read stdin: %w", r.err)
+			}
+			return string(r.data), nil
+		}
 	case o.file != "":
 		data, err := os.ReadFile(o.file)
 		if err != nil {
@@ -177,18 +197,31 @@ func (o *runOptions) readCode(stdin io.Reader) (string, error) {
 	return "", usagef("no code: use -c CODE, -f FILE, or - for stdin")
 }
 
-// hasDataPlane reports whether the cluster serves the Sessions data plane.
-func (p *plugin) hasDataPlane() bool {
+// dataPlane returns nil when the cluster serves the Sessions data plane, or
+// why not (not installed, or installed but not answering).
+func (p *plugin) dataPlane(ctx context.Context) error {
 	cfg, err := p.restConfig()
 	if err != nil {
-		return false
+		return err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return false
+		return err
 	}
-	_, err = dc.ServerResourcesForGroupVersion(sessions.Group + "/" + sessions.Version)
-	return err == nil
+	gv := sessions.Group + "/" + sessions.Version
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = dc.RESTClient().Get().AbsPath("/apis", sessions.Group, sessions.Version).Do(ctx).Error()
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("the cluster does not serve %s (the data plane is not installed)", gv)
+	case apierrors.IsServiceUnavailable(err):
+		return fmt.Errorf("the data plane (%s) is installed but not answering (kubectl get apiservice v1alpha1.%s; "+
+			"kubectl -n warmpool-system get pods): %v", gv, sessions.Group, err)
+	}
+	return fmt.Errorf("the data plane (%s) could not be asked: %v", gv, err)
 }
 
 // runInSession runs the code in the named Session, or in a temporary one of
@@ -207,7 +240,7 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 		req.Context = contextValue(*contextText, o.contextFormat)
 	}
 	handlers := sessions.Handlers{
-		OnStdout: func(d string) { _, _ = io.WriteString(p.streams.Out, d) },
+		OnStdout: func(d string) { p.writeOut(d) },
 		OnStderr: func(d string) { _, _ = io.WriteString(p.streams.ErrOut, d) },
 	}
 	if o.session == "" {
@@ -219,8 +252,10 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 			WaitMillis: o.sessionTimeout.Milliseconds()}, handlers)
 		var notRun *sessions.NotRunError
 		switch {
+		case err != nil && ctx.Err() != nil && errors.As(err, &notRun):
+			return exitWith(ExitCancelled, errors.New("interrupted before the code ran"))
 		case err != nil && ctx.Err() != nil:
-			return exitWith(ExitCancelled, fmt.Errorf("interrupted"))
+			return exitWith(ExitCancelled, errors.New("interrupted"))
 		case errors.As(err, &notRun):
 			return exitWith(ExitOther, fmt.Errorf("temporary Session: %w", err))
 		case err != nil:
@@ -230,9 +265,31 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 	}
 	s := sc.Open(ns, o.session)
 	res, err := s.RunStream(ctx, req, handlers)
+	if sessions.IsStatus(err, http.StatusNotFound) && ctx.Err() == nil {
+		if o.pool == "" {
+			return exitWith(ExitOther, fmt.Errorf("Session %q not found in namespace %s: name a pool (--pool) to create it", o.session, ns))
+		}
+		// Created by this run, leased and run in one request, and kept for
+		// the next run: it closes after its idle timeout or when closed
+		// (kubectl warmpool sessions close NAME).
+		var created *sessions.Session
+		res, created, err = sc.RunOnce(ctx, ns, sessions.RunRequest{Pool: o.pool, ExecRequest: req, Session: o.session, Keep: true,
+			OwnerOnly: true, WaitMillis: o.sessionTimeout.Milliseconds()}, handlers)
+		var notRun *sessions.NotRunError
+		if errors.As(err, &notRun) && sessions.IsStatus(err, http.StatusConflict) {
+			// Someone else created it meanwhile: run in it.
+			res, err = s.RunStream(ctx, req, handlers)
+		} else if err == nil || !errors.As(err, &notRun) {
+			fmt.Fprintf(p.streams.ErrOut, "session.sandbox.warmpool.dev/%s created (pool %s; kubectl warmpool sessions close %s)\n",
+				o.session, o.pool, o.session)
+			if created != nil {
+				s = created
+			}
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return exitWith(ExitCancelled, fmt.Errorf("interrupted"))
+			return exitWith(ExitCancelled, errors.New("interrupted"))
 		}
 		return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in Session %s: %w", s.Name, err))
 	}
@@ -378,6 +435,10 @@ type outcome struct {
 // report prints the result or the error and returns the run's exit code.
 func (p *plugin) report(o outcome, execution string) error {
 	if o.result != nil {
+		if p.outOpen {
+			// The code's output ended mid-line: the result goes on a line of its own.
+			p.writeOut("\n")
+		}
 		writeLine(p.streams.Out, *o.result)
 	}
 	if o.err != nil {

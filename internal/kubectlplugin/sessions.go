@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -11,7 +12,13 @@ import (
 
 func (p *plugin) sessionsCommand() *cobra.Command {
 	var all bool
-	list := func(cmd *cobra.Command, _ []string) error { return p.listSessions(cmd, all) }
+	var output string
+	list := func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(output); err != nil {
+			return err
+		}
+		return p.listSessions(cmd, all, output)
+	}
 	cmd := &cobra.Command{
 		Use:     "sessions",
 		Aliases: []string{"session"},
@@ -20,12 +27,15 @@ func (p *plugin) sessionsCommand() *cobra.Command {
 		RunE:    list,
 	}
 	cmd.PersistentFlags().BoolVarP(&all, "all-namespaces", "A", false, "Sessions of every namespace")
-	cmd.AddCommand(&cobra.Command{
+	addOutputFlag(cmd, &output)
+	listCmd := &cobra.Command{
 		Use:   "list",
 		Short: "List Sessions: pool, phase, pod, runs, last activity",
 		Args:  args(cobra.NoArgs),
 		RunE:  list,
-	}, &cobra.Command{
+	}
+	addOutputFlag(listCmd, &output)
+	cmd.AddCommand(listCmd, &cobra.Command{
 		Use:   "close NAME...",
 		Short: "Close Sessions (spec.close): their pods go back to their pools",
 		Args:  args(cobra.MinimumNArgs(1)),
@@ -34,12 +44,19 @@ func (p *plugin) sessionsCommand() *cobra.Command {
 	return cmd
 }
 
-func (p *plugin) listSessions(cmd *cobra.Command, all bool) error {
+func (p *plugin) listSessions(cmd *cobra.Command, all bool, output string) error {
 	list := &sandboxv1alpha1.SessionList{}
 	if _, found, err := p.list(cmd.Context(), all, list, "Sessions"); !found {
 		return err
 	}
-	w := p.table(all, "NAME\tPOOL\tPHASE\tPOD\tRUNS\tLAST-ACTIVITY\tAGE")
+	if output == outputJSON || output == outputYAML {
+		return p.printObject(list, "Session", output)
+	}
+	header := "NAME\tPOOL\tPHASE\tPOD\tRUNS\tLAST-ACTIVITY\tAGE"
+	if output == outputWide {
+		header += "\tIDLE-TIMEOUT\tOWNER\tACCESS\tREASON"
+	}
+	w := p.table(all, header)
 	defer w.Flush()
 	for _, s := range list.Items {
 		if all {
@@ -55,9 +72,27 @@ func (p *plugin) listSessions(cmd *cobra.Command, all bool) error {
 		if s.Status.LastActivityTime != nil {
 			last = p.age(s.Status.LastActivityTime.Time)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Spec.PoolRef.Name, phase, pod, s.Status.Runs, last, p.age(s.CreationTimestamp.Time))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s", s.Name, s.Spec.PoolRef.Name, phase, pod, s.Status.Runs, last, p.age(s.CreationTimestamp.Time))
+		if output == outputWide {
+			idle, owner, access, reason := "pool's", dash(s.Spec.Owner), dash(string(s.Spec.Access)), "-"
+			if s.Spec.IdleTimeout != nil {
+				idle = s.Spec.IdleTimeout.Duration.String()
+			}
+			if c := meta.FindStatusCondition(s.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil {
+				reason = c.Reason
+			}
+			fmt.Fprintf(w, "\t%s\t%s\t%s\t%s", idle, owner, access, reason)
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (p *plugin) closeSessions(cmd *cobra.Command, names []string) error {

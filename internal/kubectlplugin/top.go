@@ -5,12 +5,15 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 )
 
 func (p *plugin) topCommand() *cobra.Command {
 	var all bool
+	var output string
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Show SandboxPools: pods by state, waiting Executions, warm hits and start-up time",
@@ -19,33 +22,74 @@ wanted idle; IDLE, BUSY and WARMING now), the Executions WAITING for a pod, WARM
 share of the last minute's claims served by a pod that was already Ready) and STARTUP (how
 long the pool's pods take from creation to Ready, the recent ones' moving mean plus their
 mean deviation), from the pools' status; "-" before there were claims in the last minute
-or a pod became Ready.`,
+or a pod became Ready. STATUS is the reason of the pool's Ready condition (IdleReplicasReady,
+PodsStarting, Unschedulable, ImagePullBackOff, ResourceQuota, ...); for a pool held back, its
+message follows the table on stderr (-o wide: in a MESSAGE column).`,
 		Args: args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return p.top(cmd, all) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			return p.top(cmd, all, output)
+		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "pools of every namespace")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
-func (p *plugin) top(cmd *cobra.Command, all bool) error {
+func (p *plugin) top(cmd *cobra.Command, all bool, output string) error {
 	pools := &sandboxv1alpha1.SandboxPoolList{}
 	_, found, err := p.list(cmd.Context(), all, pools, "SandboxPools")
 	if !found {
 		return err
 	}
-	w := p.table(all, "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tAGE")
-	defer w.Flush()
+	if output == outputJSON || output == outputYAML {
+		return p.printObject(pools, "SandboxPool", output)
+	}
+	header := "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tSTATUS\tAGE"
+	if output == outputWide {
+		header += "\tMAX-PODS\tMESSAGE"
+	}
+	w := p.table(all, header)
+	var notes []string
 	for i := range pools.Items {
 		pool := &pools.Items[i]
 		st := pool.Status
 		warmHit, startup := percent(st.WarmHitRatio), seconds(st.StartupSeconds)
+		status, msg, held := poolStatus(pool)
 		if all {
 			fmt.Fprintf(w, "%s\t", pool.Namespace)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", pool.Name, pool.Spec.Replicas, st.IdleReplicas, st.BusyReplicas,
-			max(st.Replicas-st.IdleReplicas, 0), st.PendingExecutions, warmHit, startup, p.age(pool.CreationTimestamp.Time))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s", pool.Name, pool.Spec.Replicas, st.IdleReplicas, st.BusyReplicas,
+			max(st.Replicas-st.IdleReplicas, 0), st.PendingExecutions, warmHit, startup, status, p.age(pool.CreationTimestamp.Time))
+		if output == outputWide {
+			maxPods := "-"
+			if pool.Spec.MaxPods != nil {
+				maxPods = strconv.Itoa(int(*pool.Spec.MaxPods))
+			}
+			fmt.Fprintf(w, "\t%s\t%s", maxPods, msg)
+		} else if held {
+			notes = append(notes, fmt.Sprintf("%s/%s: %s: %s", pool.Namespace, pool.Name, status, msg))
+		}
+		fmt.Fprintln(w)
+	}
+	_ = w.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(p.streams.ErrOut, n)
 	}
 	return nil
+}
+
+// poolStatus is the reason and message of the pool's Ready condition, and
+// whether something holds the pool back (not Ready for another reason than
+// pods that are starting).
+func poolStatus(pool *sandboxv1alpha1.SandboxPool) (reason, message string, held bool) {
+	c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionReady)
+	if c == nil {
+		return "-", "", false
+	}
+	return c.Reason, c.Message, c.Status != metav1.ConditionTrue && c.Reason != sandboxv1alpha1.ReasonPodsStarting
 }
 
 // percent prints a ratio such as "0.985" as "98.5%".

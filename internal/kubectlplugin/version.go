@@ -33,8 +33,9 @@ func (p *plugin) versionCommand() *cobra.Command {
 				return usagef("--output is json or yaml, not %q", output)
 			}
 			v := versions{Client: version.Get()}
+			var serverErr error
 			if !clientOnly {
-				p.serverVersions(cmd, &v)
+				serverErr = p.serverVersions(cmd, &v)
 			}
 			switch output {
 			case "json":
@@ -52,7 +53,9 @@ func (p *plugin) versionCommand() *cobra.Command {
 					fmt.Fprintf(p.streams.Out, "Manager Image: %s\n", img)
 				}
 			}
-			return nil
+			// As kubectl version: the client's version, then why the
+			// cluster's is missing, and exit 1.
+			return serverErr
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
@@ -61,20 +64,26 @@ func (p *plugin) versionCommand() *cobra.Command {
 }
 
 // serverVersions adds what the caller may see: the API server's version and
-// the manager Deployment's image (tenants usually cannot read warmpool-system).
-func (p *plugin) serverVersions(cmd *cobra.Command, v *versions) {
+// the manager Deployment's image (tenants usually cannot read warmpool-system,
+// which is no error). A kubeconfig or context that does not work, or a
+// cluster that does not answer, is.
+func (p *plugin) serverVersions(cmd *cobra.Command, v *versions) error {
 	cfg, err := p.restConfig()
 	if err != nil {
-		return
+		return err
 	}
-	if dc, err := discovery.NewDiscoveryClientForConfig(cfg); err == nil {
-		if info, err := dc.ServerVersion(); err == nil {
-			v.Kubernetes = info.GitVersion
-		}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
 	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("the cluster's version: %w", err)
+	}
+	v.Kubernetes = info.GitVersion
 	c, err := p.client()
 	if err != nil {
-		return
+		return err
 	}
 	// The controllers and the data plane: one image, unless an upgrade is
 	// half done.
@@ -89,4 +98,5 @@ func (p *plugin) serverVersions(cmd *cobra.Command, v *versions) {
 			}
 		}
 	}
+	return nil
 }

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -131,6 +132,6 @@ func (e *Error) Error() string {
 
 // IsStatus reports whether err is an *Error with this HTTP status code.
 func IsStatus(err error, code int) bool {
-	e, ok := err.(*Error)
-	return ok && e.Code == code
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
 }

@@ -4,14 +4,21 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
 
@@ -67,6 +74,41 @@ var _ = Describe("kubectl warmpool", Ordered, Label("plugin"), func() {
 	It("shows the pool in top", func() {
 		code, out, errOut := plugin("top")
 		Expect(code).To(Equal(0), errOut)
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+AGE\npython\s+1\s`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+STATUS\s+AGE\npython\s+1\s`))
+	})
+
+	It("exits 4 on a Ctrl-C while waiting for a sandbox the scheduler cannot place, and top says why", func() {
+		big := wrappers.Pool(ns, "big").Replicas(1).Obj()
+		big.Spec.Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500")}}
+		Expect(k8s.Create(ctx, big)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(ctx, big) })
+
+		cmd := exec.Command(kubectl(), "warmpool", "run", "--pool", "big", "-c", "print('ran')", "-n", ns)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		Expect(cmd.Start()).To(Succeed())
+		Eventually(func(g Gomega) {
+			list := &sandboxv1alpha1.SessionList{}
+			g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(slices.ContainsFunc(list.Items, func(s sandboxv1alpha1.Session) bool { return s.Spec.PoolRef.Name == "big" })).To(BeTrue())
+		}).WithTimeout(time.Minute).Should(Succeed())
+		Expect(cmd.Process.Signal(os.Interrupt)).To(Succeed())
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue(), "%v: %s", err, errOut.String())
+		Expect(ee.ExitCode()).To(Equal(4), "a Ctrl-C before the code ran is a cancel: %s", errOut.String())
+		Expect(out.String()).To(BeEmpty())
+
+		Eventually(func() string {
+			_, out, errOut := plugin("top")
+			return out + errOut
+		}).WithTimeout(time.Minute).Should(And(MatchRegexp(`(?m)^big\s.*\sUnschedulable\s`), ContainSubstring("Insufficient cpu")))
+
+		code, out2, errOut2 := plugin("version", "--context", "no-such-context")
+		Expect(code).To(Equal(1), "%s%s", out2, errOut2)
+		Expect(errOut2).To(ContainSubstring(`context "no-such-context" does not exist`))
 	})
 })
