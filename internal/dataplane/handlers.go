@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -548,6 +549,18 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 		writeStatus(w, http.StatusBadGateway, metav1.StatusReasonInternalError, "the sandbox agent refused the data plane's token (the agent keys may be rotating): retry")
 		return
 	}
+	if resp.StatusCode >= 400 {
+		// The agent's {"error": ...} becomes the metav1.Status every
+		// Kubernetes client reads, with the agent's code.
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var body protocol.ErrorBody
+		msg := strings.TrimSpace(string(data))
+		if json.Unmarshal(data, &body) == nil && body.Error != "" {
+			msg = body.Error
+		}
+		writeStatus(w, resp.StatusCode, reasonFor(resp.StatusCode), "sandbox agent: "+msg)
+		return
+	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		w.Header().Set("Content-Type", ct)
 	}
@@ -555,10 +568,40 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
+// reasonFor is the metav1.StatusReason Kubernetes gives an HTTP code.
+func reasonFor(code int) metav1.StatusReason {
+	switch code {
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusNotFound:
+		return metav1.StatusReasonNotFound
+	case http.StatusConflict:
+		return metav1.StatusReasonConflict
+	case http.StatusGone:
+		return metav1.StatusReasonGone
+	case http.StatusRequestEntityTooLarge:
+		return metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusUnsupportedMediaType:
+		return metav1.StatusReasonUnsupportedMediaType
+	case http.StatusUnprocessableEntity:
+		return metav1.StatusReasonInvalid
+	case http.StatusTooManyRequests:
+		return metav1.StatusReasonTooManyRequests
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
+	case http.StatusGatewayTimeout:
+		return metav1.StatusReasonTimeout
+	}
+	if code >= 500 {
+		return metav1.StatusReasonInternalError
+	}
+	return metav1.StatusReasonUnknown
+}
+
 func agentFailed(w http.ResponseWriter, err error) {
 	var ae *agentclient.APIError
 	if errors.As(err, &ae) && ae.Code != http.StatusUnauthorized && ae.Code != http.StatusForbidden {
-		writeStatus(w, ae.Code, "", ae.Message)
+		writeStatus(w, ae.Code, reasonFor(ae.Code), "sandbox agent: "+ae.Message)
 		return
 	}
 	writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "call the sandbox agent: "+err.Error())
@@ -568,6 +611,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
+				fmt.Sprintf("request body: larger than %d bytes (send large inputs as files: sessions/files)", tooLarge.Limit))
+			return false
+		}
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "request body: "+err.Error())
 		return false
 	}

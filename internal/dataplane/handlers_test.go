@@ -2,6 +2,11 @@ package dataplane
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,5 +63,55 @@ func TestSetInterpreterRetriesOtherWritesButNotAnotherReset(t *testing.T) {
 	}
 	if got := read(); got.Status.Interpreter != "theirs" {
 		t.Fatalf("the other reset's interpreter must stand, got %q", got.Status.Interpreter)
+	}
+}
+
+// Every error the data plane answers is a metav1.Status, as docs/sessions.md
+// promises and Kubernetes clients read: the agent's own {"error": ...}
+// answers too, with the agent's code and the reason Kubernetes gives it.
+func TestAgentErrorsBecomeStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		code   int
+		body   string
+		reason metav1.StatusReason
+		msg    string
+	}{
+		{http.StatusNotFound, `{"error":"no variable \"x\""}`, metav1.StatusReasonNotFound, `sandbox agent: no variable "x"`},
+		{http.StatusRequestEntityTooLarge, `{"error":"file larger than 64 MiB"}`, metav1.StatusReasonRequestEntityTooLarge, "sandbox agent: file larger than 64 MiB"},
+		{http.StatusConflict, `not json`, metav1.StatusReasonConflict, "sandbox agent: not json"},
+		{http.StatusInternalServerError, `{"error":"boom"}`, metav1.StatusReasonInternalError, "sandbox agent: boom"},
+	} {
+		rec := httptest.NewRecorder()
+		relay(rec, &http.Response{StatusCode: tc.code, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(tc.body))})
+		var st metav1.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != tc.code || st.Kind != "Status" ||
+			st.Code != int32(tc.code) || st.Reason != tc.reason || st.Message != tc.msg {
+			t.Errorf("agent %d %s: got %d %s (%v)", tc.code, tc.body, rec.Code, rec.Body.String(), err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	relay(rec, &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`{"status":"succeeded"}`))})
+	if rec.Code != http.StatusOK || rec.Body.String() != `{"status":"succeeded"}` {
+		t.Errorf("a success is relayed as it is: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+func TestATooLargeBodyIs413(t *testing.T) {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"code":"`+strings.Repeat("x", maxRequestBytes)+`"}`))
+	var v map[string]any
+	if decode(rec, req, &v) {
+		t.Fatal("a body over the limit was decoded")
+	}
+	var st metav1.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusRequestEntityTooLarge ||
+		st.Reason != metav1.StatusReasonRequestEntityTooLarge {
+		t.Fatalf("got %d %s", rec.Code, rec.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	if decode(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"code":`)), &v) || rec.Code != http.StatusBadRequest {
+		t.Fatalf("a malformed body is 400, got %d", rec.Code)
 	}
 }

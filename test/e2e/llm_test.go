@@ -16,6 +16,7 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/fakellm"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
 // llm_query in Executions on the real cluster: the manager pod asks a
@@ -57,6 +58,16 @@ var _ = Describe("llm_query in Executions", func() {
 		reqs := model.Requests()
 		Expect(reqs).To(HaveLen(1))
 		Expect(reqs[0].Authorization).To(Equal("Bearer sk-e2e"))
+
+		By("a one-call run through the data plane, whose caller answers no calls itself (kubectl warmpool run)")
+		c, err := sessions.New(restConfig)
+		Expect(err).NotTo(HaveOccurred())
+		res, _, err := c.RunOnce(ctx, ns, sessions.RunRequest{Pool: "py", ExecRequest: sessions.ExecRequest{Code: "llm_query('from a session')"}},
+			sessions.Handlers{OnStdout: func(string) {}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(*res.Result).To(Equal("'tiny says: from a session'"), "the data plane asked the pool's ModelEndpoint")
+		Expect(model.Requests()).To(HaveLen(2))
 	})
 })
 
