@@ -1,0 +1,204 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// README.md runs as written: every sh and python block, in order, on the
+// local cluster, as a new user following it from a fresh shell would, in a
+// clean checkout of the commit under test (a git worktree). A block that
+// cannot run here says why in a comment just above it:
+//
+//	<!-- readme-test
+//	skip: why (the suite's own setup does this; it would end the suite...)
+//	before: shell run first, unseen (inputs the reader is assumed to have)
+//	prelude: python run first, unseen (a model client of the reader's own)
+//	serve: 5s (a server: it must be up, not have ended, after 5 s)
+//	-->
+//
+// Shell blocks share one shell's state: what a block exports, the next sees.
+// Python blocks run with the venv README's install block makes.
+
+// readmeBlock is one fenced block of README.md and its directives.
+type readmeBlock struct {
+	lang, code   string
+	line         int
+	skip, before string
+	prelude      string
+	serve        time.Duration
+}
+
+func readmeBlocks(path string) ([]readmeBlock, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var (
+		blocks     []readmeBlock
+		cur        *readmeBlock
+		directives map[string]string
+		inComment  bool
+		lastKey    string
+	)
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		switch {
+		case cur != nil && strings.HasPrefix(line, "```"):
+			blocks = append(blocks, *cur)
+			cur = nil
+		case cur != nil:
+			cur.code += line + "\n"
+		case inComment:
+			if strings.TrimSpace(line) == "-->" {
+				inComment = false
+				continue
+			}
+			if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, " ") {
+				lastKey = strings.TrimSpace(k)
+				directives[lastKey] = strings.TrimSpace(v)
+			} else if lastKey != "" { // a continuation line of the last directive
+				directives[lastKey] += "\n" + strings.TrimPrefix(line, "  ")
+			}
+		case strings.TrimSpace(line) == "<!-- readme-test":
+			inComment, directives, lastKey = true, map[string]string{}, ""
+		case strings.HasPrefix(line, "```"):
+			lang := strings.TrimSpace(strings.TrimPrefix(line, "```"))
+			if lang != "sh" && lang != "bash" && lang != "python" {
+				// Go, YAML and the rest are read, not run: skip to their end.
+				for sc.Scan() {
+					n++
+					if strings.HasPrefix(sc.Text(), "```") {
+						break
+					}
+				}
+				directives = nil
+				continue
+			}
+			cur = &readmeBlock{lang: lang, line: n}
+			if directives != nil {
+				cur.skip, cur.before, cur.prelude = directives["skip"], directives["before"], directives["prelude"]
+				if d := directives["serve"]; d != "" {
+					if cur.serve, err = time.ParseDuration(d); err != nil {
+						return nil, fmt.Errorf("README.md:%d: serve: %w", n, err)
+					}
+				}
+			}
+			directives = nil
+		case strings.TrimSpace(line) != "" && directives != nil && !strings.HasPrefix(line, "<!--"):
+			// Directives belong to the block right below them, and to no other.
+			directives = nil
+		}
+	}
+	return blocks, sc.Err()
+}
+
+var _ = Describe("README.md", Ordered, Label("readme"), func() {
+	var (
+		dir, state, venv string
+		env              []string
+	)
+
+	BeforeAll(func() {
+		// The commands of README address the local cluster by name
+		// (hack/local-cluster.sh kubeconfig), as a reader on this machine does.
+		local := strings.TrimSpace(run(filepath.Join(repoRoot(), "hack", "local-cluster.sh"), "kubeconfig"))
+		cfg, err := clientcmd.BuildConfigFromFlags("", local)
+		if err != nil || cfg.Host != restConfig.Host {
+			Skip("README's commands address the local cluster (hack/local-cluster.sh kubeconfig); this suite runs on " + restConfig.Host)
+		}
+		dir = filepath.Join(GinkgoT().TempDir(), "checkout")
+		run("git", "-C", repoRoot(), "worktree", "add", "--detach", dir, "HEAD")
+		DeferCleanup(func() { _, _ = exec.Command("git", "-C", repoRoot(), "worktree", "remove", "--force", dir).CombinedOutput() })
+		state = filepath.Join(GinkgoT().TempDir(), "shell-state")
+		Expect(os.WriteFile(state, nil, 0o600)).To(Succeed())
+		home, _ := os.UserHomeDir()
+		venv = filepath.Join(home, ".venvs", "warmpool")
+		// A fresh shell: the reader's PATH has no kubectl of its own (README
+		// says how to put the cached one on it); KUBECONFIG is unset.
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "KUBECTL=") {
+				env = append(env, kv)
+			}
+		}
+		DeferCleanup(cleanReadmeObjects)
+	})
+
+	blocks, err := readmeBlocks(filepath.Join(repoRoot(), "README.md"))
+	if err != nil {
+		panic(err)
+	}
+	for _, b := range blocks {
+		first, _, _ := strings.Cut(strings.TrimSpace(b.code), "\n")
+		It(fmt.Sprintf("line %d (%s): %s", b.line, b.lang, first), func() {
+			if b.skip != "" {
+				Skip("README.md:" + fmt.Sprint(b.line) + ": " + b.skip)
+			}
+			var cmd *exec.Cmd
+			switch b.lang {
+			case "python":
+				cmd = exec.Command(filepath.Join(venv, "bin", "python"), "-c", b.prelude+"\n"+b.code)
+			default:
+				script := "set -eo pipefail\nsource " + state + "\n" + b.before + "\n" + b.code + "\nexport -p > " + state + "\n"
+				cmd = exec.Command("bash", "-c", script)
+			}
+			cmd.Dir, cmd.Env = dir, env
+			// Its own process group: what a block leaves running in the
+			// background (a daemon, a server) ends with it.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			Expect(cmd.Start()).To(Succeed())
+			defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			limit := 20 * time.Minute
+			if b.serve > 0 {
+				limit = b.serve
+			}
+			select {
+			case err := <-done:
+				Expect(err).NotTo(HaveOccurred(), "README.md:%d, as written:\n%s\noutput:\n%s", b.line, b.code, out.String())
+				Expect(b.serve).To(BeZero(), "README.md:%d: the server ended within %s:\n%s", b.line, b.serve, out.String())
+			case <-time.After(limit):
+				Expect(b.serve).NotTo(BeZero(), "README.md:%d ran longer than %s:\n%s", b.line, limit, out.String())
+			}
+			fmt.Fprintf(GinkgoWriter, "README.md:%d output:\n%s\n", b.line, out.String())
+		})
+	}
+})
+
+// cleanReadmeObjects deletes what README's blocks made in the default
+// namespace and the cluster, so that the suite leaves the cluster as it
+// found it.
+func cleanReadmeObjects() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, args := range [][]string{
+		{"delete", "executions,sessions", "--all", "-n", "default", "--ignore-not-found", "--wait=false"},
+		{"delete", "-f", filepath.Join(repoRoot(), "config", "samples", "llm", "modelendpoint.yaml"), "--ignore-not-found", "--wait=false"},
+		{"delete", "sandboxpools", "--all", "-n", "default", "--ignore-not-found", "--wait=false"},
+		{"-n", "warmpool-system", "delete", "secret", "openai", "--ignore-not-found"},
+		{"label", "ns", "default", "warmpool.dev/llm-"},
+	} {
+		_, _ = exec.CommandContext(ctx, kubectl(), args...).CombinedOutput()
+	}
+}
