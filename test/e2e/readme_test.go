@@ -127,7 +127,9 @@ var _ = Describe("README.md", Ordered, Label("readme"), func() {
 		}
 		dir = filepath.Join(GinkgoT().TempDir(), "checkout")
 		run("git", "-C", repoRoot(), "worktree", "add", "--detach", dir, "HEAD")
-		DeferCleanup(func() { _, _ = exec.Command("git", "-C", repoRoot(), "worktree", "remove", "--force", dir).CombinedOutput() })
+		DeferCleanup(func() {
+			_, _ = exec.Command("git", "-C", repoRoot(), "worktree", "remove", "--force", dir).CombinedOutput()
+		})
 		state = filepath.Join(GinkgoT().TempDir(), "shell-state")
 		Expect(os.WriteFile(state, nil, 0o600)).To(Succeed())
 		home, _ := os.UserHomeDir()
