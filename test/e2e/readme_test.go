@@ -32,7 +32,7 @@ import (
 //	-->
 //
 // Shell blocks share one shell's state: what a block exports, the next sees.
-// Python blocks run with the venv README's install block makes.
+// Python blocks run in that shell with the venv README's install block makes.
 
 // readmeBlock is one fenced block of README.md and its directives.
 type readmeBlock struct {
@@ -157,7 +157,10 @@ var _ = Describe("README.md", Ordered, Label("readme"), func() {
 			var cmd *exec.Cmd
 			switch b.lang {
 			case "python":
-				cmd = exec.Command(filepath.Join(venv, "bin", "python"), "-c", b.prelude+"\n"+b.code)
+				// In the shell the blocks before left: its KUBECONFIG and PATH.
+				file := filepath.Join(GinkgoT().TempDir(), "block.py")
+				Expect(os.WriteFile(file, []byte(b.prelude+"\n"+b.code), 0o600)).To(Succeed())
+				cmd = exec.Command("bash", "-c", "source "+state+"\nexec "+filepath.Join(venv, "bin", "python")+" "+file)
 			default:
 				script := "set -eo pipefail\nsource " + state + "\n" + b.before + "\n" + b.code + "\nexport -p > " + state + "\n"
 				cmd = exec.Command("bash", "-c", script)
