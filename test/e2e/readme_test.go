@@ -4,9 +4,9 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +28,7 @@ import (
 //	skip: why (the suite's own setup does this; it would end the suite...)
 //	before: shell run first, unseen (inputs the reader is assumed to have)
 //	prelude: python run first, unseen (a model client of the reader's own)
-//	serve: 5s (a server: it must be up, not have ended, after 5 s)
+//	serve: 127.0.0.1:8080 (a server: it must come to accept connections there, within 5 minutes)
 //	-->
 //
 // Shell blocks share one shell's state: what a block exports, the next sees.
@@ -40,7 +40,7 @@ type readmeBlock struct {
 	line         int
 	skip, before string
 	prelude      string
-	serve        time.Duration
+	serve        string // the address a server the block starts listens on
 }
 
 func readmeBlocks(path string) ([]readmeBlock, error) {
@@ -96,11 +96,7 @@ func readmeBlocks(path string) ([]readmeBlock, error) {
 			cur = &readmeBlock{lang: lang, line: n}
 			if directives != nil {
 				cur.skip, cur.before, cur.prelude = directives["skip"], directives["before"], directives["prelude"]
-				if d := directives["serve"]; d != "" {
-					if cur.serve, err = time.ParseDuration(d); err != nil {
-						return nil, fmt.Errorf("README.md:%d: serve: %w", n, err)
-					}
-				}
+				cur.serve = directives["serve"]
 			}
 			directives = nil
 		case strings.TrimSpace(line) != "" && directives != nil && !strings.HasPrefix(line, "<!--"):
@@ -169,22 +165,36 @@ var _ = Describe("README.md", Ordered, Label("readme"), func() {
 			// Its own process group: what a block leaves running in the
 			// background (a daemon, a server) ends with it.
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
+			// A file, not a pipe: a daemon the block leaves in the background
+			// keeps its stdout open, and Wait would wait for it.
+			out := &outputFile{name: filepath.Join(GinkgoT().TempDir(), "output")}
+			f, err := os.Create(out.name)
+			Expect(err).NotTo(HaveOccurred())
+			defer func() { _ = f.Close() }()
+			cmd.Stdout, cmd.Stderr = f, f
 			Expect(cmd.Start()).To(Succeed())
 			defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
-			limit := 20 * time.Minute
-			if b.serve > 0 {
-				limit = b.serve
-			}
-			select {
-			case err := <-done:
-				Expect(err).NotTo(HaveOccurred(), "README.md:%d, as written:\n%s\noutput:\n%s", b.line, b.code, out.String())
-				Expect(b.serve).To(BeZero(), "README.md:%d: the server ended within %s:\n%s", b.line, b.serve, out.String())
-			case <-time.After(limit):
-				Expect(b.serve).NotTo(BeZero(), "README.md:%d ran longer than %s:\n%s", b.line, limit, out.String())
+			if b.serve != "" {
+				// A server runs until stopped: it passes once it answers.
+				Eventually(func(g Gomega) {
+					select {
+					case err := <-done:
+						Fail(fmt.Sprintf("README.md:%d: the server ended (%v) before it listened on %s:\n%s", b.line, err, b.serve, out.String()))
+					default:
+					}
+					c, err := net.DialTimeout("tcp", b.serve, time.Second)
+					g.Expect(err).NotTo(HaveOccurred())
+					_ = c.Close()
+				}).WithTimeout(5*time.Minute).WithPolling(200*time.Millisecond).Should(Succeed(), "README.md:%d:\n%s", b.line, out.String())
+			} else {
+				select {
+				case err := <-done:
+					Expect(err).NotTo(HaveOccurred(), "README.md:%d, as written:\n%s\noutput:\n%s", b.line, b.code, out.String())
+				case <-time.After(20 * time.Minute):
+					Fail(fmt.Sprintf("README.md:%d ran longer than 20 minutes:\n%s", b.line, out.String()))
+				}
 			}
 			fmt.Fprintf(GinkgoWriter, "README.md:%d output:\n%s\n", b.line, out.String())
 		})
@@ -206,4 +216,12 @@ func cleanReadmeObjects() {
 	} {
 		_, _ = exec.CommandContext(ctx, kubectl(), args...).CombinedOutput()
 	}
+}
+
+// outputFile is what a block printed, read while it may still print.
+type outputFile struct{ name string }
+
+func (o *outputFile) String() string {
+	data, _ := os.ReadFile(o.name)
+	return string(data)
 }
