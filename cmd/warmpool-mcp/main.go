@@ -26,6 +26,21 @@ import (
 
 var version = "dev"
 
+// defaultIdleTimeout is short because an agent calls tools seconds apart (a
+// model's turn), while a sandbox nobody ends (a one-shot client that sent no
+// DELETE, a host left open) keeps a warm pod from a pool others share; a
+// fresh sandbox from a warm pool is leased in well under a second.
+const defaultIdleTimeout = 2 * time.Minute
+
+const idleTimeoutHelp = "close an MCP session's sandbox after this long without a tool call (and, over HTTP, end the MCP session " +
+	"after this long without a request), so that a client gone without DELETE holds a warm pod at most this long; " +
+	"short because agents call tools seconds apart while a forgotten sandbox keeps a pod from the pool: raise it for " +
+	"agents that pause longer and need their variables. A call after it is told its sandbox's state is gone. " +
+	"The Sessions' own idle timeout is slightly longer, for when this server dies (0: the pool's sessionIdleTimeout, nothing closed here)"
+
+const sessionTimeoutHelp = "over HTTP, end an MCP session without requests this long, and close its sandbox (0: --idle-timeout, " +
+	"or 30m when that is 0); longer keeps the MCP sessions of clients that pause, their sandboxes still closing after --idle-timeout"
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "warmpool-mcp:", err)
@@ -41,15 +56,24 @@ func run() error {
 		pool           = flag.String("pool", "", "SandboxPool to lease sandboxes from (required)")
 		httpAddr       = flag.String("http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8080) instead of stdio")
 		ownCredentials = flag.Bool("http-own-credentials", false, "over HTTP, act with this server's credentials instead of each caller's bearer token (loopback addresses only)")
-		idleTimeout    = flag.Duration("idle-timeout", 15*time.Minute, "a sandbox unused this long is closed (covers clients that vanish)")
+		idleTimeout    = flag.Duration("idle-timeout", defaultIdleTimeout, idleTimeoutHelp)
 		runTimeout     = flag.Duration("run-timeout", 0, "default timeout of run_code (0: the pool's)")
-		sessionTimeout = flag.Duration("http-session-timeout", 30*time.Minute, "over HTTP, an MCP session without requests this long ends, and its sandbox closes")
+		sessionTimeout = flag.Duration("http-session-timeout", 0, sessionTimeoutHelp)
 		tlsCert        = flag.String("tls-cert-file", "", "over HTTP, serve TLS with this certificate (PEM); required on non-loopback addresses, where callers send Kubernetes tokens")
 		tlsKey         = flag.String("tls-private-key-file", "", "the private key of --tls-cert-file (PEM)")
 	)
 	flag.Parse()
 	if *pool == "" {
 		return errors.New("--pool is required: the SandboxPool whose warm sandboxes the tools use")
+	}
+	if *idleTimeout < 0 || *idleTimeout > 24*time.Hour {
+		return fmt.Errorf("--idle-timeout %s: want 0 (the pool's) up to 24h, as a Session's idle timeout", *idleTimeout)
+	}
+	if *sessionTimeout == 0 {
+		*sessionTimeout = *idleTimeout
+	}
+	if *sessionTimeout <= 0 {
+		*sessionTimeout = 30 * time.Minute // MCP sessions of clients gone without DELETE must not pile up here
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *kubeconfig
@@ -94,6 +118,10 @@ func run() error {
 		mc.Credentials = mcpserver.BearerCredentials(cfg)
 	}
 	s := mcpserver.New(mc)
+	// The SDK's session timeout ends the MCP session of a client that left
+	// without DELETE (a one-shot CLI, the TypeScript SDK's close()), and so
+	// its sandbox; a client that pings still has its sandbox closed after
+	// --idle-timeout without a tool call.
 	var handler http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP() },
 		&mcp.StreamableHTTPOptions{SessionTimeout: *sessionTimeout})
 	if !*ownCredentials {
@@ -108,7 +136,8 @@ func run() error {
 		defer cancel()
 		_ = srv.Shutdown(sctx) // no new requests, and the running ones end (or are cut off)
 	}()
-	log.Info("serving MCP over streamable HTTP", "address", *httpAddr, "tls", *tlsCert != "", "namespace", *namespace, "pool", *pool)
+	log.Info("serving MCP over streamable HTTP", "address", *httpAddr, "tls", *tlsCert != "", "namespace", *namespace, "pool", *pool,
+		"idleTimeout", idleTimeout.String(), "sessionTimeout", sessionTimeout.String())
 	if *tlsCert != "" {
 		err = srv.ListenAndServeTLS(*tlsCert, *tlsKey)
 	} else {

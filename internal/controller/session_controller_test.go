@@ -102,7 +102,8 @@ var _ = Describe("Session", func() {
 		Expect(other.Status.PodName).NotTo(Equal(ready.Status.PodName))
 
 		Expect(k8s.Delete(ctx, ready)).To(Succeed())
-		Eventually(sessionPodGone(ns, ready.Status.PodName), 60*time.Second).Should(BeTrue(), "the deleted Session's pod is freed")
+		Eventually(sessionPodGone(ns, ready.Status.PodName), 5*time.Second).Should(BeTrue(),
+			"the deleted Session's pod is freed at once (the API server says the Session is gone), not after the orphan grace")
 	})
 
 	It("is created on first use by an Execution that names it, and adopts nothing else", func() {

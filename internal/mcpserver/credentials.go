@@ -16,21 +16,71 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
-// OwnCredentials acts with the server's own credentials (its kubeconfig or
-// service account) for every caller: for stdio, where the caller is the
-// user who started the server.
-func OwnCredentials(cfg *rest.Config) (func(*mcp.CallToolRequest) (*sessions.Client, string, error), error) {
+// Caller is whom a tool call acts for, with clients that hold its credentials.
+type Caller struct {
+	// Name keys the caller: a Session is used only by calls of the caller
+	// that leased it.
+	Name string
+	// Sessions creates Sessions and runs code in them.
+	Sessions *sessions.Client
+	// objects ends Sessions (spec.close), which pkg/sessions does not offer.
+	objects rest.Interface
+}
+
+// NewCaller returns the Caller name, acting with cfg.
+func NewCaller(name string, cfg *rest.Config) (*Caller, error) {
 	c, err := sessions.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return func(*mcp.CallToolRequest) (*sessions.Client, string, error) { return c, "server", nil }, nil
+	rc := rest.CopyConfig(cfg)
+	rc.APIPath = "/apis"
+	rc.GroupVersion = &sandboxv1alpha1.GroupVersion
+	rc.NegotiatedSerializer = scheme.Codecs.WithoutConversion() // for the API server's Status errors
+	objects, err := rest.RESTClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("client for Sessions: %w", err)
+	}
+	return &Caller{Name: name, Sessions: c, objects: objects}, nil
+}
+
+// end closes a Session (spec.close) rather than deleting it: the manager
+// frees the pod of a closed Session at once, while a deleted Session's pod
+// waits for its pool's orphan grace (30 s after its last run). The Session
+// stays listed, Closed, until its TTL. A caller who may delete Sessions but
+// not patch them deletes it.
+func (c *Caller) end(ctx context.Context, ses *sessions.Session) error {
+	err := c.objects.Patch(types.MergePatchType).Namespace(ses.Namespace).Resource("sessions").Name(ses.Name).
+		Body([]byte(`{"spec":{"close":true}}`)).Do(ctx).Error()
+	switch {
+	case apierrors.IsForbidden(err):
+		return ses.Close(ctx)
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("close session %s/%s: %w", ses.Namespace, ses.Name, err)
+	}
+	return nil
+}
+
+// OwnCredentials acts with the server's own credentials (its kubeconfig or
+// service account) for every caller: for stdio, where the caller is the
+// user who started the server.
+func OwnCredentials(cfg *rest.Config) (func(*mcp.CallToolRequest) (*Caller, error), error) {
+	c, err := NewCaller("server", cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(*mcp.CallToolRequest) (*Caller, error) { return c, nil }, nil
 }
 
 // maxCallers bounds the clients and verified tokens kept for callers.
@@ -42,29 +92,29 @@ const maxCallers = 256
 // for the token (RequireKubernetesToken verified it), so one user's sandbox
 // is not another's, and a user whose token rotates keeps its own. base gives
 // the API server's address and CA; its own credentials are dropped.
-func BearerCredentials(base *rest.Config) func(*mcp.CallToolRequest) (*sessions.Client, string, error) {
+func BearerCredentials(base *rest.Config) func(*mcp.CallToolRequest) (*Caller, error) {
 	var mu sync.Mutex
-	clients := map[string]*sessions.Client{}
-	return func(req *mcp.CallToolRequest) (*sessions.Client, string, error) {
+	callers := map[string]*Caller{}
+	return func(req *mcp.CallToolRequest) (*Caller, error) {
 		token := bearerToken(req.Extra)
 		if token == "" || req.Extra.TokenInfo == nil || req.Extra.TokenInfo.UserID == "" {
-			return nil, "", errors.New("no verified bearer token: send a Kubernetes token in the Authorization header")
+			return nil, errors.New("no verified bearer token: send a Kubernetes token in the Authorization header")
 		}
 		key := tokenKey(token)
 		mu.Lock()
 		defer mu.Unlock()
-		if c := clients[key]; c != nil {
-			return c, req.Extra.TokenInfo.UserID, nil
+		if c := callers[key]; c != nil && c.Name == req.Extra.TokenInfo.UserID {
+			return c, nil
 		}
 		cfg := rest.AnonymousClientConfig(base)
 		cfg.BearerToken = token
-		c, err := sessions.New(cfg)
+		c, err := NewCaller(req.Extra.TokenInfo.UserID, cfg)
 		if err != nil {
-			return nil, "", fmt.Errorf("client for the caller: %w", err)
+			return nil, fmt.Errorf("client for the caller: %w", err)
 		}
-		forgetOne(clients)
-		clients[key] = c
-		return c, req.Extra.TokenInfo.UserID, nil
+		forgetOne(callers)
+		callers[key] = c
+		return c, nil
 	}
 }
 

@@ -1,9 +1,11 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/mcpserver"
 	"github.com/warmpool/warmpool/internal/testing/stack"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
@@ -58,6 +61,7 @@ func TestMCPServer(t *testing.T) {
 	t.Run("stdio, protocol 2025-11-25", func(t *testing.T) { testOlderProtocol(t, stdio) })
 	t.Run("rounds of llm_query", func(t *testing.T) { testRounds(t, stdio) })
 	t.Run("streamable HTTP", func(t *testing.T) { testHTTP(t, s) })
+	t.Run("streamable HTTP, clients gone without DELETE", func(t *testing.T) { testOneShotHTTP(t, s) })
 }
 
 // stdioServer starts the built warmpool-mcp as an agent host does.
@@ -193,21 +197,14 @@ func testStdio(t *testing.T, s *stack.Stack, sv stdioServer) {
 		t.Fatalf("after reset the variables are gone: %v", out)
 	}
 
-	sessionsIn := func() []sandboxv1alpha1.Session {
-		list := &sandboxv1alpha1.SessionList{}
-		if err := s.Env.Client.List(ctx, list, client.InNamespace(sv.ns)); err != nil {
-			t.Fatal(err)
-		}
-		return list.Items
-	}
-	if n := len(sessionsIn()); n != 1 {
+	if n := openSessions(t, s, sv.ns); n != 1 {
 		t.Fatalf("one MCP session, one Session: %d", n)
 	}
 	// Ending the MCP session (the host closes stdin) closes its Session.
 	if err := cs.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}
-	waitFor(t, "the Session of the ended MCP session to be deleted", func() bool { return len(sessionsIn()) == 0 })
+	waitFor(t, "the Session of the ended MCP session to be closed", func() bool { return openSessions(t, s, sv.ns) == 0 })
 }
 
 // A client on the protocol before 2026-07-28 gets the code's llm_query as a
@@ -406,19 +403,7 @@ func testHTTP(t *testing.T, s *stack.Stack) {
 	}
 	aliceToken.Store(alice)
 
-	count := func() int {
-		list := &sandboxv1alpha1.SessionList{}
-		if err := s.Env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, ses := range list.Items {
-			if ses.DeletionTimestamp == nil {
-				n++
-			}
-		}
-		return n
-	}
+	count := func() int { return openSessions(t, s, ns) }
 	if n := count(); n != 2 {
 		t.Fatalf("two MCP sessions with sandboxes, two Sessions: %d", n)
 	}
@@ -427,6 +412,339 @@ func testHTTP(t *testing.T, s *stack.Stack) {
 	_ = a2.Close()
 	_ = m.Close()
 	waitFor(t, "a2's Session to be closed", func() bool { return count() == 0 })
+}
+
+// A command line tool that initializes, calls run_code once and exits
+// without DELETE (as many do, and as the TypeScript SDK's close() leaves an
+// MCP session) must not keep a warm pod past the idle timeout: after a
+// hundred of them, a few at a time, no Session is open and no pod held once
+// it has passed, and their MCP sessions are gone too. DELETE closes the
+// Session at once. A client that keeps its MCP session (pings) but calls no
+// tool has its sandbox closed, is told so by its next call, and gets a fresh
+// sandbox with the call after.
+func testOneShotHTTP(t *testing.T, s *stack.Stack) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns, err := s.Namespace(ctx, "mcp-oneshot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WarmPool(ctx, ns, "python", 4); err != nil {
+		t.Fatal(err)
+	}
+	token := serviceAccountToken(t, s, ns, "cli", true)
+	// serve runs the MCP server over HTTP as cmd/warmpool-mcp does, with
+	// idle as both --idle-timeout and the SDK's session timeout.
+	serve := func(idle time.Duration) string {
+		srv := mcpserver.New(mcpserver.Config{Namespace: ns, Pool: "python", IdleTimeout: idle,
+			Credentials: mcpserver.BearerCredentials(s.Env.Config)})
+		t.Cleanup(srv.CloseAll)
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() },
+			&mcp.StreamableHTTPOptions{SessionTimeout: idle})
+		hs := httptest.NewServer(mcpserver.RequireKubernetesToken(s.Env.Config, h))
+		t.Cleanup(func() {
+			hs.CloseClientConnections()
+			hs.Close()
+		})
+		return hs.URL
+	}
+	open := func() int { return openSessions(t, s, ns) }
+	// heldPods names the pool's pods that a Session or an Execution holds.
+	heldPods := func() []string {
+		pods := &corev1.PodList{}
+		if err := s.Env.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.DeletionTimestamp == nil && (lease.Session(p) != "" || lease.ClaimedBy(p) != "") {
+				names = append(names, fmt.Sprintf("%s (session %q, claimed by %q, %s)", p.Name, lease.Session(p), lease.ClaimedBy(p), p.Status.Phase))
+			}
+		}
+		return names
+	}
+	held := func() int { return len(heldPods()) }
+	settled := func(within time.Duration) error {
+		deadline := time.Now().Add(within)
+		for {
+			o, h := open(), held()
+			if o == 0 && h == 0 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d Sessions open, %d pods held: %s", o, h, strings.Join(heldPods(), ", "))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	const idle = 1500 * time.Millisecond
+	url := serve(idle)
+	const clients, atOnce = 100, 4
+	ids := make([]string, clients)
+	var wg sync.WaitGroup
+	next := atomic.Int32{}
+	begin := time.Now()
+	for range atOnce {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < clients && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				c := &cli{url: url, token: token}
+				if err := c.initialize(ctx); err != nil {
+					t.Errorf("client %d: %v", i, err)
+					cancel()
+					return
+				}
+				out, err := c.runCode(ctx, fmt.Sprintf("%d * %d", i, i))
+				if err != nil || out != fmt.Sprint(i*i) {
+					t.Errorf("client %d: run_code: %q, %v", i, out, err)
+					cancel()
+					return
+				}
+				ids[i] = c.session
+				c.exit() // no DELETE
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	last := time.Now()
+	t.Logf("%d one-shot clients, %d at a time, in %s; %d Sessions open, %d pods held as the last left",
+		clients, atOnce, last.Sub(begin).Round(time.Millisecond), open(), held())
+	time.Sleep(idle)
+	// Past the idle timeout, what is left is the Sessions' deletes and the
+	// manager freeing their pods.
+	if err := settled(10 * time.Second); err != nil {
+		t.Fatalf("%s after the last one-shot client left without DELETE (idle timeout %s): %v", time.Since(last).Round(time.Millisecond), idle, err)
+	}
+	t.Logf("no Session open and no pod held %s after the last client left", time.Since(last).Round(time.Millisecond))
+	// The MCP sessions ended too (the SDK's session timeout), not only their sandboxes.
+	stale := &cli{url: url, token: token, session: ids[0], version: "2025-11-25"}
+	if _, err := stale.runCode(ctx, "1"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("a call on the MCP session of a client gone without DELETE: %v, want 404 (session not found)", err)
+	}
+
+	// Control: DELETE closes the Session at once, long before a 10-minute idle timeout.
+	c := &cli{url: serve(10 * time.Minute), token: token}
+	if err := c.initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.runCode(ctx, "'kept'"); err != nil || out != "'kept'" {
+		t.Fatalf("run_code: %q, %v", out, err)
+	}
+	if o, h := open(), held(); o != 1 || h != 1 {
+		t.Fatalf("before DELETE: %d Sessions open, %d pods held, want 1 and 1", o, h)
+	}
+	deleted := time.Now()
+	if err := c.delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := settled(5 * time.Second); err != nil {
+		t.Fatalf("after DELETE: %v", err)
+	}
+	t.Logf("DELETE: no Session open and no pod held %s after it", time.Since(deleted).Round(time.Millisecond))
+
+	// A client that stays (pings keep its MCP session) but calls no tool.
+	hc := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("connect over HTTP: %v", err)
+	}
+	defer func() { _ = cs.Close() }()
+	call(t, cs, "run_code", map[string]any{"code": "x = 1"}, false)
+	pinging, stopPings := context.WithCancel(ctx)
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		for pinging.Err() == nil {
+			if err := cs.Ping(pinging, nil); err != nil && pinging.Err() == nil {
+				t.Errorf("ping: %v", err)
+				return
+			}
+			time.Sleep(idle / 5)
+		}
+	}()
+	err = settled(idle + 10*time.Second)
+	stopPings()
+	<-pinged
+	if err != nil {
+		t.Fatalf("a client that calls no tool for the idle timeout: %v", err)
+	}
+	if msg := callError(t, cs, "run_code", map[string]any{"code": "x"}); !strings.Contains(msg, "sandbox was closed after 1.5s without a tool call") {
+		t.Fatalf("the call after the sandbox expired: %s", msg)
+	}
+	out := call(t, cs, "run_code", map[string]any{"code": "x"}, true)
+	if errOut, _ := out["error"].(map[string]any); errOut["name"] != "NameError" {
+		t.Fatalf("the call after that runs in a fresh sandbox: %v", out)
+	}
+}
+
+// cli is an MCP client as a one-shot command line tool is: plain HTTP
+// requests on protocol 2025-11-25, no event stream of its own, and an exit
+// that sends no DELETE.
+type cli struct {
+	url, token       string
+	session, version string
+	hc               *http.Client
+}
+
+func (c *cli) client() *http.Client {
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: &http.Transport{}} // its own connections, gone when it exits
+	}
+	return c.hc
+}
+
+// exit drops the client's connections, as a process that ends does.
+func (c *cli) exit() { c.client().CloseIdleConnections() }
+
+func (c *cli) send(ctx context.Context, method string, body any) (*http.Response, error) {
+	var r *http.Request
+	var err error
+	if body == nil {
+		r, err = http.NewRequestWithContext(ctx, method, c.url, nil)
+	} else {
+		data, merr := json.Marshal(body)
+		if merr != nil {
+			return nil, merr
+		}
+		r, err = http.NewRequestWithContext(ctx, method, c.url, strings.NewReader(string(data)))
+		r.Header.Set("Content-Type", "application/json")
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Authorization", "Bearer "+c.token)
+	r.Header.Set("Accept", "application/json, text/event-stream")
+	if c.session != "" {
+		r.Header.Set("Mcp-Session-Id", c.session)
+		r.Header.Set("Mcp-Protocol-Version", c.version)
+	}
+	return c.client().Do(r)
+}
+
+// call sends a JSON-RPC request and returns its result, read from a JSON
+// body or from the response's event stream.
+func (c *cli) call(ctx context.Context, id int, method string, params any) (*http.Response, json.RawMessage, error) {
+	resp, err := c.send(ctx, http.MethodPost, map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", method, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return resp, nil, fmt.Errorf("%s: HTTP %d", method, resp.StatusCode)
+	}
+	var msg struct {
+		ID     int             `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			var ok bool
+			if line, ok = strings.CutPrefix(line, "data:"); !ok {
+				continue
+			}
+		}
+		msg.ID, msg.Result, msg.Error = 0, nil, nil
+		if json.Unmarshal([]byte(line), &msg) != nil || msg.ID != id {
+			continue // not the answer: a notification, or an event's other lines
+		}
+		if msg.Error != nil {
+			return resp, nil, fmt.Errorf("%s: %s", method, msg.Error.Message)
+		}
+		return resp, msg.Result, nil
+	}
+	return resp, nil, fmt.Errorf("%s: no answer (%v)", method, sc.Err())
+}
+
+func (c *cli) initialize(ctx context.Context) error {
+	resp, res, err := c.call(ctx, 1, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "one-shot-cli", "version": "1"}})
+	if err != nil {
+		return err
+	}
+	var init struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if err := json.Unmarshal(res, &init); err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	c.session, c.version = resp.Header.Get("Mcp-Session-Id"), init.ProtocolVersion
+	if c.session == "" {
+		return errors.New("initialize: no Mcp-Session-Id")
+	}
+	nresp, err := c.send(ctx, http.MethodPost, map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+	if err != nil {
+		return fmt.Errorf("notifications/initialized: %w", err)
+	}
+	_ = nresp.Body.Close()
+	if nresp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("notifications/initialized: HTTP %d", nresp.StatusCode)
+	}
+	return nil
+}
+
+// runCode calls run_code and returns the result's repr.
+func (c *cli) runCode(ctx context.Context, code string) (string, error) {
+	_, res, err := c.call(ctx, 2, "tools/call", map[string]any{"name": "run_code", "arguments": map[string]any{"code": code}})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		IsError           bool `json:"isError"`
+		StructuredContent struct {
+			Result string `json:"result"`
+		} `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(res, &out); err != nil {
+		return "", fmt.Errorf("run_code: %w", err)
+	}
+	if out.IsError {
+		return "", fmt.Errorf("run_code: tool error: %s", res)
+	}
+	return out.StructuredContent.Result, nil
+}
+
+// delete ends the MCP session, as a client that exits properly does.
+func (c *cli) delete(ctx context.Context) error {
+	resp, err := c.send(ctx, http.MethodDelete, nil)
+	if err != nil {
+		return fmt.Errorf("DELETE: %w", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("DELETE: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// openSessions counts the Sessions of ns that have not ended: neither
+// deleted nor Closed or Lost.
+func openSessions(t *testing.T, s *stack.Stack, ns string) int {
+	t.Helper()
+	list := &sandboxv1alpha1.SessionList{}
+	if err := s.Env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ses := range list.Items {
+		if ses.DeletionTimestamp == nil && !ses.Status.Phase.IsFinished() {
+			n++
+		}
+	}
+	return n
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)

@@ -140,6 +140,16 @@ func (rt *roundTrip) next(ctx context.Context) (*mcp.CallToolResult, *sessions.R
 	}
 }
 
+// running says whether the run has not ended yet.
+func (rt *roundTrip) running() bool {
+	select {
+	case <-rt.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // stop interrupts the run and waits (boundedly) for it to end.
 func (rt *roundTrip) stop() {
 	rt.cancel()

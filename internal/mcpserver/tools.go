@@ -83,21 +83,21 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run_code", Title: "Run Python",
 		Description: "Run Python code in this session's sandbox. State (variables, imports, files) persists between calls. " +
 			"Returns the last expression's value as result, stdout, stderr, and the exception if the code raised one. " +
-			"Cancelling the call interrupts the code."}, s.runCode)
+			"Cancelling the call interrupts the code."}, inUse(s, s.runCode))
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "get_variable", Title: "Read a variable",
 		Description: "Read a global variable of the sandbox's interpreter: as JSON when it serialises, else its repr.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.getVariable)
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, inUse(s, s.getVariable))
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "read_file", Title: "Read a file",
 		Description: "Read a text file of the sandbox's workspace.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.readFile)
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, inUse(s, s.readFile))
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "write_file", Title: "Write a file",
-		Description: "Write a text file into the sandbox's workspace, where the code can open it."}, s.writeFile)
+		Description: "Write a text file into the sandbox's workspace, where the code can open it."}, inUse(s, s.writeFile))
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "list_files", Title: "List files",
 		Description: "List a directory of the sandbox's workspace (path \".\" for its root).",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listFiles)
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, inUse(s, s.listFiles))
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "reset", Title: "Reset the interpreter",
 		Description: "Start a fresh interpreter in the sandbox: every variable and import is gone; files stay.",
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptrTrue()}}, s.reset)
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptrTrue()}}, inUse(s, s.reset))
 }
 
 func ptrTrue() *bool { b := true; return &b }

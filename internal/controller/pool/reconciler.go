@@ -346,10 +346,18 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 			// behind its first, is deleted here, after a grace that covers the
 			// cache's lag behind a Session that has just claimed it.
 			ses := &sandboxv1alpha1.Session{}
-			if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: s}, ses); err == nil &&
-				ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
+			key := types.NamespacedName{Namespace: p.Namespace, Name: s}
+			err := r.Get(ctx, key, ses)
+			if err == nil && ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
 				(ses.Status.PodName == "" || ses.Status.PodName == p.Name) {
 				out.busy = append(out.busy, p)
+				continue
+			}
+			if apierrors.IsNotFound(err) && apierrors.IsNotFound(r.APIReader.Get(ctx, key, ses)) {
+				// Deleted (kubectl delete ses, an SDK's close): the API server,
+				// not only a cache that may lag behind a Session that has just
+				// claimed the pod, says it is gone. Nobody can use the pod.
+				out.expired = append(out.expired, p)
 				continue
 			}
 			last, err := time.Parse(time.RFC3339Nano, p.Annotations[sandboxpod.AnnotationLastUsed])
@@ -699,7 +707,14 @@ func sessionEndHandler() handler.EventHandler {
 				enqueue(cur, q)
 			}
 		},
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q wakeup.Queue) { enqueue(e.Object, q) },
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q wakeup.Queue) {
+			// At once as well: a deleted Session's pod is freed as soon as
+			// the API server confirms the Session is gone (classify).
+			if ses, ok := e.Object.(*sandboxv1alpha1.Session); ok {
+				q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}})
+			}
+			enqueue(e.Object, q)
+		},
 	}
 }
 
