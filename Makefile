@@ -29,8 +29,13 @@ KIND ?= $(LOCALBIN)/kind
 PROMTOOL ?= $(LOCALBIN)/promtool
 HELM ?= $(LOCALBIN)/helm
 PROMETHEUS ?= $(LOCALBIN)/prometheus
-# No kubectl is assumed on the machine: it is built from Go modules and cached, on first use.
-KUBECTL ?= $(shell K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kubectl)/kubectl
+# No kubectl is assumed on the machine: it is built from Go modules and cached, on first use
+# (once per make run). `make demo` and `make kind-up` build it as one of their numbered steps
+# instead, and are given KUBECTL only when you set it (KUBECTL_IF_SET).
+ifeq ($(origin KUBECTL),undefined)
+KUBECTL = $(eval KUBECTL := $(shell K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kubectl)/kubectl)$(KUBECTL)
+endif
+KUBECTL_IF_SET = $(if $(filter file,$(origin KUBECTL)),,KUBECTL="$(KUBECTL)")
 
 GO ?= go
 # The build's identity (warmpool_build_info, `kubectl warmpool version`): the
@@ -93,11 +98,11 @@ helm-check: helm ## Render the chart with helm: default values give kustomize's 
 envtest: ## Build (once, then cached) kube-apiserver and etcd for envtest.
 	@K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest
 
+# In numbered steps (hack/test.sh): manifests, generate, vet, the Python client's packages,
+# envtest's etcd and kube-apiserver (built on the first run, about 14 minutes), then go test.
 .PHONY: test
-test: manifests generate vet ## Run unit and envtest integration tests (with the Python client's pytest suite).
-	WARMPOOL_PYTHON="$$(hack/python-deps.sh)" \
-	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
-		$(GO) test ./... -coverprofile cover.out
+test: ## Run unit and envtest integration tests (with the Python client's pytest suite).
+	GO="$(GO)" K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/test.sh
 
 CHAOS_EXECUTIONS ?= 200
 CHAOS_SEED ?= 1
@@ -213,13 +218,13 @@ cluster-status: ## Show the local cluster's processes and node.
 
 .PHONY: demo
 demo: ## The tour: cluster (kind with Docker, else local), deploy, sample pool, one Execution, its output.
-	KUBECTL="$(KUBECTL)" hack/demo.sh
+	$(KUBECTL_IF_SET) hack/demo.sh
 
 ##@ kind (Docker's engine: a running one, else dockerd from Debian's docker.io, started and stopped here)
 
 .PHONY: kind-up
 kind-up: kind ## Create kind cluster "warmpool" with gVisor, NetworkPolicy and the gvisor RuntimeClass (builds the node image when no registry is used).
-	KIND=$(KIND) KUBECTL="$(KUBECTL)" hack/kind.sh up
+	KIND=$(KIND) $(KUBECTL_IF_SET) hack/kind.sh up
 
 .PHONY: test-e2e-kind
 test-e2e-kind: kind manifests kustomize prometheus helm-tool images ## Run the e2e suite on a fresh kind cluster (made, loaded, deleted; the host left as found; needs root).
@@ -238,7 +243,7 @@ kind-down: kind ## Delete the kind cluster.
 .PHONY: kind
 kind: $(KIND)
 $(KIND): | $(LOCALBIN)
-	$(call go-install-tool,$(KIND),sigs.k8s.io/kind,$(KIND_VERSION))
+	$(call go-install-tool,$(KIND),sigs.k8s.io/kind,$(KIND_VERSION),4 s cold in docs/kind.md)
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
@@ -269,14 +274,18 @@ $(KUSTOMIZE): | $(LOCALBIN)
 	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
 
 # go-install-tool installs a pinned Go tool as bin/NAME-VERSION and links bin/NAME to it,
-# so a version bump in this file reinstalls the tool.
+# so a version bump in this file reinstalls the tool. Go's output goes to a log
+# (hack/lib/progress.sh), shown when the install fails. $(4): how long it takes cold.
 define go-install-tool
 @[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)")" = "$$(realpath -- "$(1)-$(3)")" ] || { \
 set -e; \
+. hack/lib/progress.sh ;\
+PROGRESS_NAME="$(notdir $(1))" ;\
 package=$(2)@$(3) ;\
-echo "Installing $${package}" ;\
+log="$$(progress_log "go-install-$$(basename "$(1)")")" ;\
+echo "Installing $${package} from Go modules ($(or $(4),a few minutes cold); Go's output: $${log})" ;\
 rm -f "$(1)" ;\
-GOBIN="$(LOCALBIN)" $(GO) install $${package} ;\
+run_logged "$${log}" env GOBIN="$(LOCALBIN)" $(GO) install $${package} || exit ;\
 mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
 } ;\
 ln -sf "$$(realpath -- "$(1)-$(3)")" "$(1)"

@@ -11,6 +11,8 @@
 # machine. Plugins a Corefile names but the binary lacks fail at start, so a
 # Corefile cannot quietly grow a `forward`.
 set -euo pipefail
+# shellcheck source=hack/lib/progress.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/progress.sh"
 
 # v1.15.0 requires Go >= 1.26.0 (its go.mod), which is what we build with; all
 # its dependencies are in the checksum database.
@@ -26,41 +28,49 @@ OUT=$CACHE_ROOT/coredns/$COREDNS_VERSION-p$PLUGINS_REV
 log() { printf '[coredns] %s\n' "$*" >&2; }
 die() { printf '[coredns] ERROR: %s\n' "$*" >&2; exit 1; }
 
+progress_plan 1
 if [[ -x $OUT/coredns ]]; then
-  log "coredns $COREDNS_VERSION cached in $OUT"
+  step "CoreDNS $COREDNS_VERSION (cluster DNS): cached"
   echo "$OUT"; exit 0
 fi
 
 command -v go >/dev/null || die "go is not on PATH"
 ws=$CACHE_ROOT/build/coredns-$COREDNS_VERSION
-start=$SECONDS
-log "building coredns $COREDNS_VERSION (plugins: ${PLUGINS[*]}) in $ws (cold ~2 min on 2 cores)"
-rm -rf "$ws"; mkdir -p "$ws" "$OUT"
-cd "$ws"
-printf 'module warmpool.local/corednsbuild\n\ngo 1.26.0\n' >go.mod
-{
-  echo 'package main'
-  echo
-  echo 'import ('
-  echo '	"github.com/coredns/coredns/core/dnsserver"'
-  echo '	"github.com/coredns/coredns/coremain"'
-  for p in "${PLUGINS[@]}"; do echo "	_ \"github.com/coredns/coredns/plugin/$p\""; done
-  echo ')'
-  echo
-  # Plugin order inside a server block is this list's order, not the
-  # Corefile's; it follows upstream plugin.cfg.
-  printf 'func init() { dnsserver.Directives = []string{'
-  printf '"%s", ' "${PLUGINS[@]}"
-  echo '} }'
-  echo
-  echo 'func main() { coremain.Run() }'
-} >main.go
-gofmt -w main.go
-go get "github.com/coredns/coredns@$COREDNS_VERSION" >&2
-go mod tidy >&2
-grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" go.mod || die "go mod tidy moved coredns off $COREDNS_VERSION"
-CGO_ENABLED=0 go build -trimpath -o "$OUT/coredns.tmp" -ldflags "-s -w \
-  -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" . >&2
-mv "$OUT/coredns.tmp" "$OUT/coredns"
-log "built coredns in $((SECONDS - start)) s"
+
+# build: run through run_logged, its output in the log.
+build() {
+  log "building coredns $COREDNS_VERSION (plugins: ${PLUGINS[*]}) in $ws"
+  rm -rf "$ws"; mkdir -p "$ws" "$OUT"
+  cd "$ws"
+  printf 'module warmpool.local/corednsbuild\n\ngo 1.26.0\n' >go.mod
+  {
+    echo 'package main'
+    echo
+    echo 'import ('
+    echo '	"github.com/coredns/coredns/core/dnsserver"'
+    echo '	"github.com/coredns/coredns/coremain"'
+    for p in "${PLUGINS[@]}"; do echo "	_ \"github.com/coredns/coredns/plugin/$p\""; done
+    echo ')'
+    echo
+    # Plugin order inside a server block is this list's order, not the
+    # Corefile's; it follows upstream plugin.cfg.
+    printf 'func init() { dnsserver.Directives = []string{'
+    printf '"%s", ' "${PLUGINS[@]}"
+    echo '} }'
+    echo
+    echo 'func main() { coremain.Run() }'
+  } >main.go
+  gofmt -w main.go
+  go get "github.com/coredns/coredns@$COREDNS_VERSION"
+  go mod tidy
+  grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" go.mod || die "go mod tidy moved coredns off $COREDNS_VERSION"
+  CGO_ENABLED=0 go build -trimpath -o "$OUT/coredns.tmp" -ldflags "-s -w \
+    -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" .
+  mv "$OUT/coredns.tmp" "$OUT/coredns"
+}
+
+# The script said ~2 min; docs/kind.md measured 62 s.
+step "building CoreDNS $COREDNS_VERSION from Go modules, the cluster DNS, with plugins ${PLUGINS[*]} only (about 1-2 min cold on 2 cores; cached after)"
+run_logged "$(progress_log "coredns-$COREDNS_VERSION")" build
+step_done "built coredns $COREDNS_VERSION"
 echo "$OUT"

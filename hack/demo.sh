@@ -8,41 +8,66 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-KUBECTL=${KUBECTL:-$("$ROOT/hack/k8s-binaries.sh" build kubectl)/kubectl}
-export KUBECTL
+# shellcheck source=hack/lib/progress.sh
+source "$ROOT/hack/lib/progress.sh"
 NS=${DEMO_NAMESPACE:-warmpool-demo}
 t0=$SECONDS
 
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 k() { "$KUBECTL" "$@"; }
 
+# Which cluster, and so how many numbered steps: kubectl, the cluster's own steps
+# (hack/kind.sh or hack/local-cluster.sh counts them), deploy, pool, Execution.
 if [[ -n ${KUBECONFIG:-} && $KUBECONFIG != "$("$ROOT/hack/local-cluster.sh" kubeconfig)" ]]; then
-  log "using the cluster in KUBECONFIG=$KUBECONFIG"
+  mode=own
+  progress_plan 4 "make demo on the cluster in KUBECONFIG=$KUBECONFIG (images loaded by you)"
 elif docker info >/dev/null 2>&1; then
-  log "Docker runs here: kind cluster with gVisor"
-  make -C "$ROOT" --no-print-directory kind images
-  KIND="$ROOT/bin/kind" "$ROOT/hack/kind.sh" up
-  KIND="$ROOT/bin/kind" "$ROOT/hack/kind.sh" load
-  export KUBECONFIG=$("$ROOT/hack/kind.sh" kubeconfig)
+  mode=kind cluster_steps=$("$ROOT/hack/kind.sh" steps)
+  progress_plan $((1 + 1 + cluster_steps + 1 + 3)) "make demo: a kind cluster with gVisor (Docker runs here). Cold, it first builds kubectl, the node image, gVisor and the images from Debian packages and Go modules: about 12 min on 2 cores, and 2 min for the cluster's first start (docs/kind.md). With the cluster up: about 40 s"
 else
-  log "no Docker: the local single-node cluster (containerd + gVisor, built from source; first run ~20 min)"
-  "$ROOT/hack/local-cluster.sh" up
-  export KUBECONFIG=$("$ROOT/hack/local-cluster.sh" kubeconfig)
+  mode=local cluster_steps=$("$ROOT/hack/local-cluster.sh" steps)
+  progress_plan $((1 + cluster_steps + 3)) "make demo: the local single-node cluster (no Docker here; needs root). Cold, it first builds Kubernetes, gVisor, kube-router, CoreDNS and the images from Go modules: 20 min on 2 cores in docs/performance.md, 45 min reported on a fresh machine. Later runs: under a minute"
 fi
 
-log "deploying warmpool (make deploy)"
-make -C "$ROOT" --no-print-directory deploy >/dev/null
+if [[ -n ${KUBECTL:-} ]]; then
+  step "kubectl: $KUBECTL"
+else
+  substeps_to kubectl_dir 1 "$ROOT/hack/k8s-binaries.sh" build kubectl
+  KUBECTL=$kubectl_dir/kubectl
+fi
+export KUBECTL
+
+case $mode in
+  own) ;;
+  kind)
+    step "kind and the images without Docker (make kind images: the manager, agent and pause binaries, dist/*.tar; a few minutes cold)"
+    run_logged "$(progress_log demo-kind-images)" make -C "$ROOT" --no-print-directory kind images
+    step_done "kind and the images ready"
+    substeps "$cluster_steps" env KIND="$ROOT/bin/kind" "$ROOT/hack/kind.sh" up
+    step "loading the images into the kind node (hack/kind.sh load)"
+    KIND="$ROOT/bin/kind" "$ROOT/hack/kind.sh" load
+    export KUBECONFIG=$("$ROOT/hack/kind.sh" kubeconfig)
+    ;;
+  local)
+    substeps "$cluster_steps" "$ROOT/hack/local-cluster.sh" up
+    export KUBECONFIG=$("$ROOT/hack/local-cluster.sh" kubeconfig)
+    ;;
+esac
+
+step "deploying warmpool (make deploy), then restarting its two Deployments on the images just loaded (waits up to 180 s each)"
+run_logged "$(progress_log demo-deploy)" make -C "$ROOT" --no-print-directory deploy
 # Same image tag, maybe a new build: make the controllers and the data plane run the image just loaded.
 k -n warmpool-system rollout restart deployment/warmpool-controller-manager deployment/warmpool-data-plane >/dev/null
 k -n warmpool-system rollout status deployment/warmpool-controller-manager --timeout=180s >/dev/null
 k -n warmpool-system rollout status deployment/warmpool-data-plane --timeout=180s >/dev/null
+step_done "warmpool deployed"
 
-log "sample pool 'python' (3 warm gVisor sandboxes) in namespace $NS"
+step "sample pool 'python' in namespace $NS: 3 warm gVisor sandboxes (waits up to 180 s)"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
 k -n "$NS" apply -f "$ROOT/config/samples/sandbox_v1alpha1_sandboxpool.yaml"
 k -n "$NS" wait --for=jsonpath='{.status.idleReplicas}'=3 sandboxpool/python --timeout=180s >/dev/null
 
-log "running the sample Execution 'hello'"
+step "running the sample Execution 'hello' (waits up to 120 s)"
 # An Execution runs once: start from a fresh one on every demo.
 k -n "$NS" delete execution hello --ignore-not-found >/dev/null
 k -n "$NS" apply -f "$ROOT/config/samples/sandbox_v1alpha1_execution.yaml"
@@ -52,4 +77,5 @@ printf '\n--- stdout ---\n%s\n--- result ---\n%s\n' \
   "$(k -n "$NS" get execution hello -o jsonpath='{.status.stdout}')" \
   "$(k -n "$NS" get execution hello -o jsonpath='{.status.result}')"
 
+progress_end
 log "done in $((SECONDS - t0)) s. Try: kubectl -n $NS get sandboxpools,executions (KUBECONFIG=$KUBECONFIG)"

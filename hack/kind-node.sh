@@ -4,6 +4,11 @@
 # Docker Hub, neither of which our CI machines reach. Prints the image name.
 #
 #   hack/kind-node.sh          # build once (cached in Docker), print the image
+#   hack/kind-node.sh steps    # how many numbered steps it prints (hack/kind.sh counts them)
+#
+# Its steps are numbered (hack/lib/progress.sh): the root file system, each
+# binary (built from Go modules once, then cached), the image; Go's output and
+# debootstrap's go to ~/.cache/warmpool/logs.
 #
 # What goes in, all from Debian packages and Go modules:
 # - a Debian bookworm root file system (debootstrap, with the host's mirror)
@@ -41,6 +46,14 @@ POD_GATEWAY=10.244.0.1
 log() { printf '[kind-node] %s\n' "$*" >&2; }
 die() { printf '[kind-node] ERROR: %s\n' "$*" >&2; exit 1; }
 
+# shellcheck source=hack/lib/progress.sh
+source "$ROOT/hack/lib/progress.sh"
+# The Kubernetes binaries that go in (hack/k8s-binaries.sh), one numbered step each.
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl kubeadm)
+# The steps: the root file system, K8S_BINS, etcd, CoreDNS, kube-router, the image.
+STEPS=$((1 + ${#K8S_BINS[@]} + 4))
+if [[ ${1:-} == steps ]]; then echo "$STEPS"; exit 0; fi
+
 [[ $(id -u) == 0 ]] || die "needs root (debootstrap, chroot, file ownership in the image)"
 docker info >/dev/null 2>&1 || die "no Docker engine answers (hack/kind.sh up starts one)"
 
@@ -49,8 +62,9 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers (hack/kind.sh up st
 key=$(cat "${BASH_SOURCE[0]}" "$ROOT/hack/imgbuild/main.go" "$ROOT/hack/coredns.sh" "$ROOT/hack/kube-router.sh" \
   <(echo "$K8S_VERSION $KIND_ETCD_VERSION $KIND_VERSION $ROOTFS_REV") | sha256sum | cut -c1-12)
 IMAGE=warmpool.local/kind-node:$K8S_VERSION-$key
+progress_plan "$STEPS" "hack/kind-node.sh: the kind node image $IMAGE, from Debian packages and Go modules (about a minute once the binaries are cached: README)"
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  log "node image $IMAGE exists"
+  step_skip "$STEPS" "node image $IMAGE: cached in Docker"
   echo "$IMAGE"; exit 0
 fi
 
@@ -76,17 +90,20 @@ mirror() { # the Debian mirror apt already uses here; Debian's own elsewhere (an
 }
 
 build_rootfs() {
-  [[ -f $ROOTFS ]] && { log "root file system cached at $ROOTFS"; return; }
-  command -v debootstrap >/dev/null || die "debootstrap missing: apt-get install debootstrap"
-  local r=$work/rootfs m t0=$SECONDS keyring=()
+  if [[ -f $ROOTFS ]]; then step "Debian $DEBIAN_SUITE root file system for the node: cached"; return; fi
+  local r=$work/rootfs m keyring=() dlog alog
   m=$(mirror)
+  # docs/kind.md: 30-34 s.
+  step "Debian $DEBIAN_SUITE root file system for the node: debootstrap and ${#PACKAGES[@]} packages from $m (about 30 s; cached after)"
+  command -v debootstrap >/dev/null || die "debootstrap missing: apt-get install debootstrap"
+  dlog=$(progress_log kind-node-debootstrap) alog=$(progress_log kind-node-apt)
   if ! debian_host; then
     [[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]] || die "Debian's archive keys missing: apt-get install debian-archive-keyring"
     keyring=(--keyring /usr/share/keyrings/debian-archive-keyring.gpg)
   fi
   log "debootstrap $DEBIAN_SUITE from $m"
-  debootstrap --variant=minbase "${keyring[@]}" "$DEBIAN_SUITE" "$r" "$m" >"$work/debootstrap.log" 2>&1 \
-    || { tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+  debootstrap --variant=minbase "${keyring[@]}" "$DEBIAN_SUITE" "$r" "$m" >"$dlog" 2>&1 \
+    || { tail -n 30 "$dlog" >&2; die "debootstrap failed; its output: $dlog"; }
   # A Debian host's apt sources (security updates included) rather than the bare mirror.
   if debian_host && [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
     rm -f "$r/etc/apt/sources.list"
@@ -96,7 +113,7 @@ build_rootfs() {
   cp /etc/resolv.conf "$r/etc/resolv.conf"
   log "installing ${#PACKAGES[@]} packages"
   chroot "$r" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${PACKAGES[*]}" \
-    >"$work/apt.log" 2>&1 || { tail -n 20 "$work/apt.log" >&2; die "apt-get install in the root file system failed"; }
+    >"$alog" 2>&1 || { tail -n 30 "$alog" >&2; die "apt-get install in the root file system failed; its output: $alog"; }
   chroot "$r" apt-get clean
   for m in proc sys dev; do umount -l "$r/$m"; done
   rm -rf "$r"/var/lib/apt/lists/* "$r"/var/cache/apt/* "$r"/var/log/* "$r/etc/resolv.conf"
@@ -105,17 +122,24 @@ build_rootfs() {
   tar -C "$r" --numeric-owner -cf "$ROOTFS.tmp" .
   mv "$ROOTFS.tmp" "$ROOTFS"
   rm -rf "$r"
-  log "root file system built in $((SECONDS - t0)) s ($(du -h "$ROOTFS" | cut -f1))"
+  step_done "root file system built ($(du -h "$ROOTFS" | cut -f1))"
+}
+
+# binaries: what goes into the node, one numbered step each, cached after their first build.
+binaries() {
+  substeps_to K8S_BIN ${#K8S_BINS[@]} env K8S_VERSION="$K8S_VERSION" "$ROOT/hack/k8s-binaries.sh" build "${K8S_BINS[@]}"
+  substeps 1 env ETCD_VERSION="$KIND_ETCD_VERSION" "$ROOT/hack/k8s-binaries.sh" build etcd >/dev/null
+  ETCD_DIR=$CACHE_ROOT/etcd/$KIND_ETCD_VERSION
+  substeps_to COREDNS_DIR 1 "$ROOT/hack/coredns.sh"
+  substeps_to KUBE_ROUTER_DIR 1 "$ROOT/hack/kube-router.sh"
+  # Named for what they are (hack/kind.sh points kubeadm at the CoreDNS tag).
+  COREDNS_TAG=$(basename "$COREDNS_DIR" | sed 's/-p[0-9]*$//')
+  KUBE_ROUTER_IMAGE=warmpool.local/kube-router:$(basename "$KUBE_ROUTER_DIR")
 }
 
 # Image tarballs for what kubeadm starts, and the tools image.
 build_images() {
-  local k8s etcd coredns kr imgbuild=$work/imgbuild pause=$work/pause
-  k8s=$(K8S_VERSION=$K8S_VERSION "$ROOT/hack/k8s-binaries.sh" build kube-apiserver kube-controller-manager \
-    kube-scheduler kube-proxy kubelet kubectl kubeadm)
-  etcd=$(ETCD_VERSION=$KIND_ETCD_VERSION "$ROOT/hack/k8s-binaries.sh" build etcd >/dev/null && echo "$CACHE_ROOT/etcd/$KIND_ETCD_VERSION")
-  coredns=$("$ROOT/hack/coredns.sh")
-  kr=$("$ROOT/hack/kube-router.sh")
+  local k8s=$K8S_BIN etcd=$ETCD_DIR coredns=$COREDNS_DIR kr=$KUBE_ROUTER_DIR imgbuild=$work/imgbuild pause=$work/pause
   (cd "$ROOT" && go build -o "$imgbuild" ./hack/imgbuild && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$pause" ./hack/pause)
   mkdir -p "$work/images"
   local c
@@ -125,9 +149,6 @@ build_images() {
   done
   "$imgbuild" -o "$work/images/etcd.tar" -tag "registry.k8s.io/etcd:${KIND_ETCD_VERSION#v}-0" \
     -add "$etcd/etcd:/usr/local/bin/etcd" -entrypoint /usr/local/bin/etcd >&2
-  # Named for what it is (hack/kind.sh points kubeadm at this tag).
-  COREDNS_TAG=$(basename "$coredns" | sed 's/-p[0-9]*$//')
-  KUBE_ROUTER_IMAGE=warmpool.local/kube-router:$(basename "$kr")
   "$imgbuild" -o "$work/images/coredns.tar" -tag "registry.k8s.io/coredns/coredns:$COREDNS_TAG" \
     -add "$coredns/coredns:/coredns" -entrypoint /coredns >&2
   # kind's containerd config names pause 3.10; kubeadm 1.34 expects 3.10.1.
@@ -136,7 +157,6 @@ build_images() {
   "$imgbuild" -o "$work/images/tools.tar" -base "$ROOTFS" \
     -tag "registry.k8s.io/kube-proxy:$K8S_VERSION" -tag "$KUBE_ROUTER_IMAGE" \
     -add "$k8s/kube-proxy:/usr/local/bin/kube-proxy" -add "$kr/kube-router:/usr/local/bin/kube-router" >&2
-  K8S_BIN=$k8s
 }
 
 build_node_rootfs() {
@@ -215,6 +235,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 EOF
   containerd --config "$s/config.toml" >"$s/log" 2>&1 &
   containerd_pid=$!
+  # This runs in run_logged's subshell: the script's cleanup does not see containerd_pid.
+  trap '[[ -n $containerd_pid ]] && kill "$containerd_pid" 2>/dev/null && wait "$containerd_pid" 2>/dev/null' EXIT
   local i
   for ((i = 0; i < 50; i++)); do ctr --address "$s/c.sock" version >/dev/null 2>&1 && break; sleep 0.2; done
   local t name
@@ -229,18 +251,28 @@ EOF
   kill "$containerd_pid"; wait "$containerd_pid" 2>/dev/null || true; containerd_pid=
 }
 
+# assemble: the image from what the steps before made; run by run_logged, its output in the log.
+assemble() {
+  build_images
+  build_node_rootfs
+  import_images
+  log "importing the node's file system into Docker as $IMAGE"
+  tar -C "$work/node" --numeric-owner -c . | docker import \
+    --change 'ENV container=docker' \
+    --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' - "$IMAGE-stage" >/dev/null
+  # docker import takes no STOPSIGNAL; systemd stops cleanly on SIGRTMIN+3.
+  # The labels tell hack/kind.sh which CoreDNS and kube-router images it holds.
+  printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\nLABEL dev.warmpool.coredns-version=%s dev.warmpool.kube-router-image=%s\n' \
+    "$IMAGE-stage" "$COREDNS_TAG" "$KUBE_ROUTER_IMAGE" | DOCKER_BUILDKIT=0 docker build -q -t "$IMAGE" - >/dev/null
+  docker rmi "$IMAGE-stage" >/dev/null
+}
+
 build_rootfs
-build_images
-build_node_rootfs
-import_images
-log "importing the node's file system into Docker as $IMAGE"
-tar -C "$work/node" --numeric-owner -c . | docker import \
-  --change 'ENV container=docker' \
-  --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' - "$IMAGE-stage" >/dev/null
-# docker import takes no STOPSIGNAL; systemd stops cleanly on SIGRTMIN+3.
-# The labels tell hack/kind.sh which CoreDNS and kube-router images it holds.
-printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\nLABEL dev.warmpool.coredns-version=%s dev.warmpool.kube-router-image=%s\n' \
-  "$IMAGE-stage" "$COREDNS_TAG" "$KUBE_ROUTER_IMAGE" | DOCKER_BUILDKIT=0 docker build -q -t "$IMAGE" - >/dev/null
-docker rmi "$IMAGE-stage" >/dev/null
-log "node image $IMAGE built in $((SECONDS - start)) s"
+binaries
+# docs/kind.md: 23 s with the root file system and the binaries cached.
+step "assembling the node image: control-plane images (hack/imgbuild), kind's base files, the node's containerd image store, docker import (about 25 s)"
+run_logged "$(progress_log kind-node-image)" assemble
+step_done "node image $IMAGE built"
+progress_end
+log "node image $IMAGE: $((SECONDS - start)) s in all"
 echo "$IMAGE"

@@ -9,6 +9,11 @@
 #   hack/kind.sh restart-apiserver  # a fault for the e2e chaos spec
 #   hack/kind.sh kubeconfig  # print the kubeconfig path
 #   hack/kind.sh node        # print the node container's name (for docker exec)
+#   hack/kind.sh steps       # how many numbered steps `up` prints (make demo counts them)
+#
+# `up` numbers its steps (hack/lib/progress.sh): kubectl (built from Go modules
+# unless KUBECTL names one), the engine, the node image's steps (hack/kind-node.sh),
+# gVisor, the cluster. Go's output goes to ~/.cache/warmpool/logs.
 #
 # Two worlds:
 # - By default the node image is built here from Debian packages and Go modules
@@ -39,10 +44,13 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib/progress.sh
+source "$ROOT/hack/lib/progress.sh"
 CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
 STATE=${KIND_STATE_DIR:-$CACHE_ROOT/kind/state}
 KIND=${KIND:-$ROOT/bin/kind}
-KUBECTL=${KUBECTL:-kubectl}
+# Unset: `up` builds kubectl from Go modules (hack/k8s-binaries.sh), as the Makefile does.
+KUBECTL=${KUBECTL:-}
 CLUSTER=${KIND_CLUSTER:-warmpool}
 NODE=$CLUSTER-control-plane
 # The gVisor release a stock node runs (KIND_NODE_IMAGE): one built for containerd 2.
@@ -81,13 +89,14 @@ host_snapshot() {
 
 engine_up() {
   if docker info >/dev/null 2>&1; then
-    log "using the running Docker engine"
+    step "Docker engine: the running one"
     if lacks_sys_resource && [[ $(docker info -f '{{.DefaultRuntime}}') != warmpool-runc ]]; then
       die "root lacks CAP_SYS_RESOURCE here, so kind's privileged node cannot start under this engine's runc; stop it (this script then starts one of its own), or start dockerd with --add-runtime warmpool-runc=$ROOT/hack/kind/runc-without-sys-resource --default-runtime warmpool-runc"
     fi
     return
   fi
   command -v dockerd >/dev/null || die "no Docker engine answers and dockerd is not installed (apt-get install docker.io)"
+  step "starting Debian's dockerd (data in $CACHE_ROOT/docker, log $STATE/dockerd.log; waits up to 60 s)"
   mkdir -p "$STATE"
   host_snapshot >"$STATE/host.before"
   [[ -e $DOCKER_SOCK ]] && die "$DOCKER_SOCK exists but no engine answers on it; remove it or start your engine"
@@ -98,7 +107,6 @@ engine_up() {
     log "root lacks CAP_SYS_RESOURCE here: containers run through hack/kind/runc-without-sys-resource"
     args+=(--add-runtime "warmpool-runc=$ROOT/hack/kind/runc-without-sys-resource" --default-runtime warmpool-runc)
   fi
-  log "starting dockerd (data in $CACHE_ROOT/docker, log $STATE/dockerd.log)"
   setsid dockerd "${args[@]}" >"$STATE/dockerd.log" 2>&1 </dev/null &
   echo $! >"$STATE/dockerd.started"
   wait_for "dockerd" 60 docker info
@@ -242,31 +250,60 @@ EOF
   kubectl_ -n kube-system rollout status deployment coredns --timeout 120s >/dev/null
 }
 
+# up's steps: kubectl, the engine, the node image's (hack/kind-node.sh), gVisor, the cluster.
+node_steps() { "$ROOT/hack/kind-node.sh" steps; }
+up_steps() { echo $((4 + $(node_steps))); }
+
 up() {
   [[ -x $KIND ]] || die "no kind at $KIND: run 'make kind' (or set KIND)"
+  local node_steps
+  node_steps=$(node_steps)
+  progress_plan "$(up_steps)" "hack/kind.sh up: kind cluster $CLUSTER with gVisor. Cold, the node image and gVisor are built first (docs/kind.md: about 12 min on 2 cores, and 2 min for the cluster's first start)"
+  if [[ -z $KUBECTL ]]; then
+    local kubectl_dir
+    substeps_to kubectl_dir 1 "$ROOT/hack/k8s-binaries.sh" build kubectl
+    KUBECTL=$kubectl_dir/kubectl
+  else
+    step "kubectl: $KUBECTL"
+  fi
   engine_up
   mkdir -p "$STATE"
   if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    log "cluster $CLUSTER exists"
+    step_skip $((node_steps + 2)) "cluster $CLUSTER exists: no node image, gVisor or cluster to make"
   else
-    local t0=$SECONDS image local_node=false gv
+    local image local_node=false gv
     if [[ -n ${KIND_NODE_IMAGE:-} ]]; then
       image=$KIND_NODE_IMAGE
-      gv=${GVISOR_DIR:-$(gvisor_release)}
+      step_skip "$node_steps" "node image $image (KIND_NODE_IMAGE): nothing to build"
+      if [[ -n ${GVISOR_DIR:-} ]]; then
+        step "gVisor: runsc and its shim from GVISOR_DIR=$GVISOR_DIR"
+        gv=$GVISOR_DIR
+      else
+        step "gVisor release $GVISOR_RELEASE for a stock node: runsc and its shim, downloaded once, SHA-512 checked"
+        gv=$(gvisor_release)
+      fi
     else
-      image=$("$ROOT/hack/kind-node.sh"); local_node=true
-      gv=${GVISOR_DIR:-$("$ROOT/hack/gvisor.sh")}
+      substeps_to image "$node_steps" "$ROOT/hack/kind-node.sh"
+      local_node=true
+      if [[ -n ${GVISOR_DIR:-} ]]; then
+        step "gVisor: runsc and its shim from GVISOR_DIR=$GVISOR_DIR"
+        gv=$GVISOR_DIR
+      else
+        substeps_to gv 1 "$ROOT/hack/gvisor.sh"
+      fi
     fi
     kind_config "$image" "$gv" "$local_node" >"$STATE/kind.yaml"
-    log "creating cluster $CLUSTER ($image, runsc from $gv)"
+    # docs/kind.md: 119 s the first time, 59 s warm, up to kube-router's first sync.
+    step "creating cluster $CLUSTER ($image, runsc from $gv) and its add-ons (about 1-2 min)"
     "$KIND" create cluster --name "$CLUSTER" --config "$STATE/kind.yaml" --kubeconfig "$STATE/kubeconfig" --wait 120s
     # Pods applied right after create can fail with 'serviceaccount "default" not found'.
     wait_for "the default ServiceAccount" 60 kubectl_ get serviceaccount default
     if $local_node; then local_addons "$image"; fi
-    log "cluster $CLUSTER up in $((SECONDS - t0)) s"
+    step_done "cluster $CLUSTER up"
   fi
   "$KIND" get kubeconfig --name "$CLUSTER" >"$STATE/kubeconfig"
   kubectl_ apply --server-side -f "$ROOT/config/runtimeclass/runtimeclass.yaml" >/dev/null
+  progress_end
   log "ready: export KUBECONFIG=$STATE/kubeconfig; then 'make kind-load deploy'"
 }
 
@@ -340,5 +377,6 @@ case ${1:-} in
   restart-apiserver) restart_apiserver ;;
   kubeconfig) echo "$STATE/kubeconfig" ;;
   node) echo "$NODE" ;;
-  *) die "usage: $0 up|load|down|e2e|restart-apiserver|kubeconfig|node" ;;
+  steps) up_steps ;;
+  *) die "usage: $0 up|load|down|e2e|restart-apiserver|kubeconfig|node|steps" ;;
 esac

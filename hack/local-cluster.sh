@@ -14,6 +14,11 @@
 #   hack/local-cluster.sh kubeconfig  # prints the kubeconfig path
 #   hack/local-cluster.sh load      # re-imports dist/*.tar (after `make images`)
 #   hack/local-cluster.sh restart-apiserver  # a fault for the e2e chaos spec
+#   hack/local-cluster.sh steps     # how many numbered steps `up` prints (make demo counts them)
+#
+# `up` numbers its steps (hack/lib/progress.sh): host packages, each binary it
+# builds from Go modules (cached after the first run), the images, the start.
+# Go's output goes to ~/.cache/warmpool/logs, `make images`' to $LOCAL_CLUSTER_DIR/logs.
 #
 # Needs root. Every daemon's state, logs and PID file live in $LOCAL_CLUSTER_DIR
 # (default ~/.cache/warmpool/local-cluster); the kubeconfig is
@@ -31,6 +36,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib/progress.sh
+source "$ROOT/hack/lib/progress.sh"
 CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
 STATE=${LOCAL_CLUSTER_DIR:-$CACHE_ROOT/local-cluster}
 K8S_VERSION=${K8S_VERSION:-v1.34.10}
@@ -47,6 +54,10 @@ SERVICE_IP=10.96.0.1
 BRIDGE=warmpool0
 NODE=localhost
 COMPONENTS=(etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy kube-router coredns)
+# What `up` builds with hack/k8s-binaries.sh, one numbered step each.
+K8S_BINS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# up's steps: host packages, K8S_BINS, gVisor, kube-router, CoreDNS, the images, the start.
+UP_STEPS=$((1 + ${#K8S_BINS[@]} + 5))
 COREDNS_READY_PORT=${COREDNS_READY_PORT:-18181}
 KUBE_ROUTER_METRICS_PORT=${KUBE_ROUTER_METRICS_PORT:-20245}
 
@@ -117,6 +128,9 @@ stop() {
 preflight() {
   [[ $(id -u) == 0 ]] || die "run as root: containerd, the kubelet and the CNI plugins need it"
   [[ $(uname -s) == Linux ]] || die "Linux only"
+}
+
+host_packages() {
   local missing=()
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
@@ -128,23 +142,25 @@ preflight() {
   command -v openssl >/dev/null || missing+=(openssl)
   command -v curl >/dev/null || missing+=(curl)
   if ((${#missing[@]})); then
-    command -v apt-get >/dev/null || die "missing packages: ${missing[*]}"
-    log "installing ${missing[*]} from Debian"
+    command -v apt-get >/dev/null || { step "host packages: missing ${missing[*]}"; die "missing packages: ${missing[*]}"; }
+    step "installing ${missing[*]} from Debian with apt-get (a few minutes)"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } \
       || die "apt-get install ${missing[*]} failed"
+  else
+    step "host packages (containerd, runc, CNI plugins, iptables, ipset, conntrack, ...): present"
   fi
   modprobe overlay 2>/dev/null || true
   modprobe br_netfilter 2>/dev/null || true
 }
 
+# binaries: one numbered step per binary, each cached after its first build.
 binaries() {
-  K8S_DIR=$("$ROOT/hack/k8s-binaries.sh" build etcd kube-apiserver \
-    kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+  substeps_to K8S_DIR ${#K8S_BINS[@]} "$ROOT/hack/k8s-binaries.sh" build "${K8S_BINS[@]}"
   ETCD_BIN=$CACHE_ROOT/etcd/$ETCD_VERSION/etcd
-  GVISOR_DIR=$("$ROOT/hack/gvisor.sh")
-  KUBE_ROUTER_DIR=$("$ROOT/hack/kube-router.sh")
-  COREDNS_DIR=$("$ROOT/hack/coredns.sh")
+  substeps_to GVISOR_DIR 1 "$ROOT/hack/gvisor.sh"
+  substeps_to KUBE_ROUTER_DIR 1 "$ROOT/hack/kube-router.sh"
+  substeps_to COREDNS_DIR 1 "$ROOT/hack/coredns.sh"
 }
 
 record_host_state() {
@@ -593,11 +609,17 @@ cluster_objects() {
 up() {
   local t0=$SECONDS
   preflight
+  progress_plan "$UP_STEPS" "hack/local-cluster.sh up: a single-node Kubernetes $K8S_VERSION with gVisor. Cold, it first builds the binaries below from Go modules (20 min or more on 2 cores: docs/performance.md); later runs take under a minute"
+  host_packages
   mkdir -p "$STATE"/{run,logs}
   binaries
-  log "building images (make images)"
-  make -C "$ROOT" --no-print-directory images >"$STATE/logs/images.log" 2>&1 \
+  # No estimate for a cold `make images` is written down anywhere yet.
+  step "building the images without Docker (make images: the manager, agent and pause binaries, dist/*.tar; a few minutes cold, rebuilt on every run)"
+  run_logged "$STATE/logs/images.log" make -C "$ROOT" --no-print-directory images \
     || die "make images failed; see $STATE/logs/images.log"
+  step_done "images built"
+  # docs/performance.md: 21-28 s from a stopped cluster with the binaries cached.
+  step "starting the cluster: etcd, kube-apiserver, containerd (the images imported), the controllers, CoreDNS, the kubelet, kube-proxy, kube-router (about 30 s; logs in $STATE/logs)"
   record_host_state
   pki
   network
@@ -612,6 +634,8 @@ up() {
   start_proxy
   start_kube_router
   cluster_objects
+  step_done "cluster started"
+  progress_end
   log "cluster up in $((SECONDS - t0)) s; export KUBECONFIG=$STATE/kubeconfig"
 }
 
@@ -796,11 +820,12 @@ case ${1:-} in
   down) down ;;
   status) status ;;
   kubeconfig) echo "$STATE/kubeconfig" ;;
+  steps) echo "$UP_STEPS" ;;
   load) load_images ;;
   # For fault tests (test/e2e chaos spec): the API server goes away and comes back.
   restart-apiserver)
     K8S_DIR=$CACHE_ROOT/k8s/$K8S_VERSION
     running kube-apiserver || die "kube-apiserver is not running"
     stop kube-apiserver; start_apiserver ;;
-  *) die "usage: $0 up|down|status|kubeconfig|load|restart-apiserver" ;;
+  *) die "usage: $0 up|down|status|kubeconfig|steps|load|restart-apiserver" ;;
 esac

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# make test, in numbered steps (hack/lib/progress.sh): code generation, go vet, the
+# Python client's packages, etcd and kube-apiserver for envtest (built from Go modules
+# on the first run: about 14 minutes on 2 cores), then the tests, whose output is
+# shown as it comes. Go's output of the steps before goes to ~/.cache/warmpool/logs.
+#
+#   GO=go K8S_VERSION=v1.34.10 ETCD_VERSION=v3.5.35 hack/test.sh   # what `make test` runs
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib/progress.sh
+source "$ROOT/hack/lib/progress.sh"
+GO=${GO:-go}
+export K8S_VERSION=${K8S_VERSION:-v1.34.10} ETCD_VERSION=${ETCD_VERSION:-v3.5.35}
+cd "$ROOT"
+
+progress_plan 6 "make test: unit and envtest integration tests, with the Python client's suite. The first run builds etcd and kube-apiserver from Go modules (about 14 min on 2 cores); later runs take about 4 min"
+
+step "generating CRDs, RBAC and DeepCopy code (make manifests generate; the first run also builds controller-gen and kustomize from Go modules: a few minutes)"
+run_logged "$(progress_log test-generate)" make --no-print-directory manifests generate
+step_done "code generated"
+
+step "go vet ./..., the e2e suite included (make vet; with a cold Go cache it downloads and compiles the project's modules: a few minutes)"
+run_logged "$(progress_log test-vet)" make --no-print-directory vet
+step_done "vet passed"
+
+# As before: the tests run without it (the Python suite then fails and says what to install).
+python=
+substeps_to python 1 hack/python-deps.sh || true
+substeps_to assets 2 hack/k8s-binaries.sh envtest
+
+step "go test ./...: unit, envtest integration and the Python client's suite (about 4 min once the builds above are cached)"
+WARMPOOL_PYTHON="$python" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
+progress_end
