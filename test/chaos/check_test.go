@@ -172,10 +172,13 @@ func (h *harness) check() report {
 	h.mu.Unlock()
 
 	runs := map[string]int{}
+	starts := map[string][]string{} // name -> "when where pid" of each start
 	data, _ := os.ReadFile(h.runLog)
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		if l != "" {
-			runs[l]++
+			name, where, _ := strings.Cut(l, " ")
+			runs[name]++
+			starts[name] = append(starts[name], where)
 			r.runsRecorded++
 		}
 	}
@@ -215,8 +218,8 @@ func (h *harness) check() report {
 			if ex.Status.StartTime != nil {
 				start = ex.Status.StartTime.Format("15:04:05.000")
 			}
-			example("double run: %s (uid %s) ran %d times; ended %s/%s on %s, started %s, disposition %s", ex.Name, ex.UID, n,
-				ex.Status.Phase, reason, ex.Status.PodName, start, ex.Status.PodDisposition)
+			example("double run: %s (uid %s) ran %d times; ended %s/%s on %s, started %s, disposition %s; the starts (unix time, workspace, interpreter): %s",
+				ex.Name, ex.UID, n, ex.Status.Phase, reason, ex.Status.PodName, start, ex.Status.PodDisposition, strings.Join(starts[ex.Name], "; "))
 		}
 		// Outcomes a fault explains: the pod, agent or interpreter went away.
 		faulted := reason == sandboxv1alpha1.ReasonSandboxLost || reason == "InterpreterDied" ||

@@ -31,9 +31,12 @@ type expectation struct {
 }
 
 // prelude records each start of the code in the run log: a second line for
-// one name is a double run.
+// one name is a double run. The line also says when, where (the sandbox's
+// workspace names its pod) and in which interpreter process, so that a
+// double run can be told apart: two pods, or one pod and two interpreters.
 func (h *harness) prelude(name string) string {
-	return fmt.Sprintf("import os as _os\n_fd = _os.open(%q, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT)\n_os.write(_fd, b'%s\\n')\n_os.close(_fd)\n",
+	return fmt.Sprintf("import os as _os, time as _time\n_fd = _os.open(%q, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT)\n"+
+		"_os.write(_fd, ('%s %%.3f %%s pid=%%d\\n' %% (_time.time(), _os.getcwd(), _os.getpid())).encode())\n_os.close(_fd)\n",
 		h.runLog, name)
 }
 
