@@ -154,6 +154,10 @@ type report struct {
 	slowest                                          string
 	examples                                         []string
 	succeeded, faultEnded, sessionLost, runsRecorded int
+	// agentsNotRestarted: pods whose agent had exited, found not yet Failed
+	// (the status write failed with the API server away); the kubelet
+	// stand-in starts no second agent there, as RestartPolicy Never says.
+	agentsNotRestarted int
 }
 
 func (h *harness) check() report {
@@ -171,6 +175,7 @@ func (h *harness) check() report {
 	}
 	h.mu.Unlock()
 
+	r.agentsNotRestarted = h.kubelet.NotRestarted()
 	runs := map[string]int{}
 	starts := map[string][]string{} // name -> "when where pid" of each start
 	data, _ := os.ReadFile(h.runLog)
@@ -290,7 +295,8 @@ func (r report) String() string {
 	fmt.Fprintf(&b, "outcomes (phase/reason): %s\n", sortedCounts(r.outcomes))
 	fmt.Fprintf(&b, "succeeded with the right result: %d; ended by a fault (SandboxLost, InterpreterDied, SessionLost): %d (SessionLost %d)\n",
 		r.succeeded, r.faultEnded, r.sessionLost)
-	fmt.Fprintf(&b, "code starts recorded: %d\n", r.runsRecorded)
+	fmt.Fprintf(&b, "code starts recorded: %d; agents not restarted after an exit the API server did not hear of: %d\n",
+		r.runsRecorded, r.agentsNotRestarted)
 	fmt.Fprintf(&b, "invariants: %s\n", r.summary())
 	fmt.Fprintf(&b, "longest creation-to-end: %s; longest wait while an idle pod was free: %s (bound %s)\n",
 		r.maxLatency.Round(time.Millisecond), r.maxIdleWait.Round(time.Millisecond), idleBound)

@@ -70,6 +70,21 @@ type Kubelet struct {
 	// Ready about StartDelay after its creation). Waiting pods hold no worker.
 	StartDelay time.Duration
 	firstSeen  map[types.NamespacedName]seen
+
+	// ended holds, by pod, the Failed status of a pod whose agent exited:
+	// its restart policy is Never, so the agent is never started again, and
+	// the status is written again until it is stored (the API server may be
+	// away when the agent exits). A kubelet that started a new agent there
+	// would hand the manager an agent that never heard of the pod's run.
+	ended map[types.NamespacedName]endedAgent
+	// notRestarted counts the times a pod whose agent had exited was seen
+	// not yet Failed (where a new agent used to be started).
+	notRestarted int
+}
+
+type endedAgent struct {
+	uid    types.UID
+	status func(*corev1.PodStatus)
 }
 
 // seen is when the kubelet first saw a pod (of that UID).
@@ -194,10 +209,20 @@ func (k *Kubelet) Started() int {
 	return k.started
 }
 
+// NotRestarted counts the times the kubelet found a pod whose agent had
+// exited not yet marked Failed (its status write had failed), and did not
+// start another agent there.
+func (k *Kubelet) NotRestarted() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.notRestarted
+}
+
 // SetupWithManager registers the kubelet as a controller of sandbox pods.
 func (k *Kubelet) SetupWithManager(mgr ctrl.Manager) error {
 	k.procs = map[types.NamespacedName]*proc{}
 	k.firstSeen = map[types.NamespacedName]seen{}
+	k.ended = map[types.NamespacedName]endedAgent{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Pod{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
@@ -213,6 +238,7 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		k.stop(req.NamespacedName)
 		k.mu.Lock()
 		delete(k.firstSeen, req.NamespacedName)
+		delete(k.ended, req.NamespacedName)
 		k.mu.Unlock()
 		return ctrl.Result{}, nil
 	}
@@ -221,7 +247,21 @@ func (k *Kubelet) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	k.mu.Lock()
 	p, running := k.procs[req.NamespacedName]
+	end, hasEnded := k.ended[req.NamespacedName]
 	k.mu.Unlock()
+	if hasEnded && end.uid == pod.UID {
+		// Its agent exited (RestartPolicy Never): say so until it is stored.
+		if pod.Status.Phase == corev1.PodFailed {
+			return ctrl.Result{}, nil
+		}
+		k.mu.Lock()
+		k.notRestarted++
+		k.mu.Unlock()
+		if err := k.setStatus(ctx, pod, end.status); err != nil {
+			return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, client.IgnoreNotFound(err)
+		}
+		return ctrl.Result{}, nil
+	}
 	if running && p.uid != pod.UID { // a new pod of the same name
 		k.stop(req.NamespacedName)
 		running = false
@@ -426,7 +466,7 @@ func (k *Kubelet) watch(key types.NamespacedName, p *proc) {
 		return
 	}
 	message, _ := os.ReadFile(p.terminationLog)
-	_ = k.setStatus(context.Background(), pod, func(st *corev1.PodStatus) {
+	failed := func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodFailed
 		st.Reason, st.Message = "Error", fmt.Sprintf("the agent exited: %v", err)
 		// As the kubelet reports a container that ended (RestartPolicy Never).
@@ -445,7 +485,22 @@ func (k *Kubelet) watch(key types.NamespacedName, p *proc) {
 				st.Conditions[i].Status = corev1.ConditionFalse
 			}
 		}
-	})
+	}
+	k.mu.Lock()
+	k.ended[key] = endedAgent{uid: p.uid, status: failed}
+	k.mu.Unlock()
+	// A failed write (the API server away) is written again by Reconcile,
+	// woken by the pod's next event or this retry.
+	for range 120 {
+		err := k.setStatus(context.Background(), pod, failed)
+		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(time.Second)
+		if k.Get(context.Background(), key, pod) != nil || pod.UID != p.uid || pod.Status.Phase == corev1.PodFailed {
+			return
+		}
+	}
 }
 
 func (k *Kubelet) stop(key types.NamespacedName) {
