@@ -282,8 +282,11 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 	if stream && flusher != nil { // the caller learns the run's ID before the code prints anything
 		flusher.Flush()
 	}
-	answering := newModelCalls(t, runID, model)
-	defer answering.wait()
+	var answering *modelCalls // only a run whose pool's model answers its calls has any
+	if model != nil {
+		answering = newModelCalls(t, runID, model)
+		defer answering.wait()
+	}
 	// Relayed as read, without a bound on a line: the agent bounds what a run
 	// prints, and a line cut here would end the caller's stream mid-event.
 	// A line the model answers, or any line but the result for a caller who

@@ -74,8 +74,4 @@ func (m *modelCalls) answer(ctx context.Context, line []byte) {
 
 // wait returns once no answer is being sent: the request's context, which
 // the answers use, ends with the handler.
-func (m *modelCalls) wait() {
-	if m != nil {
-		m.wg.Wait()
-	}
-}
+func (m *modelCalls) wait() { m.wg.Wait() }

@@ -2,8 +2,8 @@ package kubectlplugin
 
 import (
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/printers"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -32,8 +32,14 @@ func checkOutput(output string) error {
 // printObject prints list as kubectl get -o json|yaml does: the List kind
 // with every item's apiVersion and kind.
 func (p *plugin) printObject(list runtime.Object, kind, output string) error {
-	list.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{Group: sandboxv1alpha1.GroupVersion.Group,
-		Version: sandboxv1alpha1.GroupVersion.Version, Kind: kind + "List"})
+	list.GetObjectKind().SetGroupVersionKind(sandboxv1alpha1.GroupVersion.WithKind(kind + "List"))
+	// The typed client leaves the items' own apiVersion and kind empty.
+	if err := meta.EachListItem(list, func(o runtime.Object) error {
+		o.GetObjectKind().SetGroupVersionKind(sandboxv1alpha1.GroupVersion.WithKind(kind))
+		return nil
+	}); err != nil {
+		return err
+	}
 	var pr printers.ResourcePrinter = &printers.JSONPrinter{}
 	if output == outputYAML {
 		pr = &printers.YAMLPrinter{}

@@ -349,7 +349,8 @@ func TestPlugin(t *testing.T) {
 		got = plugin("top", "-o", "json")
 		var pools sandboxv1alpha1.SandboxPoolList
 		if err := json.Unmarshal([]byte(got.stdout), &pools); err != nil || got.code != 0 || pools.Kind != "SandboxPoolList" ||
-			len(pools.Items) == 0 || pools.Items[0].Name != "python" {
+			len(pools.Items) == 0 || pools.Items[0].Name != "python" || pools.Items[0].Kind != "SandboxPool" ||
+			pools.Items[0].APIVersion != "sandbox.warmpool.dev/v1alpha1" {
 			t.Fatalf("top -o json: exit %d, %v\n%s", got.code, err, got.stdout)
 		}
 		got = plugin("sessions", "-o", "yaml")

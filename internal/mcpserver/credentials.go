@@ -16,24 +16,19 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
-// Caller is whom a tool call acts for, with clients that hold its credentials.
+// Caller is whom a tool call acts for, with a client that holds its credentials.
 type Caller struct {
 	// Name keys the caller: a Session is used only by calls of the caller
 	// that leased it.
 	Name string
-	// Sessions creates Sessions and runs code in them.
+	// Sessions creates Sessions, runs code in them and ends them.
 	Sessions *sessions.Client
-	// objects ends Sessions (spec.close), which pkg/sessions does not offer.
-	objects rest.Interface
 }
 
 // NewCaller returns the Caller name, acting with cfg.
@@ -42,31 +37,14 @@ func NewCaller(name string, cfg *rest.Config) (*Caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := rest.CopyConfig(cfg)
-	rc.APIPath = "/apis"
-	rc.GroupVersion = &sandboxv1alpha1.GroupVersion
-	rc.NegotiatedSerializer = scheme.Codecs.WithoutConversion() // for the API server's Status errors
-	objects, err := rest.RESTClientFor(rc)
-	if err != nil {
-		return nil, fmt.Errorf("client for Sessions: %w", err)
-	}
-	return &Caller{Name: name, Sessions: c, objects: objects}, nil
+	return &Caller{Name: name, Sessions: c}, nil
 }
 
-// end closes a Session (spec.close) rather than deleting it: the manager
-// frees the pod of a closed Session at once, while a deleted Session's pod
-// waits for its pool's orphan grace (30 s after its last run). The Session
-// stays listed, Closed, until its TTL. A caller who may delete Sessions but
-// not patch them deletes it.
+// end ends a Session with the caller's current credentials (the first
+// call's token may have expired since): spec.close, so the Session stays
+// listed, Closed, until its TTL; a delete when the caller may not patch it.
 func (c *Caller) end(ctx context.Context, ses *sessions.Session) error {
-	err := c.objects.Patch(types.MergePatchType).Namespace(ses.Namespace).Resource("sessions").Name(ses.Name).
-		Body([]byte(`{"spec":{"close":true}}`)).Do(ctx).Error()
-	switch {
-	case apierrors.IsForbidden(err):
-		return ses.Close(ctx)
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
+	if err := c.Sessions.Open(ses.Namespace, ses.Name).End(ctx); err != nil {
 		return fmt.Errorf("close session %s/%s: %w", ses.Namespace, ses.Name, err)
 	}
 	return nil

@@ -587,7 +587,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 		if !req.Keep {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 			defer cancel()
-			_ = s.close(cctx)
+			_ = s.End(cctx)
 		}
 		return nil, s, err
 	}
@@ -596,7 +596,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 	if !req.Keep || errors.As(rerr, &notRun) { // a Session whose code never ran is nobody's, kept or not
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		defer cancel()
-		_ = s.close(cctx)
+		_ = s.End(cctx)
 	}
 	if rerr != nil {
 		return nil, s, rerr
@@ -659,10 +659,11 @@ func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*
 	}
 }
 
-// close ends the Session (spec.close) rather than deleting it: it stays
-// listed, Closed, until its TTL. A caller who may delete Sessions but not
+// End ends the Session (spec.close) rather than deleting it: its pod goes
+// back to the pool, and the Session stays listed, Closed (with its last
+// runs' outcomes), until its TTL. A caller who may delete Sessions but not
 // patch them deletes it.
-func (s *Session) close(ctx context.Context) error {
+func (s *Session) End(ctx context.Context) error {
 	obj := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
 	err := s.c.objects.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"close":true}}`)))
 	if apierrors.IsForbidden(err) {
