@@ -1,4 +1,8 @@
 # warmpool REPL server: embedded in the agent binary and run as `python3 -u -c`.
+# The TypeScript client runs this same file: its native backend as the agent
+# does (python3 -u -c, fds 3 and 4), its Pyodide backend imports it without
+# running main() and replaces _send/_recv with the worker's channel (there
+# are no fds or signals to set up in WebAssembly).
 #
 # It talks JSON-RPC 2.0, one message per line, with the agent on two pipes that
 # it receives as fd 3 (requests in) and fd 4 (responses and bridge calls out)
@@ -34,14 +38,18 @@ import json
 import linecache
 import os
 import re
-import resource
 import signal
 import sys
 import time
 import traceback
 import types
 
-SERVER_FILE = "<string>"  # co_filename of this file's frames when run with -c
+try:
+    import resource
+except ImportError:  # Pyodide
+    resource = None
+
+SERVER_FILE = sys._getframe().f_code.co_filename  # "<string>" with -c, "<exec>" in Pyodide
 _SERVER_GLOBALS = globals()
 _EXCEPTION_GROUPS = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
 
@@ -55,9 +63,9 @@ _LINECACHE_BUDGET = 1 << 20  # characters of earlier executions' source kept for
 def _fd_floor():
     try:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (OSError, ValueError):
+    except (AttributeError, OSError, ValueError):
         soft = 1024
-    if soft == resource.RLIM_INFINITY or soft <= 0:
+    if (resource is not None and soft == resource.RLIM_INFINITY) or soft <= 0:
         soft = 1 << 16
     return max(10, min(soft, 4096) - 64)
 
@@ -80,16 +88,14 @@ _decoder = json.JSONDecoder()
 # must never serve the agent (the next runs would go to a copy).
 _SERVER_PID = os.getpid()
 
-_RPC_IN, _RPC_OUT = _stash_fd(3), _stash_fd(4)
-os.close(3)
-os.close(4)
+_RPC_IN = _RPC_OUT = None
 _in_buf = b""
 
-# The standard streams as they were at start-up, restored around every execution.
-_STD_FDS = {fd: _stash_fd(fd) for fd in (0, 1, 2)}
-_STD_FLAGS = {fd: fcntl.fcntl(fd, fcntl.F_GETFL) for fd in (0, 1, 2)}
+# The standard streams as they were at start-up, restored around every
+# execution (empty until _open_transport: nothing to restore in Pyodide).
+_STD_FDS, _STD_FLAGS = {}, {}
 _STD_STREAMS = {"stdin": sys.stdin, "stdout": sys.stdout, "stderr": sys.stderr}
-_STD_TEXT = {name: (s.encoding, s.errors) for name, s in _STD_STREAMS.items()}
+_STD_TEXT = {name: (getattr(s, "encoding", "utf-8"), getattr(s, "errors", "strict")) for name, s in _STD_STREAMS.items()}
 
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
@@ -149,12 +155,24 @@ def _open_std(name):
                             errors=errors, line_buffering=True)
 
 
-_STD_STREAMS["stdout"], _STD_STREAMS["stderr"] = _open_std("stdout"), _open_std("stderr")
+def _open_transport():
+    """Takes the agent's pipes (fd 3 in, fd 4 out) and copies of the standard
+    streams to high close-on-exec fds, out of the code's way."""
+    global _RPC_IN, _RPC_OUT
+    _RPC_IN, _RPC_OUT = _stash_fd(3), _stash_fd(4)
+    os.close(3)
+    os.close(4)
+    for fd in (0, 1, 2):
+        _STD_FDS[fd] = _stash_fd(fd)
+        _STD_FLAGS[fd] = fcntl.fcntl(fd, fcntl.F_GETFL)
+    _STD_STREAMS["stdout"], _STD_STREAMS["stderr"] = _open_std("stdout"), _open_std("stderr")
 
 
 def _restore_std():
     """Puts fd 0, 1, 2 and sys.stdin/stdout/stderr back as they were at start-up,
     whatever the code did to them (closed, dup2'ed over, replaced, set to None)."""
+    if not _STD_FDS:
+        return
     for fd, saved in _STD_FDS.items():
         try:
             os.dup2(saved, fd)
@@ -255,6 +273,39 @@ def rlm_query(task, ctx=None):
     return _bridge("rlm_query", {"task": str(task), "context": ctx})
 
 
+def llm_query_batched(prompts):
+    """Asks the caller's language model each prompt, concurrently; returns the answers in order."""
+    prompts = [str(p) for p in prompts]
+    answers = _bridge("llm_query_batched", {"prompts": prompts})
+    return _answers(answers, len(prompts), "llm_query_batched")
+
+
+def rlm_query_batched(tasks, ctx=None):
+    """Runs recursive sub-tasks concurrently: each a str (with ctx, default the
+    current context) or a (task, ctx) pair; returns the answers in order."""
+    if ctx is None:
+        ctx = _globals.get("context")
+    items = []
+    for t in tasks:
+        task, task_ctx = (t[0], t[1]) if isinstance(t, (tuple, list)) else (t, ctx)
+        items.append({"task": str(task), "context": task_ctx})
+    answers = _bridge("rlm_query_batched", {"tasks": items})
+    return _answers(answers, len(items), "rlm_query_batched")
+
+
+def _answers(answers, n, method):
+    if not isinstance(answers, list) or len(answers) != n:
+        raise RuntimeError(f"{method}: the caller answered {type(answers).__name__} instead of a list of {n} answers")
+    return answers
+
+
+def FINAL_VAR(name):
+    """Ends the execution with the value of the global `name` as its result."""
+    if name not in _globals:
+        raise NameError(f"FINAL_VAR: no variable named {name!r}")
+    FINAL(_globals[name])
+
+
 def chunk_text(text, size=2000, overlap=200):
     """Splits text into pieces of `size` characters that overlap by `overlap`."""
     if size <= 0:
@@ -322,7 +373,8 @@ def get_linked_chunks(chunk_id):
 
 
 _HELPERS = {
-    "FINAL": FINAL, "llm_query": llm_query, "rlm_query": rlm_query, "chunk_text": chunk_text,
+    "FINAL": FINAL, "FINAL_VAR": FINAL_VAR, "llm_query": llm_query, "rlm_query": rlm_query,
+    "llm_query_batched": llm_query_batched, "rlm_query_batched": rlm_query_batched, "chunk_text": chunk_text,
     "search_context": search_context, "read_chunk": read_chunk, "search_chunks": search_chunks,
     "list_chunks_by_tag": list_chunks_by_tag, "get_linked_chunks": get_linked_chunks,
 }
@@ -533,6 +585,7 @@ def _write_marker(marker):
 
 
 def main():
+    _open_transport()
     try:
         os.nice(5)  # the agent must stay responsive while user code burns CPU
     except OSError:
@@ -601,4 +654,5 @@ def main():
         _send({"jsonrpc": "2.0", "id": msg.get("id"), "result": res})
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+// What the daemon and warmpool backends share: both talk to a warmpool agent
+// (directly over the daemon's socket, or through the data plane), which runs
+// the REPL server and streams a run as NDJSON events.
+import { randomUUID } from "node:crypto";
+import type http from "node:http";
+
+import { HTTPError, json, type Request } from "../http.js";
+import { OutputCollector, toCodeExecution } from "../run.js";
+import { readRun } from "../stream.js";
+import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
+
+/** The fields of a run request both the agent and the data plane take. */
+export interface RunFields {
+  id: string;
+  code: string;
+  stream: true;
+  bridge: true;
+  context?: unknown;
+  timeoutMillis?: number;
+  graceMillis?: number;
+  maxOutputBytes?: number;
+  maxBridgeCalls: number;
+}
+
+export abstract class RemoteSandbox implements Sandbox {
+  protected running?: string;
+  protected destroyed = false;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(protected readonly config: SandboxConfig, protected readonly bridges: SandboxBridges) {}
+
+  /** Sends a request to the agent or the data plane. */
+  protected abstract request(req: Request): Promise<http.IncomingMessage>;
+  /** Starts the run (and, on first use, whatever holds the interpreter); answers its stream. */
+  protected abstract startRun(fields: RunFields): Promise<http.IncomingMessage>;
+  protected abstract answer(runId: string, callId: string, answer: { result?: unknown; error?: string }): Promise<void>;
+  protected abstract interrupt(runId: string): Promise<void>;
+  protected abstract variable(name: string): Promise<http.IncomingMessage>;
+  abstract destroy(): Promise<void>;
+
+  protected serial<T>(f: () => Promise<T>): Promise<T> {
+    if (this.destroyed) return Promise.reject(new SandboxError("the sandbox was destroyed"));
+    const next = this.queue.then(f, f);
+    this.queue = next.catch(() => {});
+    return next;
+  }
+
+  protected fields(code: string, context?: unknown): RunFields {
+    const f: RunFields = {
+      id: randomUUID(), code, stream: true, bridge: true, maxBridgeCalls: this.config.maxBridgeCalls ?? 64,
+      // Room for maxOutputLength characters of UTF-8; the cut that counts is this client's.
+      maxOutputBytes: Math.min(Math.max((this.config.maxOutputLength || 0) * 4 + 4096, 64 << 10), 8 << 20),
+    };
+    if (this.config.timeout > 0) f.timeoutMillis = Math.ceil(this.config.timeout);
+    if (this.config.grace) f.graceMillis = this.config.grace;
+    if (context !== undefined) f.context = context;
+    return f;
+  }
+
+  protected async run(code: string, context?: unknown): Promise<CodeExecution> {
+    const started = performance.now();
+    const fields = this.fields(code, context);
+    const output = new OutputCollector(this.config);
+    this.running = fields.id;
+    try {
+      const body = await this.startRun(fields);
+      const outcome = await readRun(body, output, this.bridges, (call, a) => this.answer(fields.id, call, a));
+      return toCodeExecution(code, outcome, output, started, this.config);
+    } finally {
+      this.running = undefined;
+    }
+  }
+
+  async initialize(context: string): Promise<void> {
+    const ex = await this.serial(() => this.run("None", context));
+    if (ex.error) throw new SandboxError(`setting the context failed: ${ex.error}`);
+  }
+
+  execute(code: string): Promise<CodeExecution> {
+    return this.serial(() => this.run(code));
+  }
+
+  getVariable(name: string): Promise<unknown> {
+    return this.serial(async () => {
+      let v: any;
+      try {
+        v = await json(await this.variable(name));
+      } catch (e) {
+        if (e instanceof HTTPError && e.status === 404 && /no variable/.test(e.message)) return undefined;
+        throw e;
+      }
+      return v && "json" in v ? v.json : v?.repr;
+    });
+  }
+
+  async cancel(): Promise<void> {
+    const id = this.running;
+    if (!id) return;
+    try {
+      await this.interrupt(id);
+    } catch (e) {
+      // 404/409: the run ended meanwhile.
+      if (!(e instanceof HTTPError && (e.status === 404 || e.status === 409))) throw e;
+    }
+  }
+}

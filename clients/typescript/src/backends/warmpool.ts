@@ -1,0 +1,111 @@
+// warmpool: a Session of a SandboxPool on a Kubernetes cluster, through the
+// data plane (data.warmpool.dev, served by kube-apiserver's aggregation
+// layer, so the kubeconfig's credentials and RBAC on the Session decide).
+// The first call creates the Session, waits for a warm interpreter and runs
+// its code in one request (runs/NAME/exec with keep); the next go to
+// sessions/NAME/exec. The code's llm_query/rlm_query come back as events on
+// the run's stream and are answered by the caller's bridges: the sandbox
+// needs no egress and never sees an API key.
+import { randomBytes } from "node:crypto";
+import type http from "node:http";
+
+import { HTTPError, readAll, type Request } from "../http.js";
+import { DATA_GROUP, GROUP, Kube, VERSION } from "../kube.js";
+import { SandboxError, type SandboxBridges, type SandboxConfig } from "../types.js";
+import { RemoteSandbox, type RunFields } from "./remote.js";
+
+/** A Session name of the client's own making: `ts-` and 10 random characters. */
+export function sessionName(prefix = "ts-"): string {
+  const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
+  return prefix + Array.from(randomBytes(10), (b) => alphabet[b % alphabet.length]).join("");
+}
+
+export class WarmpoolSandbox extends RemoteSandbox {
+  readonly backend = "warmpool";
+  /** The Session's name (set before the first call), e.g. for kubectl get ses. */
+  readonly name: string;
+  private kube?: Promise<Kube>;
+  private leased = false;
+
+  constructor(config: SandboxConfig, bridges: SandboxBridges, name?: string) {
+    super(config, bridges);
+    if (!config.pool) throw new SandboxError("the warmpool backend needs a pool (config.pool: a SandboxPool's name)");
+    this.name = name ?? sessionName();
+  }
+
+  /** The namespace of the Session (the config's, else the kubeconfig context's). */
+  async namespace(): Promise<string> {
+    return this.config.namespace ?? (await this.client()).namespace;
+  }
+
+  private client(): Promise<Kube> {
+    this.kube ??= Kube.load({ kubeconfig: this.config.kubeconfig, kubeContext: this.config.kubeContext });
+    return this.kube;
+  }
+
+  protected async request(req: Request): Promise<http.IncomingMessage> {
+    return (await this.client()).request(req);
+  }
+
+  /** The path of a data-plane subresource of this Session. */
+  async path(sub: string): Promise<string> {
+    const ns = encodeURIComponent(await this.namespace());
+    return `/apis/${DATA_GROUP}/${VERSION}/namespaces/${ns}/sessions/${this.name}/${sub}`;
+  }
+
+  protected async startRun(fields: RunFields): Promise<http.IncomingMessage> {
+    if (this.leased) {
+      return this.request({ method: "POST", path: await this.path("exec"), body: fields, accept: "application/x-ndjson" });
+    }
+    // The first call leases: a Session named here, owned by the caller,
+    // kept open for the next calls, and its first run, in one round trip.
+    const ns = encodeURIComponent(await this.namespace());
+    const body: Record<string, unknown> = {
+      ...fields, pool: this.config.pool, keep: true, waitMillis: this.config.readyTimeout ?? 60_000,
+    };
+    if (this.config.idleTimeout) body.idleTimeoutMillis = Math.round(this.config.idleTimeout * 1000);
+    const res = await this.request({
+      method: "POST", path: `/apis/${DATA_GROUP}/${VERSION}/namespaces/${ns}/runs/${this.name}/exec`, body,
+      accept: "application/x-ndjson",
+    });
+    this.leased = true;
+    return res;
+  }
+
+  /** Leases the Session now (it is leased by the first call otherwise). */
+  async lease(): Promise<void> {
+    if (!this.leased) await this.serial(() => this.run("None"));
+  }
+
+  protected async answer(runId: string, callId: string, answer: { result?: unknown; error?: string }): Promise<void> {
+    await readAll(await this.request({ method: "POST", path: await this.path("bridge"), body: { id: runId, call: callId, ...answer } }));
+  }
+
+  protected async interrupt(runId: string): Promise<void> {
+    await readAll(await this.request({ method: "POST", path: await this.path("interrupt"), body: { id: runId } }));
+  }
+
+  protected async variable(name: string): Promise<http.IncomingMessage> {
+    return this.request({ method: "GET", path: `${await this.path("variables")}?name=${encodeURIComponent(name)}` });
+  }
+
+  /** Closes the Session: its pod is freed at once. */
+  async destroy(): Promise<void> {
+    if (this.destroyed) return;
+    await this.cancel().catch(() => {});
+    this.destroyed = true;
+    if (this.kube) {
+      const kube = await this.kube.catch(() => undefined);
+      if (kube) {
+        try {
+          const ns = encodeURIComponent(await this.namespace());
+          await readAll(await kube.request({ method: "DELETE", path: `/apis/${GROUP}/${VERSION}/namespaces/${ns}/sessions/${this.name}` }));
+        } catch (e) {
+          if (!(e instanceof HTTPError && e.status === 404)) throw e;
+        } finally {
+          kube.close();
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,153 @@
+// What every backend shares: output cut and split into lines, the answer to
+// the code's bridge calls, and a run's outcome as a CodeExecution.
+import type { CodeExecution, REPLConfig, SandboxBridges } from "./types.js";
+
+/** A run's outcome as the REPL server (or the agent) reports it. */
+export interface RawOutcome {
+  /** ok | final | error | interrupted, or timed_out when the caller's timeout stopped it. */
+  status: string;
+  result?: string | null;
+  error?: { type: string; message: string; traceback?: string } | null;
+  /** The interpreter was replaced: variables of earlier blocks are gone. */
+  stateLost?: boolean;
+}
+
+/** Cuts text longer than max the way the seed did. */
+export function truncate(text: string, max: number): string {
+  if (!(max > 0) || text.length <= max) return text;
+  return text.slice(0, max) + `... [truncated, ${text.length - max} chars omitted]`;
+}
+
+/** Splits a stream of output chunks into whole lines for onStdout/onStderr. */
+export class LineSplitter {
+  private rest = "";
+  constructor(private readonly emit?: (line: string) => void) {}
+
+  push(chunk: string): void {
+    if (!this.emit || !chunk) return;
+    const text = this.rest + chunk;
+    const lines = text.split("\n");
+    this.rest = lines.pop() ?? "";
+    for (const line of lines) this.emit(line);
+  }
+
+  end(): void {
+    if (this.emit && this.rest) this.emit(this.rest);
+    this.rest = "";
+  }
+}
+
+/** Collects one run's stdout and stderr and hands lines to the callbacks. */
+export class OutputCollector {
+  stdout = "";
+  stderr = "";
+  private readonly out: LineSplitter;
+  private readonly err: LineSplitter;
+
+  constructor(config: Pick<REPLConfig, "onStdout" | "onStderr">) {
+    this.out = new LineSplitter(config.onStdout);
+    this.err = new LineSplitter(config.onStderr);
+  }
+
+  write(stream: "stdout" | "stderr", chunk: string): void {
+    if (stream === "stdout") {
+      this.stdout += chunk;
+      this.out.push(chunk);
+    } else {
+      this.stderr += chunk;
+      this.err.push(chunk);
+    }
+  }
+
+  end(): void {
+    this.out.end();
+    this.err.end();
+  }
+}
+
+function contextString(ctx: unknown): string | undefined {
+  if (ctx === undefined || ctx === null) return undefined;
+  return typeof ctx === "string" ? ctx : JSON.stringify(ctx);
+}
+
+/**
+ * Answers one bridge call of the code with the caller's bridges. Returns the
+ * JSON value the code receives; a thrown error reaches the code as
+ * RuntimeError with its message.
+ */
+export async function answerBridge(bridges: SandboxBridges, method: string, params: any): Promise<unknown> {
+  params = params ?? {};
+  switch (method) {
+    case "llm_query":
+      return String(await bridges.onLLMQuery(String(params.prompt ?? "")));
+    case "rlm_query":
+      return String(await bridges.onRLMQuery(String(params.task ?? ""), contextString(params.context)));
+    case "llm_query_batched": {
+      const prompts: unknown[] = Array.isArray(params.prompts) ? params.prompts : [];
+      return Promise.all(prompts.map(async (p) => String(await bridges.onLLMQuery(String(p)))));
+    }
+    case "rlm_query_batched": {
+      const tasks = (Array.isArray(params.tasks) ? params.tasks : []).map((t: any) => ({
+        task: String(t?.task ?? ""),
+        context: contextString(t?.context),
+      }));
+      if (bridges.onBatchRLMQuery) {
+        const answers = await bridges.onBatchRLMQuery(tasks);
+        if (!Array.isArray(answers) || answers.length !== tasks.length) {
+          throw new Error(`onBatchRLMQuery answered ${Array.isArray(answers) ? answers.length : typeof answers} for ${tasks.length} tasks`);
+        }
+        return answers.map(String);
+      }
+      return Promise.all(tasks.map(async (t: { task: string; context?: string }) => String(await bridges.onRLMQuery(t.task, t.context))));
+    }
+  }
+  throw new Error(`${method} is not answered by this sandbox's bridges`);
+}
+
+/** The message of an error thrown by a bridge, for the code. */
+export function bridgeErrorMessage(e: unknown): string {
+  if (e instanceof Error) return `${e.name}: ${e.message}`;
+  return String(e);
+}
+
+/** The CodeExecution of a run: output cut to maxOutputLength, the error as text. */
+export function toCodeExecution(code: string, outcome: RawOutcome, output: OutputCollector, startedAt: number,
+                                config: Pick<REPLConfig, "maxOutputLength" | "timeout">): CodeExecution {
+  output.end();
+  const ex: CodeExecution = {
+    code,
+    stdout: truncate(output.stdout, config.maxOutputLength),
+    stderr: truncate(output.stderr, config.maxOutputLength),
+    duration: performance.now() - startedAt,
+    status: "ok",
+  };
+  const err = outcome.error;
+  const described = err ? (err.traceback?.trim() || `${err.type}: ${err.message}`) : undefined;
+  switch (outcome.status) {
+    case "final":
+      ex.final = true;
+      ex.result = outcome.result ?? "";
+      break;
+    case "ok":
+    case "succeeded":
+      if (outcome.result !== undefined && outcome.result !== null) ex.result = outcome.result;
+      break;
+    case "timed_out":
+      ex.status = "timeout";
+      ex.error = `TimeoutError: the code ran longer than its timeout of ${config.timeout} ms and was interrupted (KeyboardInterrupt)`;
+      break;
+    case "interrupted":
+      ex.status = "cancelled";
+      ex.error = described ?? "KeyboardInterrupt";
+      break;
+    default:
+      ex.status = "error";
+      ex.error = described ?? `the run failed (${outcome.status})`;
+  }
+  if (outcome.stateLost) {
+    ex.error = (ex.error ? ex.error + "\n" : "") +
+      "The interpreter did not stop and was replaced: variables of earlier code blocks are gone.";
+    if (ex.status === "ok") ex.status = "error";
+  }
+  return ex;
+}

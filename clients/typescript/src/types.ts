@@ -1,0 +1,95 @@
+// The RLM sandbox's interface, as its TypeScript users wrote code against it.
+// Names and shapes are kept; fields marked "warmpool" are additions.
+
+/** Answers the code's calls out of the sandbox. */
+export interface SandboxBridges {
+  /** The code's `llm_query(prompt)`. */
+  onLLMQuery: (prompt: string) => Promise<string>;
+  /** The code's `rlm_query(task, ctx)`; `context` is the current context when the code gave none. */
+  onRLMQuery: (task: string, context?: string) => Promise<string>;
+  /** The code's `rlm_query_batched(tasks)`; without it each task goes to onRLMQuery, in parallel. */
+  onBatchRLMQuery?: (tasks: { task: string; context?: string }[]) => Promise<string[]>;
+}
+
+/** One code block's outcome. */
+export interface CodeExecution {
+  code: string;
+  stdout: string;
+  stderr: string;
+  /** The exception the code raised (its traceback, ending in `Type: message`), or why the run stopped. */
+  error?: string;
+  /** Milliseconds from the call to its answer. */
+  duration: number;
+  /** warmpool: the repr of the block's last expression, or the FINAL() answer. */
+  result?: string;
+  /** warmpool: true when the code called FINAL / FINAL_VAR. */
+  final?: boolean;
+  /** warmpool: how the run ended. */
+  status?: "ok" | "error" | "timeout" | "cancelled";
+}
+
+export interface Sandbox {
+  /** Starts the sandbox (when not yet started) and sets `context` in Python. */
+  initialize(context: string): Promise<void>;
+  execute(code: string): Promise<CodeExecution>;
+  /** A Python global as a JS value (JSON's mapping; a value that is not JSON comes back as its repr); undefined when missing. */
+  getVariable(name: string): Promise<unknown>;
+  /** KeyboardInterrupt in the running code; a no-op when nothing runs. */
+  cancel(): Promise<void>;
+  /** Everything released; the sandbox cannot be used afterwards. */
+  destroy(): Promise<void>;
+}
+
+export interface REPLConfig {
+  /** Milliseconds per code block: the code gets KeyboardInterrupt, then is stopped. */
+  timeout: number;
+  /** Longer stdout/stderr is cut with "... [truncated, N chars omitted]". */
+  maxOutputLength: number;
+  /** Pyodide: where it loads from, a string or a list (the first is used); default: the installed `pyodide` package. */
+  indexURL?: string | string[];
+  fullStdLib?: boolean;
+  /** Pyodide packages loaded at start-up (from indexURL). */
+  preloadPackages?: string[];
+  /** Pyodide: run in a worker thread with a SharedArrayBuffer interrupt (default true). */
+  useWorker?: boolean;
+  onStdout?: (line: string) => void;
+  onStderr?: (line: string) => void;
+}
+
+export type SandboxBackend = "pyodide" | "native" | "daemon" | "warmpool" | "auto";
+
+/** warmpool: where a `warmpool` sandbox runs. */
+export interface WarmpoolTarget {
+  /** The SandboxPool whose warm interpreter is leased. */
+  pool?: string;
+  /** Namespace of the pool; default: the kubeconfig context's, else "default". */
+  namespace?: string;
+  /** Path of a kubeconfig; default: $KUBECONFIG, ~/.kube/config, or in-cluster credentials. */
+  kubeconfig?: string;
+  /** A context of the kubeconfig; default: its current context. */
+  kubeContext?: string;
+  /** Seconds without a run after which the Session closes; default: the pool's. */
+  idleTimeout?: number;
+  /** Milliseconds to wait for the Session to be Ready (default 60000). */
+  readyTimeout?: number;
+}
+
+export interface SandboxConfig extends REPLConfig, WarmpoolTarget {
+  backend?: SandboxBackend;
+  /** native: the python3 to run (default "python3"); auto also checks it. */
+  pythonPath?: string;
+  /** daemon: its socket (default ~/.rlm/daemon.sock; on Windows the pipe \\.\pipe\rlm-daemon). */
+  socketPath?: string;
+  /** native and daemon: milliseconds an interrupted run may take to stop before its interpreter is replaced (default 2000). */
+  grace?: number;
+  /** Calls to llm_query/rlm_query one block may make (default 64). */
+  maxBridgeCalls?: number;
+}
+
+/** Raised for a sandbox that cannot be used (destroyed, failed to start). */
+export class SandboxError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxError";
+  }
+}
