@@ -14,7 +14,7 @@ GO=${GO:-go}
 export K8S_VERSION=${K8S_VERSION:-v1.34.10} ETCD_VERSION=${ETCD_VERSION:-v3.5.35}
 cd "$ROOT"
 
-progress_plan 6 "make test: unit and envtest integration tests, with the Python client's suite. The first run builds etcd and kube-apiserver from Go modules (about 14 min on 2 cores); later runs take about 4 min"
+progress_plan 7 "make test: unit and envtest integration tests, with the Python and TypeScript clients' suites. The first run builds etcd and kube-apiserver from Go modules (about 14 min on 2 cores); later runs take about 4 min"
 
 step "generating CRDs, RBAC and DeepCopy code (make manifests generate; the first run also builds controller-gen and kustomize from Go modules: a few minutes)"
 run_logged "$(progress_log test-generate)" make --no-print-directory manifests generate
@@ -27,8 +27,10 @@ step_done "vet passed"
 # As before: the tests run without it (the Python suite then fails and says what to install).
 python=
 substeps_to python 1 hack/python-deps.sh || true
+nodedir=
+substeps_to nodedir 1 hack/node.sh || true
 substeps_to assets 2 hack/k8s-binaries.sh envtest
 
-step "go test ./...: unit, envtest integration and the Python client's suite (about 4 min once the builds above are cached)"
-WARMPOOL_PYTHON="$python" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
+step "go test ./...: unit, envtest integration and the Python and TypeScript clients' suites (about 5 min once the builds above are cached)"
+WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
 progress_end

@@ -22,6 +22,9 @@ export interface RunFields {
   maxBridgeCalls: number;
 }
 
+/** The most output per stream an agent in a pod keeps (api/v1alpha1 MaxOutputBytesLimit). */
+export const MAX_OUTPUT_BYTES = 131072;
+
 export abstract class RemoteSandbox implements Sandbox {
   protected running?: string;
   protected destroyed = false;
@@ -48,8 +51,10 @@ export abstract class RemoteSandbox implements Sandbox {
   protected fields(code: string, context?: unknown): RunFields {
     const f: RunFields = {
       id: randomUUID(), code, stream: true, bridge: true, maxBridgeCalls: this.config.maxBridgeCalls ?? 64,
-      // Room for maxOutputLength characters of UTF-8; the cut that counts is this client's.
-      maxOutputBytes: Math.min(Math.max((this.config.maxOutputLength || 0) * 4 + 4096, 64 << 10), 8 << 20),
+      // Room for maxOutputLength characters of UTF-8, within what agents in
+      // pods allow (the SandboxPool API's MaxOutputBytesLimit); the cut a
+      // caller sees is this client's, unless the agent had to cut first.
+      maxOutputBytes: Math.min(Math.max((this.config.maxOutputLength || 0) * 4 + 4096, 64 << 10), MAX_OUTPUT_BYTES),
     };
     if (this.config.timeout > 0) f.timeoutMillis = Math.ceil(this.config.timeout);
     if (this.config.grace) f.graceMillis = this.config.grace;
