@@ -160,6 +160,13 @@ PYTHON_FOR_IMAGE ?= /usr/bin/python3
 # when missing; NUMPY_FOR_IMAGE= builds without it).
 NUMPY_FOR_IMAGE ?= /usr/lib/python3/dist-packages/numpy
 
+# The sandbox's shell (the agent's shell runs, BashKit's tools): Debian's bash, ripgrep
+# (BashKit's Grep) and busybox-static's applets for the usual file and text commands.
+SHELL_APPLETS ?= sh cat cp mv rm mkdir rmdir touch ls ln head tail wc sort uniq grep egrep fgrep sed awk find \
+	xargs cut tr tee env pwd echo printf test true false sleep date basename dirname readlink realpath chmod stat du \
+	diff base64 md5sum sha256sum tar gzip gunzip od hexdump seq expr id uname ps kill timeout which mktemp nproc \
+	patch cmp paste rev tac less nl fold xxd
+
 .PHONY: images
 images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar, dist/pause.tar.
 	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) hack/image-deps.sh
@@ -169,6 +176,9 @@ images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar,
 	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
 		$(if $(NUMPY_FOR_IMAGE),-python-packages $(NUMPY_FOR_IMAGE)) \
 		-add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
+		-tool /usr/bin/bash:/usr/bin/bash -symlink /bin/bash:/usr/bin/bash -tool /usr/bin/rg:/usr/bin/rg \
+		-tool /bin/busybox:/usr/bin/busybox $(foreach a,$(SHELL_APPLETS),-symlink /usr/bin/$(a):busybox) \
+		-symlink /bin/sh:/usr/bin/busybox \
 		-cmd serve,--listen,:8080,--workspace,/workspace \
 		-user 65532:65532 -workdir /workspace
 	$(GO) run ./hack/imgbuild -o dist/manager.tar -tag $(IMG_MANAGER) \

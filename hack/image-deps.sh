@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the Debian packages the sandbox image is built from are here:
-# python3 (the image's interpreter) and, unless NUMPY_FOR_IMAGE is empty,
-# python3-numpy (pools that preload numpy). Installs them as root, else says
+# python3 (the image's interpreter), unless NUMPY_FOR_IMAGE is empty
+# python3-numpy (pools that preload numpy), and bash, ripgrep and
+# busybox-static (the sandbox's shell). Installs them as root, else says
 # what to install: an image built without them would leave such pools
 # warming forever.
 set -euo pipefail
@@ -10,6 +11,10 @@ missing=()
 if [[ -n ${NUMPY_FOR_IMAGE-/usr/lib/python3/dist-packages/numpy} && ! -d ${NUMPY_FOR_IMAGE:-/usr/lib/python3/dist-packages/numpy} ]]; then
   missing+=(python3-numpy)
 fi
+# The sandbox's shell: bash, ripgrep and busybox's applets.
+[[ -x /usr/bin/bash ]] || missing+=(bash)
+[[ -x /usr/bin/rg ]] || missing+=(ripgrep)
+[[ -x /bin/busybox ]] || missing+=(busybox-static)
 ((${#missing[@]})) || exit 0
 if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
   echo "the sandbox image needs the Debian packages ${missing[*]}: apt-get install ${missing[*]}" >&2

@@ -29,6 +29,11 @@ python=
 substeps_to python 1 hack/python-deps.sh || true
 nodedir=
 substeps_to nodedir 1 hack/node.sh || true
+# ripgrep where the agents of envtest run: the BashKit suite checks the sandbox's rgPath.
+if ! command -v rg >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; } || true
+fi
 substeps_to assets 2 hack/k8s-binaries.sh envtest
 
 step "go test ./...: unit, envtest integration and the Python and TypeScript clients' suites (about 5 min once the builds above are cached)"

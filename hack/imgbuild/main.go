@@ -12,6 +12,9 @@
 // the dynamic loader go into the image, so python3 runs with no distribution
 // underneath. -python-packages adds a dist-packages tree (numpy...) the same way.
 //
+// -tool SRC:DEST adds a program with the shared libraries it links (bash,
+// ripgrep), -symlink DEST:TARGET a link (busybox's applets).
+//
 // With -base, a root file system tarball (a debootstrapped Debian, say) is the
 // image's first layer and the files above go into a second one: the kind
 // node's kube-proxy and kube-router need iptables and ipset with everything
@@ -48,19 +51,21 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var opts options
-	var adds, tags listFlag
+	var adds, tags, tools, links listFlag
 	flag.StringVar(&opts.out, "o", "", "output tarball")
 	flag.Var(&tags, "tag", "image name:tag (repeatable)")
 	flag.StringVar(&opts.base, "base", "", "root file system tarball to use as the first layer")
 	flag.StringVar(&opts.python, "python", "", "python interpreter to include, e.g. /usr/bin/python3.11")
 	flag.StringVar(&opts.pythonPackages, "python-packages", "", "dist-packages directory to include, e.g. /usr/lib/python3/dist-packages")
 	flag.Var(&adds, "add", "SRC:DEST file to add (repeatable)")
+	flag.Var(&tools, "tool", "SRC:DEST program to add with the shared libraries it links (repeatable)")
+	flag.Var(&links, "symlink", "DEST:TARGET symbolic link to add (repeatable)")
 	flag.StringVar(&opts.entrypoint, "entrypoint", "", "entrypoint, comma-separated")
 	flag.StringVar(&opts.cmd, "cmd", "", "default arguments, comma-separated")
 	flag.StringVar(&opts.user, "user", "", "user[:group] the container runs as")
 	flag.StringVar(&opts.workdir, "workdir", "", "working directory")
 	flag.Parse()
-	opts.adds, opts.tags = adds, tags
+	opts.adds, opts.tags, opts.tools, opts.links = adds, tags, tools, links
 	if opts.out == "" || len(opts.tags) == 0 {
 		fmt.Fprintln(os.Stderr, "imgbuild: -o and -tag are required")
 		os.Exit(2)
@@ -73,7 +78,7 @@ func main() {
 
 type options struct {
 	out, base, python, pythonPackages string
-	adds, tags                        []string
+	adds, tags, tools, links          []string
 	entrypoint, cmd, user, workdir    string
 }
 
@@ -105,6 +110,16 @@ func build(o options) error {
 		if err := addPython(files, o.python, o.pythonPackages); err != nil {
 			return err
 		}
+	}
+	if err := addTools(files, o.tools); err != nil {
+		return err
+	}
+	for _, l := range o.links {
+		dest, target, ok := strings.Cut(l, ":")
+		if !ok {
+			return fmt.Errorf("-symlink %q: want DEST:TARGET", l)
+		}
+		files.symlink(dest, target)
 	}
 	for _, d := range []string{"/tmp", o.workdir} {
 		if d != "" {
@@ -213,6 +228,31 @@ func addPython(files *fileSet, python, packages string) error {
 		if err != nil {
 			return fmt.Errorf("walk %s: %w", tree, err)
 		}
+	}
+	libs, err := sharedLibraries(binaries)
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		files.add(l, l)
+	}
+	return nil
+}
+
+// addTools adds programs (SRC:DEST) and the libraries they link.
+func addTools(files *fileSet, tools []string) error {
+	var binaries []string
+	for _, t := range tools {
+		src, dest, ok := strings.Cut(t, ":")
+		if !ok {
+			return fmt.Errorf("-tool %q: want SRC:DEST", t)
+		}
+		real, err := filepath.EvalSymlinks(src)
+		if err != nil {
+			return fmt.Errorf("tool %s: %w", src, err)
+		}
+		files.add(real, dest)
+		binaries = append(binaries, real)
 	}
 	libs, err := sharedLibraries(binaries)
 	if err != nil {

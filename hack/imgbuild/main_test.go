@@ -131,3 +131,53 @@ for w in sorted({w for w in open('/proc/self/maps').read().split() if '.so' in w
 		}
 	}
 }
+
+// -tool programs run on the libraries the image brings; -symlink links them.
+func TestToolsAreSelfContained(t *testing.T) {
+	var tools []string
+	for _, p := range []string{"/usr/bin/bash", "/usr/bin/rg"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("this test needs %s (apt-get install bash ripgrep): %v", p, err)
+		}
+		tools = append(tools, p+":"+p)
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "tools.tar")
+	if err := build(options{out: out, tags: []string{"warmpool.dev/repl:test"}, tools: tools,
+		links: []string{"/bin/bash:/usr/bin/bash"}}); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(tmp, "root")
+	extract(t, out, root)
+	if target, err := os.Readlink(filepath.Join(root, "bin/bash")); err != nil || target != filepath.Join(root, "usr/bin/bash") {
+		t.Fatalf("/bin/bash: %q %v", target, err)
+	}
+	loader := filepath.Join(root, "lib64/ld-linux-x86-64.so.2")
+	if _, err := os.Stat(loader); err != nil {
+		t.Fatalf("no dynamic loader in the image: %v", err)
+	}
+	libs := filepath.Join(root, "lib/x86_64-linux-gnu") + ":" + filepath.Join(root, "usr/lib/x86_64-linux-gnu")
+	for _, c := range [][]string{{"usr/bin/bash", "-c", "echo $((40 + 2))"}, {"usr/bin/rg", "--version"}} {
+		cmd := exec.Command(loader, append([]string{"--library-path", libs, filepath.Join(root, c[0])}, c[1:]...)...)
+		cmd.Env = []string{}
+		got, err := cmd.CombinedOutput()
+		if err != nil || len(got) == 0 {
+			t.Errorf("%s from the image: %v\n%s", c[0], err, got)
+		}
+		if c[0] == "usr/bin/bash" && strings.TrimSpace(string(got)) != "42" {
+			t.Errorf("bash from the image printed %q", got)
+		}
+	}
+	// Every shared object bash maps comes from the image, not the host.
+	cmd := exec.Command(loader, "--library-path", libs, filepath.Join(root, "usr/bin/bash"), "-c",
+		`while read -r _ _ _ _ _ p; do case $p in *.so*) echo "$p";; esac; done < /proc/self/maps`)
+	got, err := cmd.CombinedOutput()
+	if err != nil || len(got) == 0 {
+		t.Fatalf("bash's maps: %v\n%s", err, got)
+	}
+	for _, l := range strings.Fields(string(got)) {
+		if !strings.HasPrefix(l, root+"/") {
+			t.Errorf("bash loaded %s from outside the image", l)
+		}
+	}
+}

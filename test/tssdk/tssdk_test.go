@@ -118,6 +118,9 @@ func daemon(t *testing.T, agent string) string {
 
 func TestTypeScriptClient(t *testing.T) {
 	path := nodePath(t)
+	if _, err := exec.LookPath("rg"); err != nil {
+		t.Fatal("the BashKit suite needs ripgrep where envtest's agents run, as the sandbox image has it: apt-get install ripgrep (make test does)")
+	}
 	project := install(t, path)
 	ctx := context.Background()
 	s := stack.ForTest(t)

@@ -10,6 +10,8 @@ export interface RawOutcome {
   error?: { type: string; message: string; traceback?: string } | null;
   /** The interpreter was replaced: variables of earlier blocks are gone. */
   stateLost?: boolean;
+  /** A shell run's exit code. */
+  exitCode?: number;
 }
 
 /** Cuts text longer than max the way the seed did. */

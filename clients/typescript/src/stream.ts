@@ -13,11 +13,12 @@ interface AgentResult {
   final?: boolean;
   error?: { type: string; message: string; traceback?: string };
   stateLost?: boolean;
+  exitCode?: number;
 }
 
 export function outcomeOf(r: AgentResult): RawOutcome {
   const status = r.status === "succeeded" ? (r.final ? "final" : "ok") : r.status === "failed" ? "error" : r.status;
-  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost };
+  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode };
 }
 
 /** Thrown when a stream ended without its result. */

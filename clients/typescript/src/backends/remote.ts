@@ -20,6 +20,7 @@ export interface RunFields {
   graceMillis?: number;
   maxOutputBytes?: number;
   maxBridgeCalls: number;
+  language?: "python" | "shell";
 }
 
 /** The most output per stream an agent in a pod keeps (api/v1alpha1 MaxOutputBytesLimit). */

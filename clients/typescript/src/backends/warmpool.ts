@@ -9,7 +9,9 @@
 import { randomBytes } from "node:crypto";
 import type http from "node:http";
 
-import { HTTPError, readAll, type Request } from "../http.js";
+import { HTTPError, json, readAll, type Request } from "../http.js";
+import { OutputCollector } from "../run.js";
+import { readRun } from "../stream.js";
 import { DATA_GROUP, GROUP, Kube, VERSION } from "../kube.js";
 import { SandboxError, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { RemoteSandbox, type RunFields } from "./remote.js";
@@ -53,6 +55,15 @@ export class WarmpoolSandbox extends RemoteSandbox {
     return `/apis/${DATA_GROUP}/${VERSION}/namespaces/${ns}/sessions/${this.name}/${sub}`;
   }
 
+  protected fields(code: string, context?: unknown): RunFields {
+    // The pool decides how much output a run keeps (its
+    // spec.executionDefaults.maxOutputBytes, 64 KiB unless changed) and
+    // refuses a request for more; maxOutputLength cuts what is left.
+    const f = super.fields(code, context);
+    delete f.maxOutputBytes;
+    return f;
+  }
+
   protected async startRun(fields: RunFields): Promise<http.IncomingMessage> {
     if (this.leased) {
       return this.request({ method: "POST", path: await this.path("exec"), body: fields, accept: "application/x-ndjson" });
@@ -75,6 +86,61 @@ export class WarmpoolSandbox extends RemoteSandbox {
   /** Leases the Session now (it is leased by the first call otherwise). */
   async lease(): Promise<void> {
     if (!this.leased) await this.serial(() => this.run("None"));
+  }
+
+  /**
+   * Runs a shell command (/bin/sh -c) in the Session's workspace. The
+   * Session is leased first when no call has leased it yet.
+   */
+  shell(command: string, opts: { timeout?: number; onStdout?: (l: string) => void; onStderr?: (l: string) => void } = {}):
+    Promise<{ stdout: string; stderr: string; exitCode: number; timedOut: boolean; durationMs: number }> {
+    return this.serial(async () => {
+      if (!this.leased) await this.run("None");
+      const started = performance.now();
+      const fields: RunFields = { ...this.fields(command), language: "shell" };
+      delete fields.timeoutMillis;
+      if (opts.timeout && opts.timeout > 0) fields.timeoutMillis = Math.ceil(opts.timeout);
+      const output = new OutputCollector({ onStdout: opts.onStdout, onStderr: opts.onStderr });
+      this.running = fields.id;
+      try {
+        const body = await this.startRun(fields);
+        const outcome = await readRun(body, output, this.bridges, (call, a) => this.answer(fields.id, call, a));
+        output.end();
+        const timedOut = outcome.status === "timed_out" || outcome.status === "interrupted";
+        return {
+          stdout: output.stdout, stderr: output.stderr, timedOut, durationMs: performance.now() - started,
+          exitCode: timedOut ? 124 : outcome.exitCode ?? (outcome.status === "ok" ? 0 : 1),
+        };
+      } finally {
+        this.running = undefined;
+      }
+    });
+  }
+
+  /** A fresh interpreter (and an end to processes earlier runs left); files stay. */
+  async reset(): Promise<void> {
+    await this.lease();
+    await this.serial(async () => {
+      await readAll(await this.request({ method: "POST", path: await this.path("reset"), body: {} }));
+    });
+  }
+
+  /** A file of the Session's workspace (a path from the workspace's root). */
+  async readFile(path: string): Promise<Buffer> {
+    await this.lease();
+    return readAll(await this.request({ method: "GET", path: `${await this.path("files")}?path=${encodeURIComponent(path)}`, accept: "*/*" }));
+  }
+
+  /** Writes a file of the workspace, creating its directories. */
+  async writeFile(path: string, data: Buffer | string): Promise<void> {
+    await this.lease();
+    await readAll(await this.request({ method: "PUT", path: `${await this.path("files")}?path=${encodeURIComponent(path)}`, raw: data }));
+  }
+
+  /** The entries of a directory of the workspace. */
+  async listFiles(path = "."): Promise<{ name: string; path: string; size: number; dir: boolean; mode: string; modTime: string }[]> {
+    await this.lease();
+    return (await json(await this.request({ method: "GET", path: `${await this.path("files")}?path=${encodeURIComponent(path)}&list=true` }))) ?? [];
   }
 
   protected async answer(runId: string, callId: string, answer: { result?: unknown; error?: string }): Promise<void> {
