@@ -255,7 +255,7 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 	body, _ := json.Marshal(protocol.ExecuteRequest{
 		ID: runID, Code: req.Code, Language: req.Language, Context: req.Context, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
 		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream || model != nil, Bridge: req.Bridge || model != nil,
-		MaxBridgeCalls: maxCalls, Interpreter: t.ses.Status.Interpreter,
+		MaxBridgeCalls: maxCalls, Interpreter: t.ses.Status.Interpreter, BridgeMethods: req.BridgeMethods,
 	})
 	accept := "application/json"
 	if stream || model != nil {

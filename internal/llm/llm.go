@@ -179,7 +179,7 @@ func (c *Client) Answerer(ep Endpoint) func(context.Context, protocol.BridgeCall
 
 // Prompt is the prompt of a bridge call for a model that answers it in one
 // completion: llm_query's own, or for rlm_query (a recursive sub-task, which
-// nobody runs here) its task followed by its context as JSON.
+// nobody runs here) its task, each followed by the context the code gave.
 func Prompt(method string, params json.RawMessage) (string, error) {
 	var p struct {
 		Prompt  string          `json:"prompt"`
@@ -191,12 +191,22 @@ func Prompt(method string, params json.RawMessage) (string, error) {
 	}
 	switch method {
 	case "llm_query":
-		return p.Prompt, nil
+		return withContext(p.Prompt, p.Context), nil
 	case "rlm_query":
-		if len(p.Context) == 0 || string(p.Context) == "null" {
-			return p.Task, nil
-		}
-		return p.Task + "\n\nContext:\n" + string(p.Context), nil
+		return withContext(p.Task, p.Context), nil
 	}
 	return "", fmt.Errorf("%s is not a model call", method)
+}
+
+// withContext appends a call's context to its prompt: a string as it is,
+// anything else as JSON.
+func withContext(prompt string, ctx json.RawMessage) string {
+	if len(ctx) == 0 || string(ctx) == "null" {
+		return prompt
+	}
+	var s string
+	if json.Unmarshal(ctx, &s) == nil {
+		return prompt + "\n\nContext:\n" + s
+	}
+	return prompt + "\n\nContext:\n" + string(ctx)
 }

@@ -70,6 +70,10 @@ type ExecuteRequest struct {
 	Bridge bool `json:"bridge,omitempty"`
 	// MaxBridgeCalls per execution; 0: the agent's default.
 	MaxBridgeCalls int `json:"maxBridgeCalls,omitempty"`
+	// BridgeMethods names the memory functions (MemoryMethods) the caller
+	// also answers with Bridge: read_chunk and the others then ask the
+	// caller's chunk store instead of searching `context`.
+	BridgeMethods []string `json:"bridgeMethods,omitempty"`
 	// Session routes executions of one session to the same interpreter when the
 	// agent runs several (daemon mode with --workers).
 	Session string `json:"session,omitempty"`
@@ -79,6 +83,10 @@ type ExecuteRequest struct {
 	// and answers a failed Result of type ErrorInterpreterRestarted.
 	Interpreter string `json:"interpreter,omitempty"`
 }
+
+// MemoryMethods are the memory functions of the interpreter a caller may
+// answer over the bridge (ExecuteRequest.BridgeMethods).
+var MemoryMethods = []string{"read_chunk", "search_chunks", "list_chunks_by_tag", "get_linked_chunks"}
 
 // Status of a finished execution.
 type Status string

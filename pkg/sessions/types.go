@@ -34,6 +34,9 @@ type ExecRequest struct {
 	// caller to answer (streamed runs only); MaxBridgeCalls bounds them.
 	Bridge         bool `json:"bridge,omitempty"`
 	MaxBridgeCalls int  `json:"maxBridgeCalls,omitempty"`
+	// BridgeMethods: the memory functions (protocol.MemoryMethods) the
+	// caller also answers, from its own chunk store.
+	BridgeMethods []string `json:"bridgeMethods,omitempty"`
 }
 
 // RunRequest is the body of POST .../namespaces/NS/runs/NAME/exec: a new

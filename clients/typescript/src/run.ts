@@ -80,8 +80,12 @@ function contextString(ctx: unknown): string | undefined {
 export async function answerBridge(bridges: SandboxBridges, method: string, params: any): Promise<unknown> {
   params = params ?? {};
   switch (method) {
-    case "llm_query":
-      return String(await bridges.onLLMQuery(String(params.prompt ?? "")));
+    case "llm_query": {
+      // llm_query(prompt, context): the context goes into the prompt.
+      const ctx = contextString(params.context);
+      const prompt = String(params.prompt ?? "");
+      return String(await bridges.onLLMQuery(ctx === undefined ? prompt : `${prompt}\n\nContext:\n${ctx}`));
+    }
     case "rlm_query":
       return String(await bridges.onRLMQuery(String(params.task ?? ""), contextString(params.context)));
     case "llm_query_batched": {

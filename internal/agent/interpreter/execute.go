@@ -89,6 +89,9 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	if len(req.Context) > 0 {
 		params["context"] = req.Context
 	}
+	if params["bridge"] == true && len(req.BridgeMethods) > 0 {
+		params["bridge_methods"] = req.BridgeMethods
+	}
 	res.StartedAt = time.Now()
 	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": "execute", "params": params}); err != nil {
 		// The process died between ensure and send.

@@ -321,17 +321,18 @@ func TestFinalOncePerSession(t *testing.T) {
 
 func TestContextEnvAndHelpers(t *testing.T) {
 	it := newInterp(t)
-	chunks := `[{"id":"a","text":"alpha beta","tags":["greek"],"links":["b"]},{"id":"b","text":"gamma","tags":[]}]`
+	chunks := `[{"id":"a","text":"alpha beta","tags":["greek"],"links":["b",{"id":"c","type":"cites"}]},{"id":"b","text":"gamma","tags":[]},{"id":"c","text":"beta"}]`
 	res := run(t, it, `import os
 assert os.environ["ANSWER"] == "42"
-(read_chunk("b")["text"], [c["id"] for c in search_chunks("bet")], [c["id"] for c in list_chunks_by_tag("greek")],
+assert [c["id"] for c in get_linked_chunks("a", "cites")] == ["c"] and search_chunks("bet", limit=1) == ["a"]
+(read_chunk("b")["text"], search_chunks("bet"), [c["id"] for c in list_chunks_by_tag("greek")],
  [c["id"] for c in get_linked_chunks("a")], len(search_context("gamma", 3)), chunk_text("abcdefgh", 4, 1))`,
 		func(r *protocol.ExecuteRequest) {
 			r.Context = json.RawMessage(chunks)
 			r.Env = map[string]string{"ANSWER": "42"}
 		})
 	wantStatus(t, res, protocol.StatusSucceeded)
-	want := `('gamma', ['a'], ['a'], ['b'], 1, ['abcd', 'defg', 'gh'])`
+	want := `('gamma', ['a', 'c'], ['a'], ['b', 'c'], 1, ['abcd', 'defg', 'gh'])`
 	if *res.Result != want {
 		t.Fatalf("result = %s, want %s", *res.Result, want)
 	}
@@ -370,6 +371,39 @@ func TestBridgeRoundTripAndLimits(t *testing.T) {
 	wantStatus(t, res, protocol.StatusFailed)
 	if !strings.Contains(res.Error.Message, "llm_query is not available") {
 		t.Fatalf("error = %+v", res.Error)
+	}
+}
+
+// Memory functions the caller answers go over the bridge, not to `context`;
+// the next run without bridgeMethods searches `context` again.
+func TestMemoryFunctionsAskTheCaller(t *testing.T) {
+	it := newInterp(t)
+	var calls []string
+	hooks := Hooks{OnBridge: func(c protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error) {
+		calls = append(calls, c.Method+" "+string(c.Params))
+		switch c.Method {
+		case "read_chunk":
+			return json.RawMessage(`{"id": "k1", "text": "from the store"}`), nil
+		case "search_chunks":
+			return json.RawMessage(`["k1", "k2"]`), nil
+		}
+		return nil, fmt.Errorf("%s is not answered", c.Method)
+	}}
+	code := "(read_chunk('k1')['text'], search_chunks('store', limit=2), llm_query('q', context={'n': 1}))"
+	res, err := it.Execute(protocol.ExecuteRequest{ID: "m1", Code: code, Bridge: true,
+		BridgeMethods: []string{"read_chunk", "search_chunks"}, Context: json.RawMessage(`[{"id": "c0", "text": "in context"}]`)}, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, res, protocol.StatusFailed) // llm_query is not answered by this hook
+	want := []string{`read_chunk {"chunk_id":"k1"}`, `search_chunks {"query":"store","limit":2}`, `llm_query {"prompt":"q","context":{"n":1}}`}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("calls = %q, want %q", calls, want)
+	}
+	res = run(t, it, "read_chunk('c0')['text'], search_chunks('context')")
+	wantStatus(t, res, protocol.StatusSucceeded)
+	if *res.Result != "('in context', ['c0'])" {
+		t.Fatalf("without bridgeMethods: %v", *res.Result)
 	}
 }
 

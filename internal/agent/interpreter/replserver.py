@@ -199,6 +199,7 @@ class _State:
     bridge_calls = 0
     max_bridge_calls = 0
     bridge_enabled = False
+    bridge_methods = frozenset()  # memory functions the caller answers from its own store
     bridge_seq = 0
     interrupt_pending = False  # a SIGINT came while no user code ran
 
@@ -261,9 +262,13 @@ def _bridge(method, params):
         return msg.get("result")
 
 
-def llm_query(prompt):
-    """Asks the caller's language model; returns its answer as a str."""
-    return _bridge("llm_query", {"prompt": str(prompt)})
+def llm_query(prompt, context=None):
+    """Asks the caller's language model; returns its answer as a str. A
+    `context` given here goes into the prompt (the caller adds it)."""
+    params = {"prompt": str(prompt)}
+    if context is not None:
+        params["context"] = context
+    return _bridge("llm_query", params)
 
 
 def rlm_query(task, ctx=None):
@@ -340,35 +345,55 @@ def search_context(pattern, window=200):
 def _chunks():
     ctx = _globals.get("context")
     if not isinstance(ctx, list):
-        raise TypeError("the context is not a list of chunks ({id, text, tags, links})")
+        raise TypeError("the context is not a list of chunks ({id, text, tags, links}) and the caller "
+                        "answers no memory functions")
     return [c for c in ctx if isinstance(c, dict)]
 
 
+def _link(link):
+    """A chunk's link: an id, or {"id": ..., "type": ...}."""
+    return (link.get("id"), link.get("type")) if isinstance(link, dict) else (link, None)
+
+
+# The memory functions ask the caller's chunk store when the caller answers
+# them (execute's bridge_methods: the store stays with the caller, and the
+# sandbox needs no network); else they search `context` as a list of chunks.
+
 def read_chunk(chunk_id):
-    """Returns the chunk with this id, or None."""
+    """Returns the chunk with this id (a dict), or None."""
+    if "read_chunk" in _state.bridge_methods:
+        return _bridge("read_chunk", {"chunk_id": str(chunk_id)})
     for c in _chunks():
         if c.get("id") == chunk_id:
             return c
     return None
 
 
-def search_chunks(pattern):
-    """Returns the chunks whose text matches the regex."""
-    rx = re.compile(pattern)
-    return [c for c in _chunks() if rx.search(str(c.get("text", "")))]
+def search_chunks(query, limit=10):
+    """Returns the ids of at most `limit` chunks that match `query` (in
+    `context`: a regex over the chunks' text)."""
+    if "search_chunks" in _state.bridge_methods:
+        return _bridge("search_chunks", {"query": str(query), "limit": int(limit)})
+    rx = re.compile(query)
+    return [c.get("id") for c in _chunks() if rx.search(str(c.get("text", "")))][:max(int(limit), 0)]
 
 
 def list_chunks_by_tag(tag):
     """Returns the chunks tagged `tag`."""
+    if "list_chunks_by_tag" in _state.bridge_methods:
+        return _bridge("list_chunks_by_tag", {"tag": str(tag)})
     return [c for c in _chunks() if tag in (c.get("tags") or [])]
 
 
-def get_linked_chunks(chunk_id):
-    """Returns the chunks the chunk `chunk_id` links to."""
+def get_linked_chunks(chunk_id, link_type=None):
+    """Returns the chunks the chunk `chunk_id` links to (only links of
+    `link_type` when given)."""
+    if "get_linked_chunks" in _state.bridge_methods:
+        return _bridge("get_linked_chunks", {"chunk_id": str(chunk_id), "link_type": link_type})
     c = read_chunk(chunk_id)
     if c is None:
         return []
-    links = set(c.get("links") or [])
+    links = {i for i, t in map(_link, c.get("links") or []) if link_type is None or t == link_type}
     return [o for o in _chunks() if o.get("id") in links]
 
 
@@ -498,6 +523,7 @@ def _execute(params):
     os.environ.update({k: str(v) for k, v in env.items()})
     _state.bridge_calls = 0
     _state.bridge_enabled = bool(params.get("bridge"))
+    _state.bridge_methods = frozenset(params.get("bridge_methods") or ()) if _state.bridge_enabled else frozenset()
     _state.max_bridge_calls = int(params.get("max_bridge_calls", 16))
     result_limit = int(params.get("max_result_chars", 65536))
 
@@ -543,6 +569,7 @@ def _execute(params):
             else:
                 os.environ[k] = v
         _state.bridge_enabled = False
+        _state.bridge_methods = frozenset()
     _flush_output()
     _restore_std()  # before the end markers: the code may have closed fd 1 or 2
     return {"status": status, "result": result, "error": error}

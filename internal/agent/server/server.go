@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,6 +328,13 @@ func (s *Server) validate(req *protocol.ExecuteRequest) error {
 		return fmt.Errorf("maxOutputBytes is above this agent's maximum of %d", s.cfg.MaxOutputBytes)
 	case len(req.Context) > 0 && !json.Valid(req.Context):
 		return errors.New("context is not valid JSON")
+	case len(req.BridgeMethods) > 0 && !req.Bridge:
+		return errors.New("bridgeMethods needs bridge: the caller answers them as bridge calls")
+	}
+	for _, m := range req.BridgeMethods {
+		if !slices.Contains(protocol.MemoryMethods, m) {
+			return fmt.Errorf("bridgeMethods: %q is not a memory function (%s)", m, strings.Join(protocol.MemoryMethods, ", "))
+		}
 	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -114,6 +114,8 @@ func TestBadRequestsGet4xxWithAMessage(t *testing.T) {
 		{"POST", protocol.PathExecute, `{"code":"1","timeoutMillis":999999999999}`, 400, "above the maximum"},
 		{"POST", protocol.PathExecute, `{"code":"1","id":"a b"}`, 400, "id must be"},
 		{"POST", protocol.PathExecute, `{"code":"1","bridge":true}`, 400, "bridge needs a streaming execute"},
+		{"POST", protocol.PathExecute, `{"code":"1","bridgeMethods":["read_chunk"]}`, 400, "bridgeMethods needs bridge"},
+		{"POST", protocol.PathExecute, `{"code":"1","stream":true,"bridge":true,"bridgeMethods":["__import__"]}`, 400, `"__import__" is not a memory function`},
 		{"POST", protocol.PathExecute, `{"code":"1"} {"code":"2"}`, 400, "more than one JSON value"},
 		{"GET", "/v1/variables/1abc", "", 400, "not a Python identifier"},
 		{"GET", "/v1/variables/nope", "", 404, `no variable "nope"`},
