@@ -10,9 +10,10 @@ from .errors import (APIError, ForbiddenError, NotFoundError, NotRunError, PoolN
                      StreamCutError, TimeoutError, WarmpoolError)
 from .execution import Execution, ExecutionError
 from .oneoff import run
+from .replsession import MaxIterationsExceeded, REPLSession
 from .rlm import REPLResult, WarmpoolREPL
 from .sandbox import EntryInfo, Files, Sandbox
 from .tools import python_tool
 
-__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "Sandbox", "Files", "EntryInfo", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
+__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "REPLSession", "MaxIterationsExceeded", "Sandbox", "Files", "EntryInfo", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
            "NotFoundError", "NotRunError", "PoolNotFoundError", "SessionLostError", "StreamCutError", "TimeoutError"]

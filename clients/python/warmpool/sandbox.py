@@ -1,6 +1,7 @@
 """Sandbox: a Session of a warmpool SandboxPool, one warm stateful Python
 interpreter leased for as long as the caller needs it."""
 
+import concurrent.futures
 import datetime
 import json
 import re
@@ -208,7 +209,7 @@ class Sandbox:
     # -- running code -----------------------------------------------------
 
     def run_code(self, code, *, context=None, envs=None, timeout=None, language=None, on_stdout=None, on_stderr=None,
-                 on_llm_query=None, on_rlm_query=None, max_bridge_calls=None, run_id=None):
+                 on_llm_query=None, on_rlm_query=None, on_call=None, max_bridge_calls=None, run_id=None):
         """Run ``code`` in the Session's interpreter and return an Execution.
 
         ``timeout`` (seconds) interrupts the code with KeyboardInterrupt and
@@ -217,10 +218,21 @@ class Sandbox:
         as it is printed. ``on_llm_query(prompt)`` answers the code's
         ``llm_query`` calls and ``on_rlm_query(task, context)`` its
         ``rlm_query`` calls (the sandbox itself has no network); an exception
-        raised by a handler reaches the code as an exception.
+        raised by a handler reaches the code as an exception. The batched
+        forms (``llm_query_batched``, ``rlm_query_batched``) call the same
+        handlers, several at a time. ``on_call`` maps memory functions
+        (``read_chunk``, ``search_chunks``, ``list_chunks_by_tag``,
+        ``get_linked_chunks``) to handlers that take their parameters as
+        keywords: the code's calls then reach the caller's own store.
         """
-        bridge = on_llm_query is not None or on_rlm_query is not None
+        on_call = dict(on_call or {})
+        unknown = sorted(set(on_call) - set(MEMORY_METHODS))
+        if unknown:
+            raise ValueError(f"on_call answers only the memory functions {', '.join(MEMORY_METHODS)}, not {', '.join(unknown)}")
+        bridge = on_llm_query is not None or on_rlm_query is not None or bool(on_call)
         req = {"id": run_id or uuid.uuid4().hex, "code": code, "stream": True, "bridge": bridge}
+        if on_call:
+            req["bridgeMethods"] = sorted(on_call)
         if envs:
             req["env"] = {k: str(v) for k, v in envs.items()}
         if context is not None:
@@ -235,12 +247,12 @@ class Sandbox:
             self._run = req["id"]
         try:
             resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
-            return self._read_stream(resp, req["id"], on_stdout, on_stderr, on_llm_query, on_rlm_query)
+            return self._read_stream(resp, req["id"], on_stdout, on_stderr, on_llm_query, on_rlm_query, on_call)
         finally:
             with self._lock:
                 self._run = None
 
-    def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query, on_rlm_query):
+    def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query=None, on_rlm_query=None, on_call=None):
         """Read a run's streamed events to its result, as an Execution."""
         try:
             for line in resp:
@@ -256,7 +268,7 @@ class Sandbox:
                 elif kind == "stderr" and on_stderr:
                     on_stderr(ev.get("data", ""))
                 elif kind == "bridge":
-                    self._answer(run_id, ev.get("call") or {}, on_llm_query, on_rlm_query)
+                    self._answer(run_id, ev.get("call") or {}, on_llm_query, on_rlm_query, on_call or {})
                 elif kind == "result":
                     # The stream ends right after its result: reading that
                     # end lets the connection serve the next request. Here,
@@ -276,15 +288,22 @@ class Sandbox:
         raise errors.StreamCutError(f"the stream of run {run_id} ended without a result: the Session's pod, "
                                     "or the data plane replica, went away")
 
-    def _answer(self, run_id, call, on_llm_query, on_rlm_query):
+    def _answer(self, run_id, call, on_llm_query, on_rlm_query, on_call):
         params = call.get("params") or {}
         method = call.get("method")
         answer = {"id": run_id, "call": call.get("id", "")}
         try:
             if method == "llm_query" and on_llm_query:
-                answer["result"] = on_llm_query(params.get("prompt", ""))
+                answer["result"] = on_llm_query(_with_context(params.get("prompt", ""), params.get("context")))
             elif method == "rlm_query" and on_rlm_query:
                 answer["result"] = on_rlm_query(params.get("task", ""), params.get("context"))
+            elif method == "llm_query_batched" and on_llm_query:
+                answer["result"] = _concurrently(on_llm_query, [(str(p),) for p in params.get("prompts") or []])
+            elif method == "rlm_query_batched" and on_rlm_query:
+                answer["result"] = _concurrently(on_rlm_query, [(t.get("task", ""), t.get("context"))
+                                                                for t in params.get("tasks") or []])
+            elif method in on_call:
+                answer["result"] = on_call[method](**params)
             else:
                 answer["error"] = f"{method} is not answered by this caller"
         except Exception as e:  # the code sees it as an exception
@@ -328,6 +347,26 @@ class Sandbox:
 
     def _path(self, sub):
         return _api.data_plane_path(self.namespace, self.name, sub)
+
+
+# The memory functions a caller may answer from its own chunk store (pkg/protocol MemoryMethods).
+MEMORY_METHODS = ("read_chunk", "search_chunks", "list_chunks_by_tag", "get_linked_chunks")
+
+
+def _with_context(prompt, context):
+    """llm_query(prompt, context): the context goes into the prompt, a string as
+    it is and anything else as JSON (as the data plane's model calls do)."""
+    if context is None:
+        return prompt
+    return f"{prompt}\n\nContext:\n{context if isinstance(context, str) else json.dumps(context)}"
+
+
+def _concurrently(fn, calls, limit=8):
+    """fn over each argument tuple, several at a time; answers in order."""
+    if len(calls) <= 1:
+        return [fn(*c) for c in calls]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(limit, len(calls))) as pool:
+        return list(pool.map(lambda c: fn(*c), calls))
 
 
 def _condition(obj):
