@@ -229,14 +229,7 @@ func addPython(files *fileSet, python, packages string) error {
 			return fmt.Errorf("walk %s: %w", tree, err)
 		}
 	}
-	libs, err := sharedLibraries(binaries)
-	if err != nil {
-		return err
-	}
-	for _, l := range libs {
-		files.add(l, l)
-	}
-	return nil
+	return addLibraries(files, binaries)
 }
 
 // addTools adds programs (SRC:DEST) and the libraries they link.
@@ -254,6 +247,11 @@ func addTools(files *fileSet, tools []string) error {
 		files.add(real, dest)
 		binaries = append(binaries, real)
 	}
+	return addLibraries(files, binaries)
+}
+
+// addLibraries adds the shared libraries the binaries load.
+func addLibraries(files *fileSet, binaries []string) error {
 	libs, err := sharedLibraries(binaries)
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// README.md runs as written: every sh and python block, in order, on the
+// README.md runs as written: every sh, python and js block, in order, on the
 // local cluster, as a new user following it from a fresh shell would, in a
 // clean checkout of the commit under test (a git worktree). A block that
 // cannot run here says why in a comment just above it:
@@ -29,10 +29,12 @@ import (
 //	before: shell run first, unseen (inputs the reader is assumed to have)
 //	prelude: python run first, unseen (a model client of the reader's own)
 //	serve: 127.0.0.1:8080 (a server: it must come to accept connections there, within 5 minutes)
+//	cwd: ~/dir (js: the directory it runs in, where README installed the package it imports)
 //	-->
 //
 // Shell blocks share one shell's state: what a block exports, the next sees.
-// Python blocks run in that shell with the venv README's install block makes.
+// Python blocks run in that shell with the venv README's install block makes;
+// js blocks as ES modules with that shell's node.
 
 // readmeBlock is one fenced block of README.md and its directives.
 type readmeBlock struct {
@@ -41,6 +43,7 @@ type readmeBlock struct {
 	skip, before string
 	prelude      string
 	serve        string // the address a server the block starts listens on
+	cwd          string // js: where it runs (bare imports resolve from there)
 }
 
 func readmeBlocks(path string) ([]readmeBlock, error) {
@@ -82,7 +85,7 @@ func readmeBlocks(path string) ([]readmeBlock, error) {
 			inComment, directives, lastKey = true, map[string]string{}, ""
 		case strings.HasPrefix(line, "```"):
 			lang := strings.TrimSpace(strings.TrimPrefix(line, "```"))
-			if lang != "sh" && lang != "bash" && lang != "python" {
+			if lang != "sh" && lang != "bash" && lang != "python" && lang != "js" {
 				// Go, YAML and the rest are read, not run: skip to their end.
 				for sc.Scan() {
 					n++
@@ -96,7 +99,7 @@ func readmeBlocks(path string) ([]readmeBlock, error) {
 			cur = &readmeBlock{lang: lang, line: n}
 			if directives != nil {
 				cur.skip, cur.before, cur.prelude = directives["skip"], directives["before"], directives["prelude"]
-				cur.serve = directives["serve"]
+				cur.serve, cur.cwd = directives["serve"], directives["cwd"]
 			}
 			directives = nil
 		case strings.TrimSpace(line) != "" && directives != nil && !strings.HasPrefix(line, "<!--"):
@@ -157,6 +160,16 @@ var _ = Describe("README.md", Ordered, Label("readme"), func() {
 				file := filepath.Join(GinkgoT().TempDir(), "block.py")
 				Expect(os.WriteFile(file, []byte(b.prelude+"\n"+b.code), 0o600)).To(Succeed())
 				cmd = exec.Command("bash", "-c", "source "+state+"\nexec "+filepath.Join(venv, "bin", "python")+" "+file)
+			case "js":
+				// An ES module read from stdin resolves bare imports from the
+				// working directory: the package README installed there.
+				file := filepath.Join(GinkgoT().TempDir(), "block.mjs")
+				Expect(os.WriteFile(file, []byte(b.code), 0o600)).To(Succeed())
+				cwd := b.cwd
+				if cwd == "" {
+					cwd = "."
+				}
+				cmd = exec.Command("bash", "-c", "source "+state+"\ncd "+cwd+" && exec node --input-type=module < "+file)
 			default:
 				script := "set -eo pipefail\nsource " + state + "\n" + b.before + "\n" + b.code + "\nexport -p > " + state + "\n"
 				cmd = exec.Command("bash", "-c", script)

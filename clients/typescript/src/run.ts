@@ -14,6 +14,17 @@ export interface RawOutcome {
   exitCode?: number;
 }
 
+/** Runs calls one at a time, in the order they came, as an interpreter does. */
+export class Serial {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  run<T>(f: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(f, f);
+    this.queue = next.catch(() => {});
+    return next;
+  }
+}
+
 /** Cuts text longer than max the way the seed did. */
 export function truncate(text: string, max: number): string {
   if (!(max > 0) || text.length <= max) return text;

@@ -11,7 +11,7 @@ import (
 
 // ForTest starts a Stack for a Go test whose manager logs to a file, stopped
 // when the test ends; a failed test ends with the tail of that log.
-func ForTest(t *testing.T) *Stack {
+func ForTest(t testing.TB) *Stack {
 	t.Helper()
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "manager.log"))
 	if err != nil {
@@ -30,7 +30,7 @@ func ForTest(t *testing.T) *Stack {
 	return s
 }
 
-func tail(t *testing.T, path string, n int) {
+func tail(t testing.TB, path string, n int) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return

@@ -12,7 +12,7 @@ import fs from "node:fs";
 import readline from "node:readline";
 import type { Readable, Writable } from "node:stream";
 
-import { answerBridge, bridgeErrorMessage, OutputCollector, toCodeExecution, type RawOutcome } from "../run.js";
+import { answerBridge, bridgeErrorMessage, OutputCollector, toCodeExecution, type RawOutcome, Serial } from "../run.js";
 import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
 let replServerSource: string | undefined;
@@ -113,7 +113,7 @@ export class NativePythonSandbox implements Sandbox {
   readonly backend = "native";
   private proc?: Process;
   private starting?: Promise<Process>;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly calls = new Serial();
   private running?: { id: string; interrupt: (reason: "timeout" | "cancel") => void };
   private strayInterrupt = false;
   private destroyed = false;
@@ -212,16 +212,9 @@ export class NativePythonSandbox implements Sandbox {
     return reply;
   }
 
-  /** Runs calls one at a time, as the interpreter does. */
-  private serial<T>(f: () => Promise<T>): Promise<T> {
-    const next = this.queue.then(f, f);
-    this.queue = next.catch(() => {});
-    return next;
-  }
-
   async initialize(context: string): Promise<void> {
     this.context = context;
-    await this.serial(async () => {
+    await this.calls.run(async () => {
       const p = await this.start();
       const reply = await this.call(p, "execute", { code: "", context, marker: "" });
       if (reply.error) throw new SandboxError(`setting the context failed: ${reply.error.message}`);
@@ -230,7 +223,7 @@ export class NativePythonSandbox implements Sandbox {
 
   execute(code: string): Promise<CodeExecution> {
     const started = performance.now();
-    return this.serial(async () => {
+    return this.calls.run(async () => {
       const p = await this.start();
       const id = randomBytes(16).toString("hex");
       const marker = `\u001ewarmpool-end-${id}\u001e`;
@@ -310,7 +303,7 @@ export class NativePythonSandbox implements Sandbox {
   }
 
   getVariable(name: string): Promise<unknown> {
-    return this.serial(async () => {
+    return this.calls.run(async () => {
       const p = await this.start();
       const reply = await this.call(p, "get_variable", { name });
       if (reply.error) throw new SandboxError(`reading ${name} failed: ${reply.error.message}`);

@@ -11,7 +11,7 @@
 // asynchronous callback on the thread it blocks.
 import { MessageChannel, Worker } from "node:worker_threads";
 
-import { OutputCollector, answerBridge, bridgeErrorMessage, toCodeExecution, type RawOutcome } from "../run.js";
+import { OutputCollector, answerBridge, bridgeErrorMessage, toCodeExecution, type RawOutcome, Serial } from "../run.js";
 import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { replServer } from "./native.js";
 import { loadCore, type Core } from "./pyodide-core.js";
@@ -34,7 +34,11 @@ async function workerEngine(config: SandboxConfig): Promise<Engine> {
   const wakeSAB = new SharedArrayBuffer(4);
   const wake = new Int32Array(wakeSAB);
   const { port1, port2 } = new MessageChannel();
-  const worker = new Worker(new URL("./pyodide-worker.js", import.meta.url));
+  // The worker gets this process's flags but --input-type, which Node
+  // refuses for a worker started from a file (`node --input-type=module -e`).
+  const worker = new Worker(new URL("./pyodide-worker.js", import.meta.url), {
+    execArgv: process.execArgv.filter((a) => !a.startsWith("--input-type")),
+  });
   let seq = 0;
   const pending = new Map<number, { resolve: (v: any) => void; output?: OutputCollector; onBridge?: (m: any) => void }>();
   let current: number | undefined;
@@ -133,7 +137,7 @@ export class PyodideSandbox implements Sandbox {
   readonly backend = "pyodide";
   readonly worker: boolean;
   private engine?: Promise<Engine>;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly calls = new Serial();
   private running?: (reason: "timeout" | "cancel") => void;
   private destroyed = false;
   private context: unknown = undefined;
@@ -151,15 +155,9 @@ export class PyodideSandbox implements Sandbox {
     return this.engine;
   }
 
-  private serial<T>(f: () => Promise<T>): Promise<T> {
-    const next = this.queue.then(f, f);
-    this.queue = next.catch(() => {});
-    return next;
-  }
-
   async initialize(context: string): Promise<void> {
     this.context = context;
-    await this.serial(async () => {
+    await this.calls.run(async () => {
       const reply = await (await this.start()).call("execute", { code: "", context });
       if (reply.status !== "ok") throw new SandboxError(`setting the context failed: ${reply.error?.message}`);
     });
@@ -167,7 +165,7 @@ export class PyodideSandbox implements Sandbox {
 
   execute(code: string): Promise<CodeExecution> {
     const started = performance.now();
-    return this.serial(async () => {
+    return this.calls.run(async () => {
       const engine = await this.start();
       const output = new OutputCollector(this.config);
       let stoppedBy: "timeout" | "cancel" | undefined;
@@ -230,7 +228,7 @@ export class PyodideSandbox implements Sandbox {
   }
 
   getVariable(name: string): Promise<unknown> {
-    return this.serial(async () => {
+    return this.calls.run(async () => {
       const v = await (await this.start()).call("get_variable", { name });
       if (v.exited) throw new SandboxError(`reading ${name} failed: ${v.error?.message}`);
       if (!v.found) return undefined;

@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import type http from "node:http";
 
 import { HTTPError, json, type Request } from "../http.js";
-import { OutputCollector, toCodeExecution } from "../run.js";
+import { OutputCollector, toCodeExecution, Serial } from "../run.js";
 import { readRun } from "../stream.js";
 import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
@@ -29,7 +29,7 @@ export const MAX_OUTPUT_BYTES = 131072;
 export abstract class RemoteSandbox implements Sandbox {
   protected running?: string;
   protected destroyed = false;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly calls = new Serial();
 
   constructor(protected readonly config: SandboxConfig, protected readonly bridges: SandboxBridges) {}
 
@@ -44,9 +44,7 @@ export abstract class RemoteSandbox implements Sandbox {
 
   protected serial<T>(f: () => Promise<T>): Promise<T> {
     if (this.destroyed) return Promise.reject(new SandboxError("the sandbox was destroyed"));
-    const next = this.queue.then(f, f);
-    this.queue = next.catch(() => {});
-    return next;
+    return this.calls.run(f);
   }
 
   protected fields(code: string, context?: unknown): RunFields {
