@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -160,21 +161,78 @@ func (c *Client) do(req *http.Request) (string, *Usage, error) {
 func (c *Client) Answerer(ep Endpoint) func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer {
 	var calls atomic.Int64
 	return func(ctx context.Context, call protocol.BridgeCall) protocol.BridgeAnswer {
-		if ep.MaxCallsPerRun > 0 && calls.Add(1) > int64(ep.MaxCallsPerRun) {
+		prompts, batched, err := Prompts(call.Method, call.Params)
+		if err != nil {
+			return protocol.BridgeAnswer{Error: err.Error()}
+		}
+		// Each prompt of a batch is one model call against the limit.
+		if ep.MaxCallsPerRun > 0 && calls.Add(int64(len(prompts))) > int64(ep.MaxCallsPerRun) {
 			metrics.LLMCalls.WithLabelValues(ep.Name, "refused").Inc()
 			return protocol.BridgeAnswer{Error: fmt.Sprintf("limit of %d model calls per run (ModelEndpoint %s) reached", ep.MaxCallsPerRun, ep.Name)}
 		}
-		prompt, err := Prompt(call.Method, call.Params)
-		if err != nil {
+		texts := make([]string, len(prompts))
+		errs := make([]error, len(prompts))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxConcurrentBatch)
+		for i, prompt := range prompts {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				texts[i], errs[i] = c.Complete(ctx, ep, prompt)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return protocol.BridgeAnswer{Error: err.Error()}
 		}
-		text, err := c.Complete(ctx, ep, prompt)
-		if err != nil {
-			return protocol.BridgeAnswer{Error: err.Error()}
+		var res []byte
+		if batched {
+			res, _ = json.Marshal(texts)
+		} else {
+			res, _ = json.Marshal(texts[0])
 		}
-		res, _ := json.Marshal(text)
 		return protocol.BridgeAnswer{Result: res}
 	}
+}
+
+// maxConcurrentBatch bounds the model calls of one batched query in flight.
+const maxConcurrentBatch = 4
+
+// Prompts are the prompts of a bridge call, one per model call: one for
+// llm_query and rlm_query, one per item for their batched forms (batched
+// is then true, and the answer is a list in the same order).
+func Prompts(method string, params json.RawMessage) (prompts []string, batched bool, err error) {
+	switch method {
+	case "llm_query_batched":
+		var p struct {
+			Prompts []string `json:"prompts"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, true, fmt.Errorf("%s: unreadable parameters: %w", method, err)
+		}
+		return p.Prompts, true, nil
+	case "rlm_query_batched":
+		var p struct {
+			Tasks []json.RawMessage `json:"tasks"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, true, fmt.Errorf("%s: unreadable parameters: %w", method, err)
+		}
+		for _, t := range p.Tasks {
+			prompt, err := Prompt("rlm_query", t)
+			if err != nil {
+				return nil, true, err
+			}
+			prompts = append(prompts, prompt)
+		}
+		return prompts, true, nil
+	}
+	prompt, err := Prompt(method, params)
+	if err != nil {
+		return nil, false, err
+	}
+	return []string{prompt}, false, nil
 }
 
 // Prompt is the prompt of a bridge call for a model that answers it in one

@@ -106,3 +106,25 @@ func TestEndpointErrorsReachTheCodeClearly(t *testing.T) {
 		t.Fatalf("other method: %q", got.Error)
 	}
 }
+
+// The batched forms are one model call per item, answered in order, each
+// counted against the run's limit.
+func TestAnswererAnswersBatchedQueries(t *testing.T) {
+	srv := fake(t, nil)
+	a := NewClient().Answerer(Endpoint{Name: "t-batch", URL: srv.Endpoint(), Model: "m", MaxCallsPerRun: 5})
+	got := a(context.Background(), call("llm_query_batched", `{"prompts":["a","b","c"]}`))
+	if got.Error != "" || string(got.Result) != `["m says: a","m says: b","m says: c"]` {
+		t.Fatalf("llm_query_batched: %+v", got)
+	}
+	got = a(context.Background(), call("rlm_query_batched", `{"tasks":[{"task":"t1","context":"ctx"},{"task":"t2"}]}`))
+	if got.Error != "" || string(got.Result) != `["m says: t1\n\nContext:\nctx","m says: t2"]` {
+		t.Fatalf("rlm_query_batched: %+v", got)
+	}
+	// 5 calls made; a batch of 2 more goes past the limit and is refused whole.
+	if got := a(context.Background(), call("llm_query_batched", `{"prompts":["d","e"]}`)); !strings.Contains(got.Error, "limit of 5 model calls") {
+		t.Fatalf("over the limit: %+v", got)
+	}
+	if n := len(srv.Requests()); n != 5 {
+		t.Fatalf("the endpoint was asked %d times, want 5", n)
+	}
+}

@@ -88,14 +88,11 @@ export class WarmpoolSandbox extends RemoteSandbox {
     if (!this.leased) await this.serial(() => this.run("None"));
   }
 
-  /**
-   * Runs a shell command (/bin/sh -c) in the Session's workspace. The
-   * Session is leased first when no call has leased it yet.
-   */
+  /** Runs a shell command (/bin/sh -c) in the Session's workspace; a first call leases the Session with it. */
   shell(command: string, opts: { timeout?: number; onStdout?: (l: string) => void; onStderr?: (l: string) => void } = {}):
     Promise<{ stdout: string; stderr: string; exitCode: number; timedOut: boolean; durationMs: number }> {
     return this.serial(async () => {
-      if (!this.leased) await this.run("None");
+      // A first call leases with this command (startRun): one round trip.
       const started = performance.now();
       const fields: RunFields = { ...this.fields(command), language: "shell" };
       delete fields.timeoutMillis;
