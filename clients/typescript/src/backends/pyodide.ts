@@ -27,6 +27,22 @@ function indexURL(u?: string | string[]): string | undefined {
   return Array.isArray(u) ? u[0] : u;
 }
 
+/**
+ * A worker with this process's flags, but --input-type, which Node refuses
+ * for a worker started from a file (`node --input-type=module -e ...`); when
+ * the remaining flags cannot be given to a worker (--expose-gc...), none.
+ */
+function newWorker(url: URL): Worker {
+  const argv = process.execArgv.filter((a) => !a.startsWith("--input-type"));
+  if (argv.length === process.execArgv.length) return new Worker(url);
+  try {
+    return new Worker(url, { execArgv: argv });
+  } catch (e) {
+    if ((e as { code?: string }).code !== "ERR_WORKER_INVALID_EXEC_ARGV") throw e;
+    return new Worker(url, { execArgv: [] });
+  }
+}
+
 /** Pyodide in a worker thread. */
 async function workerEngine(config: SandboxConfig): Promise<Engine> {
   const interruptSAB = new SharedArrayBuffer(1);
@@ -34,11 +50,7 @@ async function workerEngine(config: SandboxConfig): Promise<Engine> {
   const wakeSAB = new SharedArrayBuffer(4);
   const wake = new Int32Array(wakeSAB);
   const { port1, port2 } = new MessageChannel();
-  // The worker gets this process's flags but --input-type, which Node
-  // refuses for a worker started from a file (`node --input-type=module -e`).
-  const worker = new Worker(new URL("./pyodide-worker.js", import.meta.url), {
-    execArgv: process.execArgv.filter((a) => !a.startsWith("--input-type")),
-  });
+  const worker = newWorker(new URL("./pyodide-worker.js", import.meta.url));
   let seq = 0;
   const pending = new Map<number, { resolve: (v: any) => void; output?: OutputCollector; onBridge?: (m: any) => void }>();
   let current: number | undefined;
