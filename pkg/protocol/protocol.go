@@ -138,6 +138,13 @@ type Result struct {
 	// StateLost is true when the interpreter was killed or died, so variables
 	// and imports of earlier executions are gone.
 	StateLost bool `json:"stateLost,omitempty"`
+	// Displays are the rich results of the run, in the order the code made
+	// them: display(obj) calls, open matplotlib figures, and the last
+	// expression when it has a rich form (Main).
+	Displays []Display `json:"displays,omitempty"`
+	// Files the run created or changed in the workspace, at most
+	// MaxFileChanges of them.
+	Files []FileChange `json:"files,omitempty"`
 	// Interpreter identifies the interpreter process that ran the code (new
 	// with each start of an interpreter), for ExecuteRequest.Interpreter.
 	Interpreter    string    `json:"interpreter,omitempty"`
@@ -148,18 +155,46 @@ type Result struct {
 
 // Event types of a streamed execution.
 const (
-	EventStdout = "stdout"
-	EventStderr = "stderr"
-	EventBridge = "bridge"
-	EventResult = "result"
+	EventStdout  = "stdout"
+	EventStderr  = "stderr"
+	EventDisplay = "display"
+	EventBridge  = "bridge"
+	EventResult  = "result"
 )
 
 // Event is one line of a streamed execution.
 type Event struct {
-	Type   string      `json:"type"`
-	Data   string      `json:"data,omitempty"`
-	Call   *BridgeCall `json:"call,omitempty"`
-	Result *Result     `json:"result,omitempty"`
+	Type    string      `json:"type"`
+	Data    string      `json:"data,omitempty"`
+	Display *Display    `json:"display,omitempty"`
+	Call    *BridgeCall `json:"call,omitempty"`
+	Result  *Result     `json:"result,omitempty"`
+}
+
+// Display is one rich result: a MIME bundle, as Jupyter's display_data.
+type Display struct {
+	// Data maps a MIME type to the content: text for text types
+	// (text/plain, always present; text/html, image/svg+xml, text/markdown,
+	// text/latex), base64 for binary ones (image/png, image/jpeg), any JSON
+	// value for application/json.
+	Data map[string]json.RawMessage `json:"data"`
+	// Main marks the run's last expression (E2B's is_main_result).
+	Main bool `json:"main,omitempty"`
+	// Omitted lists the MIME types left out of Data because they were over
+	// a limit (per result or per run); text/plain says so too.
+	Omitted []string `json:"omitted,omitempty"`
+}
+
+// MIME types of a Display's Data whose content is base64.
+var BinaryMIMETypes = []string{"image/png", "image/jpeg", "image/gif", "application/pdf"}
+
+// FileChange is a file of the workspace a run created or changed.
+type FileChange struct {
+	// Path from the workspace's root, as the file API takes it.
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	// Created is true for a file that did not exist before the run.
+	Created bool `json:"created,omitempty"`
 }
 
 // BridgeCall is a call from the code (llm_query, rlm_query) that the caller answers
@@ -249,6 +284,14 @@ const (
 	DefaultTimeout        = 30 * time.Second
 	DefaultGrace          = 5 * time.Second
 	DefaultMaxOutputBytes = 64 << 10
+	// DefaultMaxDisplayBytes bounds one Display's content, and
+	// DefaultMaxRunDisplayBytes all of a run's: what is over is omitted
+	// (Display.Omitted).
+	DefaultMaxDisplayBytes    = 4 << 20
+	DefaultMaxRunDisplayBytes = 16 << 20
+	// MaxFileChanges bounds Result.Files; a run that changed more lists
+	// the first ones.
+	MaxFileChanges = 1000
 )
 
 // Millis turns a millisecond field into a duration; 0 (unset) gives def.

@@ -267,7 +267,10 @@ func (s *Session) Close(ctx context.Context) error {
 type Handlers struct {
 	OnStdout func(string)
 	OnStderr func(string)
-	OnBridge func(ctx context.Context, call BridgeCall) (json.RawMessage, error)
+	// OnDisplay gets each rich result (a chart, display(obj)) where it
+	// comes between the output; all are in Result.Displays too.
+	OnDisplay func(Display)
+	OnBridge  func(ctx context.Context, call BridgeCall) (json.RawMessage, error)
 }
 
 // Run runs code and waits for its result.
@@ -357,6 +360,10 @@ func (s *Session) readStream(ctx context.Context, body io.Reader, runID string, 
 		case EventStderr:
 			if h.OnStderr != nil {
 				h.OnStderr(ev.Data)
+			}
+		case EventDisplay:
+			if h.OnDisplay != nil && ev.Display != nil {
+				h.OnDisplay(*ev.Display)
 			}
 		case EventBridge:
 			if ev.Call != nil {
@@ -552,7 +559,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 		req.ID = uuid.NewString()
 	}
 	req.Bridge = req.Bridge || h.OnBridge != nil
-	stream := req.Stream || req.Bridge || h.OnStdout != nil || h.OnStderr != nil
+	stream := req.Stream || req.Bridge || h.OnStdout != nil || h.OnStderr != nil || h.OnDisplay != nil
 	req.Stream = stream
 	s := c.Open(namespace, req.Session)
 	accept := "application/json"

@@ -86,10 +86,11 @@ type BridgeAnswer struct {
 
 // Event types of a streamed run.
 const (
-	EventStdout = protocol.EventStdout
-	EventStderr = protocol.EventStderr
-	EventBridge = protocol.EventBridge
-	EventResult = protocol.EventResult
+	EventStdout  = protocol.EventStdout
+	EventStderr  = protocol.EventStderr
+	EventDisplay = protocol.EventDisplay
+	EventBridge  = protocol.EventBridge
+	EventResult  = protocol.EventResult
 )
 
 // Status of a finished run.
@@ -113,6 +114,11 @@ type (
 	ResultError = protocol.Error
 	// RunInfo answers GET .../sessions/NAME/executions?id=ID.
 	RunInfo = protocol.ExecutionInfo
+	// Display is a rich result: a MIME bundle (text/plain always; image/png
+	// as base64...).
+	Display = protocol.Display
+	// FileChange is a workspace file a run created or changed.
+	FileChange = protocol.FileChange
 	// Variable is a global of the interpreter: JSON when it serialises, else its repr.
 	Variable = protocol.Variable
 	// FileInfo describes a file or directory of the Session's workspace.

@@ -8,12 +8,12 @@
 
 from .errors import (APIError, ForbiddenError, NotFoundError, NotRunError, PoolNotFoundError, SessionLostError,
                      StreamCutError, TimeoutError, WarmpoolError)
-from .execution import Execution, ExecutionError
+from .execution import Execution, ExecutionError, FileChange, Result
 from .oneoff import run
 from .replsession import MaxIterationsExceeded, REPLSession
 from .rlm import REPLResult, WarmpoolREPL
 from .sandbox import EntryInfo, Files, Sandbox
 from .tools import python_tool
 
-__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "REPLSession", "MaxIterationsExceeded", "Sandbox", "Files", "EntryInfo", "Execution", "ExecutionError", "WarmpoolError", "APIError", "ForbiddenError",
+__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "REPLSession", "MaxIterationsExceeded", "Sandbox", "Files", "EntryInfo", "Execution", "ExecutionError", "Result", "FileChange", "WarmpoolError", "APIError", "ForbiddenError",
            "NotFoundError", "NotRunError", "PoolNotFoundError", "SessionLostError", "StreamCutError", "TimeoutError"]

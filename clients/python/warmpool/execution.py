@@ -1,7 +1,87 @@
 """What a run of code returns: the shape code-interpreter SDKs use."""
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+# A rich result's attributes and their MIME types (E2B's names).
+_FORMATS = (("text", "text/plain"), ("html", "text/html"), ("markdown", "text/markdown"), ("svg", "image/svg+xml"),
+            ("png", "image/png"), ("jpeg", "image/jpeg"), ("pdf", "application/pdf"), ("latex", "text/latex"),
+            ("json", "application/json"), ("javascript", "application/javascript"))
+
+
+class Result:
+    """One rich result of a run: what ``display(obj)`` showed, a matplotlib
+    figure, or the last expression's rich forms (``is_main_result``). The
+    attributes are E2B's: ``text`` (always), ``html``, ``markdown``,
+    ``svg``, ``png`` and ``jpeg`` (base64 strings), ``pdf``, ``latex``,
+    ``json``, ``javascript``; ``formats()`` names those present besides
+    text; ``data`` is the whole MIME bundle; ``omitted`` the MIME types a
+    size limit left out. Jupyter shows it as the sandbox did."""
+
+    def __init__(self, data=None, is_main_result=False, omitted=()):
+        self.data = dict(data or {})
+        self.is_main_result = bool(is_main_result)
+        self.omitted = list(omitted or ())
+
+    @classmethod
+    def from_display(cls, d):
+        return cls(d.get("data") or {}, d.get("main", False), d.get("omitted") or ())
+
+    def __getattr__(self, name):
+        if name == "data":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        for attr, mime in _FORMATS:
+            if attr == name:
+                return self.data.get(mime)
+        raise AttributeError(name)
+
+    def formats(self):
+        """The formats present besides text, by E2B's names ("png", "html"...)."""
+        return [attr for attr, mime in _FORMATS if attr != "text" and mime in self.data]
+
+    def _bytes(self, mime):
+        v = self.data.get(mime)
+        return base64.b64decode(v) if v is not None else None
+
+    def _repr_png_(self):
+        return self._bytes("image/png")
+
+    def _repr_jpeg_(self):
+        return self._bytes("image/jpeg")
+
+    def _repr_html_(self):
+        return self.data.get("text/html")
+
+    def _repr_markdown_(self):
+        return self.data.get("text/markdown")
+
+    def _repr_svg_(self):
+        return self.data.get("image/svg+xml")
+
+    def _repr_latex_(self):
+        return self.data.get("text/latex")
+
+    def _repr_json_(self):
+        return self.data.get("application/json")
+
+    def __str__(self):
+        return self.data.get("text/plain") or ""
+
+    def __repr__(self):
+        main = ", main" if self.is_main_result else ""
+        return f"Result({', '.join(['text'] + self.formats())}{main})"
+
+
+@dataclass
+class FileChange:
+    """A file of the workspace the run created (``created``) or changed:
+    its ``path`` from the workspace's root (``sandbox.files.read(path)``
+    fetches it) and ``size`` in bytes."""
+
+    path: str
+    size: int = 0
+    created: bool = False
 
 
 @dataclass
@@ -20,7 +100,9 @@ class Execution:
 
     ``text`` is the repr of the last expression's value (or of ``FINAL(x)``),
     ``None`` when there was none; ``status`` is ``succeeded``, ``failed``,
-    ``interrupted`` or ``timed_out``; ``duration`` is in seconds.
+    ``interrupted`` or ``timed_out``; ``duration`` is in seconds;
+    ``results`` are the rich results (charts, tables, ``display()``) in
+    order; ``files`` the workspace files the run created or changed.
     """
 
     id: str
@@ -34,6 +116,8 @@ class Execution:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     state_lost: bool = False
+    results: list = field(default_factory=list)
+    files: list = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -61,5 +145,7 @@ class Execution:
             text=r.get("result"), final=bool(r.get("final")), duration=float(r.get("durationMillis", 0)) / 1000,
             stdout_truncated=bool(r.get("stdoutTruncated")), stderr_truncated=bool(r.get("stderrTruncated")),
             state_lost=bool(r.get("stateLost")), raw=r,
+            results=[Result.from_display(d) for d in r.get("displays") or []],
+            files=[FileChange(f.get("path", ""), int(f.get("size", 0)), bool(f.get("created"))) for f in r.get("files") or []],
             error=ExecutionError(err.get("type", ""), err.get("message", ""), err.get("traceback", "")) if err else None,
         )

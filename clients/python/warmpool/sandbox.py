@@ -12,7 +12,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from . import _api, errors
-from .execution import Execution
+from .execution import Execution, Result
 
 
 def _seconds(d):
@@ -209,13 +209,14 @@ class Sandbox:
     # -- running code -----------------------------------------------------
 
     def run_code(self, code, *, context=None, envs=None, timeout=None, language=None, on_stdout=None, on_stderr=None,
-                 on_llm_query=None, on_rlm_query=None, on_call=None, max_bridge_calls=None, run_id=None):
+                 on_result=None, on_llm_query=None, on_rlm_query=None, on_call=None, max_bridge_calls=None, run_id=None):
         """Run ``code`` in the Session's interpreter and return an Execution.
 
         ``timeout`` (seconds) interrupts the code with KeyboardInterrupt and
         returns what it printed so far. ``context`` (any JSON value) becomes
         the interpreter's global ``context`` from this run on. ``on_stdout``/``on_stderr`` get output
-        as it is printed. ``on_llm_query(prompt)`` answers the code's
+        as it is printed, ``on_result`` each rich result (a ``Result``: a chart, a table,
+        ``display(obj)``) where it comes between them; all are in ``Execution.results`` too. ``on_llm_query(prompt)`` answers the code's
         ``llm_query`` calls and ``on_rlm_query(task, context)`` its
         ``rlm_query`` calls (the sandbox itself has no network); an exception
         raised by a handler reaches the code as an exception. The batched
@@ -247,12 +248,14 @@ class Sandbox:
             self._run = req["id"]
         try:
             resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
-            return self._read_stream(resp, req["id"], on_stdout, on_stderr, on_llm_query, on_rlm_query, on_call)
+            return self._read_stream(resp, req["id"], on_stdout, on_stderr, on_llm_query, on_rlm_query, on_call,
+                                     on_result)
         finally:
             with self._lock:
                 self._run = None
 
-    def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query=None, on_rlm_query=None, on_call=None):
+    def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query=None, on_rlm_query=None, on_call=None,
+                     on_result=None):
         """Read a run's streamed events to its result, as an Execution."""
         try:
             for line in resp:
@@ -267,6 +270,8 @@ class Sandbox:
                     on_stdout(ev.get("data", ""))
                 elif kind == "stderr" and on_stderr:
                     on_stderr(ev.get("data", ""))
+                elif kind == "display" and on_result:
+                    on_result(Result.from_display(ev.get("display") or {}))
                 elif kind == "bridge":
                     self._answer(run_id, ev.get("call") or {}, on_llm_query, on_rlm_query, on_call or {})
                 elif kind == "result":

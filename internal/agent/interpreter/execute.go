@@ -58,9 +58,15 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 
 	stdout, stderr := output.NewBuffer(limit), output.NewBuffer(limit)
 	stdout.OnWrite, stderr.OnWrite = hooks.OnStdout, hooks.OnStderr
-	marker := newMarker()
+	marker, displayStart := newMarkers()
 	outSeen := p.stdout.attach(stdout, marker)
 	errSeen := p.stderr.attach(stderr, marker)
+	var displays displayCollector
+	p.stdout.frames(displayStart, protocol.DefaultMaxDisplayBytes*2, func(frame []byte, tooLarge bool) {
+		if d, ok := displays.add(frame, tooLarge); ok && hooks.OnDisplay != nil {
+			hooks.OnDisplay(d)
+		}
+	})
 	defer p.stdout.detach()
 	defer p.stderr.detach()
 
@@ -83,7 +89,8 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	params := map[string]any{
 		"code": req.Code, "env": req.Env, "marker": string(marker), "bridge": req.Bridge && hooks.OnBridge != nil,
 		"max_bridge_calls": maxBridge, "max_result_chars": it.cfg.MaxResultChars,
-		"clear_interrupt": p.strayInterrupt,
+		"clear_interrupt": p.strayInterrupt, "display": string(displayStart),
+		"max_display_bytes": protocol.DefaultMaxDisplayBytes, "max_run_display_bytes": protocol.DefaultMaxRunDisplayBytes,
 	}
 	p.strayInterrupt = false
 	if len(req.Context) > 0 {
@@ -162,6 +169,7 @@ loop:
 	}
 	p.stdout.detach()
 	p.stderr.detach()
+	res.Displays = displays.list
 	res.Stdout, res.StdoutTruncated = stdout.String("stdout"), stdout.Truncated()
 	res.Stderr, res.StderrTruncated = stderr.String("stderr"), stderr.Truncated()
 
@@ -272,4 +280,29 @@ func exitDescription(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// displayCollector keeps a run's rich results. The REPL server bounds them
+// (per result and per run); the agent holds it to that, since the code
+// runs in the same process and can write frames of its own.
+type displayCollector struct {
+	list  []protocol.Display
+	bytes int
+}
+
+func (c *displayCollector) add(frame []byte, tooLarge bool) (protocol.Display, bool) {
+	var d protocol.Display
+	if tooLarge || c.bytes+len(frame) > protocol.DefaultMaxRunDisplayBytes+protocol.DefaultMaxDisplayBytes {
+		note, _ := json.Marshal(fmt.Sprintf("[a rich result was left out: over the agent's limit of %d MiB per run]",
+			protocol.DefaultMaxRunDisplayBytes>>20))
+		d.Data = map[string]json.RawMessage{"text/plain": note}
+	} else if err := json.Unmarshal(frame, &d); err != nil || d.Data == nil {
+		return d, false // not a frame of the REPL server's
+	}
+	if _, ok := d.Data["text/plain"]; !ok {
+		d.Data["text/plain"] = json.RawMessage(`""`)
+	}
+	c.bytes += len(frame)
+	c.list = append(c.list, d)
+	return d, true
 }

@@ -138,6 +138,8 @@ func (c *Config) setDefaults() {
 type Hooks struct {
 	// OnStdout and OnStderr see output as it arrives (within the byte limit).
 	OnStdout, OnStderr func([]byte)
+	// OnDisplay sees each rich result, after the output printed before it.
+	OnDisplay func(protocol.Display)
 	// OnBridge answers llm_query/rlm_query. It runs in its own goroutine and
 	// should return when done is closed (the execution ended).
 	OnBridge func(call protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error)
@@ -613,8 +615,10 @@ func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 	return &protocol.Variable{Name: name, Type: v.Type, JSON: v.JSON, Repr: v.Repr}, true, nil
 }
 
-func newMarker() []byte {
-	return []byte("\x1ewarmpool-end-" + newID() + "\x1e")
+// newMarkers returns a run's end marker and the start of its display frames.
+func newMarkers() (end, display []byte) {
+	id := newID()
+	return []byte("\x1ewarmpool-end-" + id + "\x1e"), []byte("\x1ewarmpool-display-" + id + "\x1e")
 }
 
 // drainStale drops messages left over from an earlier request.

@@ -397,8 +397,195 @@ def get_linked_chunks(chunk_id, link_type=None):
     return [o for o in _chunks() if o.get("id") in links]
 
 
+# Rich results. display(obj) and the rich forms of a run's last expression
+# (and the matplotlib figures it left open) go to the agent as frames on
+# fd 1: the frame start the agent gave for this run, the result as JSON (which
+# never holds a raw \x1e), and \x1e. In the output stream, so they keep
+# their place between the prints around them.
+_REPR_METHODS = (("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"), ("image/svg+xml", "_repr_svg_"),
+                 ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
+                 ("text/latex", "_repr_latex_"), ("application/json", "_repr_json_"))
+_BINARY_MIME = ("image/png", "image/jpeg", "image/gif", "application/pdf")
+_MISSING = object()
+
+
+class _Display:
+    start = b""            # the agent's frame start for the run in flight ("" outside a run)
+    max_bytes = 4 << 20    # one result's content
+    budget = 16 << 20      # what is left for this run
+    shown = set()          # ids of the figures this run displayed
+
+
+def _rich_method(obj, name):
+    """obj's _repr_*_ method, unless obj answers every attribute (a mock, a
+    proxy), which would make any name look like a rich form."""
+    try:
+        if isinstance(obj, type) or getattr(obj, "_warmpool_no_such_attribute_", _MISSING) is not _MISSING:
+            return None
+        m = getattr(obj, name, None)
+    except Exception:
+        return None
+    return m if callable(m) else None
+
+
+def _figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _mime_bundle(obj, limit):
+    """The MIME bundle of obj: its _repr_mimebundle_, its _repr_*_ methods, a
+    matplotlib figure as PNG, and text/plain (its repr) always. A rich form
+    that raises is left out; the exception goes to stderr."""
+    data = {}
+    forms = [("", "_repr_mimebundle_")] + list(_REPR_METHODS)
+    for mime, name in forms:
+        if mime in data:
+            continue
+        m = _rich_method(obj, name)
+        if m is None:
+            continue
+        try:
+            v = m()
+        except Exception as e:
+            print(f"display: {type(obj).__name__}.{name}() raised {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        if isinstance(v, tuple) and len(v) == 2:  # (data, metadata)
+            v = v[0]
+        if v is None:
+            continue
+        if mime == "":
+            if isinstance(v, dict):
+                data.update({k: x for k, x in v.items() if isinstance(k, str)})
+        else:
+            data[mime] = v
+    if "image/png" not in data and type(obj).__module__.startswith("matplotlib") and hasattr(obj, "savefig"):
+        _Display.shown.add(id(obj))
+        data["image/png"] = _figure_png(obj)
+    data["text/plain"] = _safe_repr(obj, limit) if not isinstance(data.get("text/plain"), str) else data["text/plain"]
+    return data
+
+
+def _content(mime, v):
+    """A bundle's value as JSON: base64 for binary types, text for the rest,
+    any JSON value for application/json."""
+    if mime in _BINARY_MIME:
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            import base64
+            return base64.b64encode(bytes(v)).decode()
+        return str(v)  # already base64, as Jupyter's bundles carry it
+    if mime == "application/json" or mime.endswith("+json"):
+        try:
+            json.dumps(v)
+            return v
+        except (TypeError, ValueError):
+            return str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return str(v)
+
+
+def _size(n):
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} bytes"
+
+
+def _emit_frame(payload):
+    """Sends one display frame to the agent, after the output printed before it."""
+    _flush_output()
+    _write_fd(_STD_FDS.get(1, 1), _Display.start + payload + b"\x1e")
+
+
+def _emit_display(data, main=False):
+    """Bounds a bundle (per result and per run) and sends it; the text/plain
+    form says what was left out and why."""
+    out, omitted, notes = {}, [], []
+    text = data.pop("text/plain", "")
+    for mime, v in data.items():
+        content = _content(mime, v)
+        size = len(_encoder.encode(content))
+        if size > _Display.max_bytes or size > _Display.budget:
+            which = "one result" if size > _Display.max_bytes else "a run (all its results)"
+            limit = _Display.max_bytes if size > _Display.max_bytes else _Display.budget
+            omitted.append(mime)
+            notes.append(f"[{mime} left out: {_size(size)}, over the {_size(limit)} left for {which}]")
+            continue
+        _Display.budget -= size
+        out[mime] = content
+    text = _content("text/plain", text)
+    if notes:
+        text = (text + "\n" if text else "") + "\n".join(notes)
+    if len(text) > _Display.max_bytes:
+        text = text[:_Display.max_bytes] + f"... [{len(text) - _Display.max_bytes} characters cut]"
+    out["text/plain"] = text
+    msg = {"data": out}
+    if main:
+        msg["main"] = True
+    if omitted:
+        msg["omitted"] = omitted
+    if not _Display.start:
+        # No channel for rich results (a client that does not take them, or
+        # outside a run): display() prints the text, as plain Python's
+        # IPython.display does; the last expression's repr is the result.
+        if not main:
+            print(text)
+        return
+    _emit_frame(_encoder.encode(msg).encode())
+
+
+def display(*objs, raw=False):
+    """Shows each object as a rich result (an image, HTML, markdown...) in
+    the output, where the call is; raw=True takes dicts as MIME bundles."""
+    for obj in objs:
+        if raw and isinstance(obj, dict):
+            data = {k: v for k, v in obj.items() if isinstance(k, str)}
+            data.setdefault("text/plain", "")
+        else:
+            data = _mime_bundle(obj, 65536)
+        _emit_display(data)
+
+
+def _show_figures():
+    """Displays the matplotlib figures left open and closes them (the end of
+    a run, and plt.show())."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None or not _Display.start:
+        return
+    for num in plt.get_fignums():
+        fig = plt.figure(num)
+        if id(fig) not in _Display.shown:
+            _Display.shown.add(id(fig))
+            _emit_display({"image/png": _figure_png(fig), "text/plain": repr(fig)})
+    plt.close("all")
+
+
+class _PyplotHook:
+    """An import hook that makes plt.show() display the open figures as
+    rich results (the Agg backend draws without a screen)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        import importlib.util
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        real = spec.loader.exec_module
+
+        def exec_module(module):
+            real(module)
+            module.show = lambda *args, **kwargs: _show_figures()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 _HELPERS = {
-    "FINAL": FINAL, "FINAL_VAR": FINAL_VAR, "llm_query": llm_query, "rlm_query": rlm_query,
+    "display": display, "FINAL": FINAL, "FINAL_VAR": FINAL_VAR, "llm_query": llm_query, "rlm_query": rlm_query,
     "llm_query_batched": llm_query_batched, "rlm_query_batched": rlm_query_batched, "chunk_text": chunk_text,
     "search_context": search_context, "read_chunk": read_chunk, "search_chunks": search_chunks,
     "list_chunks_by_tag": list_chunks_by_tag, "get_linked_chunks": get_linked_chunks,
@@ -526,6 +713,10 @@ def _execute(params):
     _state.bridge_methods = frozenset(params.get("bridge_methods") or ()) if _state.bridge_enabled else frozenset()
     _state.max_bridge_calls = int(params.get("max_bridge_calls", 16))
     result_limit = int(params.get("max_result_chars", 65536))
+    _Display.start = (params.get("display") or "").encode()
+    _Display.max_bytes = int(params.get("max_display_bytes") or 4 << 20)
+    _Display.budget = int(params.get("max_run_display_bytes") or 16 << 20)
+    _Display.shown = set()
 
     status, result, error = "ok", None, None
     try:
@@ -546,6 +737,10 @@ def _execute(params):
                     value = eval(tail, _globals)
                     if value is not None:
                         result = _safe_repr(value, result_limit)
+                        bundle = _mime_bundle(value, result_limit)
+                        if len(bundle) > 1:  # a rich form besides its repr
+                            _emit_display(bundle, main=True)
+                _show_figures()
             finally:
                 _state.running = False
         except _Final as f:
@@ -570,6 +765,17 @@ def _execute(params):
                 os.environ[k] = v
         _state.bridge_enabled = False
         _state.bridge_methods = frozenset()
+    if status not in ("ok", "final"):
+        # Figures the code left open before it failed or was stopped are
+        # still shown (as a notebook does); a failure here is only noted.
+        _state.running = True
+        try:
+            _show_figures()
+        except BaseException as e:
+            print(f"showing the open figures failed: {type(e).__name__}: {e}", file=sys.stderr)
+        finally:
+            _state.running = False
+    _Display.start = b""
     _flush_output()
     _restore_std()  # before the end markers: the code may have closed fd 1 or 2
     return {"status": status, "result": result, "error": error}
@@ -625,6 +831,10 @@ def main():
     if _THREAD_STACK_BYTES:
         import threading
         threading.stack_size(_THREAD_STACK_BYTES)
+    # matplotlib draws without a screen, and plt.show() displays (before the
+    # preload, which may import pyplot).
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.meta_path.insert(0, _PyplotHook())
     preload = [m for m in os.environ.get("WARMPOOL_PRELOAD", "").split(",") if m]
     loaded, failed = [], {}
     for mod in preload:

@@ -12,12 +12,23 @@ import (
 // stream reads one of the interpreter's output fds for as long as the process
 // lives and hands what it reads to the current execution's buffer. Output
 // written while no execution runs (a leftover background subprocess) is dropped.
+//
+// On stdout it also takes out the run's display frames (frame start, the
+// rich result as JSON, \x1e; see replserver.py) and hands each to onDisplay
+// where it stood between the output around it.
 type stream struct {
 	mu      sync.Mutex
 	sink    *output.Buffer
 	marker  []byte
 	pending []byte
 	seen    chan struct{}
+	// display frames: their start, a frame read so far, the handler.
+	frameStart   []byte
+	frame        []byte
+	inFrame      bool
+	frameDropped bool
+	frameLimit   int
+	onDisplay    func(frame []byte, tooLarge bool)
 	// reads since attach, when the last was, and the gap before it.
 	reads    int
 	lastRead time.Time
@@ -29,9 +40,19 @@ func (s *stream) attach(buf *output.Buffer, marker []byte) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sink, s.marker, s.pending = buf, marker, nil
+	s.frameStart, s.frame, s.inFrame, s.frameDropped, s.onDisplay = nil, nil, false, false, nil
 	s.seen = make(chan struct{})
 	s.reads, s.lastRead, s.lastGap = 0, time.Time{}, 0
 	return s.seen
+}
+
+// frames makes the stream take display frames that begin with start out of
+// the output and hand each to onDisplay (tooLarge, with no frame, for one
+// longer than limit, which is dropped). Call after attach.
+func (s *stream) frames(start []byte, limit int, onDisplay func(frame []byte, tooLarge bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frameStart, s.frameLimit, s.onDisplay = start, limit, onDisplay
 }
 
 // detach stops writing to the current buffer, flushing a held-back tail.
@@ -42,6 +63,7 @@ func (s *stream) detach() {
 		_, _ = s.sink.Write(s.pending)
 	}
 	s.sink, s.marker, s.pending = nil, nil, nil
+	s.frameStart, s.frame, s.inFrame, s.frameDropped, s.onDisplay = nil, nil, false, false, nil
 }
 
 func (s *stream) run(r io.Reader) {
@@ -97,22 +119,70 @@ func (s *stream) feed(chunk []byte) {
 		data = append(s.pending, chunk...)
 		s.pending = nil
 	}
-	if i := bytes.Index(data, s.marker); i >= 0 {
-		_, _ = s.sink.Write(data[:i])
-		s.marker = nil // anything after the marker belongs to no execution
-		close(s.seen)
-		return
-	}
-	// Hold back a tail that could be the start of the marker.
-	keep := 0
-	for k := min(len(s.marker)-1, len(data)); k > 0; k-- {
-		if bytes.HasPrefix(s.marker, data[len(data)-k:]) {
-			keep = k
-			break
+	for len(data) > 0 {
+		if s.inFrame {
+			data = s.readFrame(data)
+			continue
+		}
+		end := bytes.Index(data, s.marker)
+		start := -1
+		if s.frameStart != nil {
+			start = bytes.Index(data, s.frameStart)
+		}
+		switch {
+		case start >= 0 && (end < 0 || start < end):
+			_, _ = s.sink.Write(data[:start])
+			s.inFrame, s.frame, s.frameDropped = true, nil, false
+			data = data[start+len(s.frameStart):]
+		case end >= 0:
+			_, _ = s.sink.Write(data[:end])
+			s.marker = nil // anything after the marker belongs to no execution
+			close(s.seen)
+			return
+		default:
+			// Hold back a tail that could be the start of the marker or of a frame.
+			keep := max(heldBack(data, s.marker), heldBack(data, s.frameStart))
+			_, _ = s.sink.Write(data[:len(data)-keep])
+			if keep > 0 {
+				s.pending = append([]byte(nil), data[len(data)-keep:]...)
+			}
+			return
 		}
 	}
-	_, _ = s.sink.Write(data[:len(data)-keep])
-	if keep > 0 {
-		s.pending = append([]byte(nil), data[len(data)-keep:]...)
+}
+
+// readFrame reads a display frame's bytes up to its end (\x1e) and hands
+// the frame over; it returns what follows the frame.
+func (s *stream) readFrame(data []byte) []byte {
+	i := bytes.IndexByte(data, 0x1e)
+	body := data
+	if i >= 0 {
+		body = data[:i]
 	}
+	if !s.frameDropped {
+		if len(s.frame)+len(body) > s.frameLimit {
+			s.frame, s.frameDropped = nil, true // too large: read to its end and drop it
+		} else {
+			s.frame = append(s.frame, body...)
+		}
+	}
+	if i < 0 {
+		return nil
+	}
+	frame, dropped := s.frame, s.frameDropped
+	s.inFrame, s.frame, s.frameDropped = false, nil, false
+	if s.onDisplay != nil {
+		s.onDisplay(frame, dropped)
+	}
+	return data[i+1:]
+}
+
+// heldBack is how many bytes at data's end could be the start of mark.
+func heldBack(data, mark []byte) int {
+	for k := min(len(mark)-1, len(data)); k > 0; k-- {
+		if bytes.HasPrefix(mark, data[len(data)-k:]) {
+			return k
+		}
+	}
+	return 0
 }

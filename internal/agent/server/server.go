@@ -396,7 +396,9 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 		e.setInterrupt(func() bool { cancel(); return true })
 		go func() {
 			defer cancel()
+			before := s.cfg.Workspace.Snapshot()
 			res := s.runShell(ctx, req, onOut(protocol.EventStdout), onOut(protocol.EventStderr))
+			res.Files = workspace.Changes(before, s.cfg.Workspace.Snapshot())
 			// Free the worker before anyone sees the result, so the caller's next request finds it free.
 			s.release(wk)
 			s.reg.finish(e, res)
@@ -405,6 +407,9 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 	}
 	e.setInterrupt(wk.interp.Interrupt)
 	hooks := interpreter.Hooks{OnStdout: onOut(protocol.EventStdout), OnStderr: onOut(protocol.EventStderr)}
+	if stream {
+		hooks.OnDisplay = func(d protocol.Display) { e.emit(protocol.Event{Type: protocol.EventDisplay, Display: &d}) }
+	}
 	if req.Bridge {
 		hooks.OnBridge = func(call protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error) {
 			ch := make(chan protocol.BridgeAnswer, 1)
@@ -433,7 +438,11 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			err = wk.interp.Reset()
 		}
 		if err == nil {
+			before := s.cfg.Workspace.Snapshot()
 			res, err = wk.interp.Execute(req, hooks)
+			if err == nil {
+				res.Files = workspace.Changes(before, s.cfg.Workspace.Snapshot())
+			}
 		}
 		s.release(wk) // before the result is visible: see the shell case
 		if err != nil {
