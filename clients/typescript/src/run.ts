@@ -1,6 +1,6 @@
 // What every backend shares: output cut and split into lines, the answer to
 // the code's bridge calls, and a run's outcome as a CodeExecution.
-import type { CodeExecution, REPLConfig, SandboxBridges } from "./types.js";
+import { Result, type CodeExecution, type REPLConfig, type SandboxBridges } from "./types.js";
 
 /** A run's outcome as the REPL server (or the agent) reports it. */
 export interface RawOutcome {
@@ -50,16 +50,29 @@ export class LineSplitter {
   }
 }
 
-/** Collects one run's stdout and stderr and hands lines to the callbacks. */
+/** Collects one run's stdout, stderr and rich results and hands them to the callbacks. */
 export class OutputCollector {
   stdout = "";
   stderr = "";
+  results: Result[] = [];
   private readonly out: LineSplitter;
   private readonly err: LineSplitter;
+  private readonly onResult?: (r: Result) => void;
 
-  constructor(config: Pick<REPLConfig, "onStdout" | "onStderr">) {
+  constructor(config: Pick<REPLConfig, "onStdout" | "onStderr" | "onResult">) {
     this.out = new LineSplitter(config.onStdout);
     this.err = new LineSplitter(config.onStderr);
+    this.onResult = config.onResult;
+  }
+
+  /** A rich result, after the output before it (whose partial line goes out first). */
+  display(d: { data?: Record<string, unknown>; main?: boolean; omitted?: string[] }): void {
+    const r = Result.fromDisplay(d);
+    this.results.push(r);
+    if (this.onResult) {
+      this.out.end();
+      this.onResult(r);
+    }
   }
 
   write(stream: "stdout" | "stderr", chunk: string): void {
@@ -138,6 +151,7 @@ export function toCodeExecution(code: string, outcome: RawOutcome, output: Outpu
     duration: performance.now() - startedAt,
     status: "ok",
   };
+  if (output.results.length) ex.results = output.results;
   const err = outcome.error;
   const described = err ? (err.traceback?.trim() || `${err.type}: ${err.message}`) : undefined;
   switch (outcome.status) {

@@ -51,6 +51,9 @@ export async function readRun(body: Readable, output: OutputCollector, bridges: 
       case "stderr":
         output.write(ev.type, ev.data ?? "");
         break;
+      case "display":
+        if (ev.display) output.display(ev.display);
+        break;
       case "bridge": {
         const call = ev.call ?? {};
         answers.push((async () => {

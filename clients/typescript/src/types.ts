@@ -26,6 +26,46 @@ export interface CodeExecution {
   final?: boolean;
   /** warmpool: how the run ended. */
   status?: "ok" | "error" | "timeout" | "cancelled";
+  /** warmpool: the rich results (charts, tables, display(obj)), in order. */
+  results?: Result[];
+}
+
+/**
+ * warmpool: one rich result, with E2B's names: `text` (always), `html`,
+ * `markdown`, `svg`, `png` and `jpeg` (base64), `pdf`, `latex`, `json`,
+ * `javascript`; `formats()` names those present besides text; `data` is the
+ * whole MIME bundle; `omitted` the MIME types a size limit left out.
+ */
+export class Result {
+  constructor(readonly data: Record<string, unknown>, readonly isMainResult = false, readonly omitted: string[] = []) {}
+
+  static fromDisplay(d: { data?: Record<string, unknown>; main?: boolean; omitted?: string[] }): Result {
+    return new Result(d.data ?? {}, !!d.main, d.omitted ?? []);
+  }
+
+  private get(mime: string): string | undefined {
+    const v = this.data[mime];
+    return v === undefined ? undefined : typeof v === "string" ? v : JSON.stringify(v);
+  }
+
+  get text(): string { return this.get("text/plain") ?? ""; }
+  get html(): string | undefined { return this.get("text/html"); }
+  get markdown(): string | undefined { return this.get("text/markdown"); }
+  get svg(): string | undefined { return this.get("image/svg+xml"); }
+  get png(): string | undefined { return this.get("image/png"); }
+  get jpeg(): string | undefined { return this.get("image/jpeg"); }
+  get pdf(): string | undefined { return this.get("application/pdf"); }
+  get latex(): string | undefined { return this.get("text/latex"); }
+  get javascript(): string | undefined { return this.get("application/javascript"); }
+  get json(): unknown { return this.data["application/json"]; }
+
+  /** The formats present besides text, by E2B's names ("png", "html"...). */
+  formats(): string[] {
+    const names: [string, string][] = [["html", "text/html"], ["markdown", "text/markdown"], ["svg", "image/svg+xml"],
+      ["png", "image/png"], ["jpeg", "image/jpeg"], ["pdf", "application/pdf"], ["latex", "text/latex"],
+      ["json", "application/json"], ["javascript", "application/javascript"]];
+    return names.filter(([, mime]) => mime in this.data).map(([name]) => name);
+  }
 }
 
 export interface Sandbox {
@@ -54,6 +94,8 @@ export interface REPLConfig {
   useWorker?: boolean;
   onStdout?: (line: string) => void;
   onStderr?: (line: string) => void;
+  /** warmpool: each rich result, as it comes between the output lines. */
+  onResult?: (result: Result) => void;
 }
 
 export type SandboxBackend = "pyodide" | "native" | "daemon" | "warmpool" | "auto";

@@ -149,6 +149,36 @@ for (const backend of backends) {
       assert.equal(r.stdout, "");
     });
 
+    test("rich results come back in order between the output, with the last expression's as the main one", async () => {
+      const seen = [];
+      const own = createSandbox({
+        backend, timeout: 3000, maxOutputLength: 1000, ...targetFor(backend),
+        onStdout: (l) => seen.push(`out:${l}`), onResult: (r) => seen.push(`result:${r.formats().join(",")}${r.isMainResult ? " main" : ""}`),
+      }, rec.bridges);
+      try {
+        const r = await own.execute(`
+class Rich:
+    def __repr__(self): return "Rich()"
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_png_(self): return b"PNG bytes"
+print("before")
+display(Rich(), {"text/markdown": "**md**", "text/plain": "md"}, raw=True)
+print("after")
+Rich()`);
+        assert.equal(r.error, undefined);
+        assert.deepEqual(seen, ["out:before", "result:html,png", "result:markdown", "out:after", "result:html,png main"]);
+        assert.equal(r.results.length, 3);
+        assert.equal(r.results[0].text, "Rich()");
+        assert.equal(r.results[0].html, "<b>rich</b>");
+        assert.equal(Buffer.from(r.results[0].png, "base64").toString(), "PNG bytes");
+        assert.equal(r.results[1].markdown, "**md**");
+        assert.equal(r.result, "Rich()");
+        assert.equal((await own.execute("1 + 1")).results, undefined);
+      } finally {
+        await own.destroy();
+      }
+    });
+
     test("the timeout interrupts the code with a real KeyboardInterrupt; state survives", async () => {
       await sb.execute("kept = 'still here'");
       const started = performance.now();

@@ -38,56 +38,91 @@ export function findPython(pythonPath?: string): string | undefined {
   return candidates.find((p) => pythonVersion(p) !== undefined);
 }
 
-/** Splits a stream at the run's end marker, decoding UTF-8 across chunks. */
+/**
+ * Splits a stream at the run's end marker, decoding UTF-8 across chunks, and
+ * takes the run's display frames (frame start, JSON, \x1e) out of it, where
+ * they stood between the output around them.
+ */
 class MarkedStream {
   private readonly decoder = new TextDecoder();
   private held = "";
   private marker = "";
+  private frameStart = "";
+  private frame: string | undefined;
   private seen?: () => void;
   sink?: (text: string) => void;
+  onFrame?: (json: string) => void;
 
-  expect(marker: string): Promise<void> {
+  expect(marker: string, frameStart = ""): Promise<void> {
     this.marker = marker;
+    this.frameStart = frameStart;
     return new Promise((resolve) => (this.seen = resolve));
   }
 
   feed(chunk: Buffer): void {
     let text = this.held + this.decoder.decode(chunk, { stream: true });
     this.held = "";
-    if (this.marker) {
+    while (text) {
+      if (this.frame !== undefined) {
+        const end = text.indexOf("\u001e");
+        if (end < 0) {
+          this.frame += text;
+          return;
+        }
+        const json = this.frame + text.slice(0, end);
+        this.frame = undefined;
+        text = text.slice(end + 1);
+        this.onFrame?.(json);
+        continue;
+      }
+      if (!this.marker) {
+        this.sink?.(text);
+        return;
+      }
       const at = text.indexOf(this.marker);
+      const fs = this.frameStart ? text.indexOf(this.frameStart) : -1;
+      if (fs >= 0 && (at < 0 || fs < at)) {
+        this.sink?.(text.slice(0, fs));
+        this.frame = "";
+        text = text.slice(fs + this.frameStart.length);
+        continue;
+      }
       if (at >= 0) {
         this.sink?.(text.slice(0, at));
         const rest = text.slice(at + this.marker.length);
-        this.marker = "";
+        this.marker = this.frameStart = "";
         const seen = this.seen;
         this.seen = undefined;
         seen?.();
         if (rest) this.sink?.(rest);
         return;
       }
-      // Hold back what may be the start of the marker.
-      const keep = Math.min(this.marker.length - 1, text.length);
-      for (let k = keep; k > 0; k--) {
-        if (this.marker.startsWith(text.slice(text.length - k))) {
-          this.held = text.slice(text.length - k);
-          text = text.slice(0, text.length - k);
-          break;
-        }
-      }
+      // Hold back what may be the start of the marker or of a frame.
+      const keep = Math.max(heldBack(text, this.marker), heldBack(text, this.frameStart));
+      this.held = text.slice(text.length - keep);
+      if (text.length > keep) this.sink?.(text.slice(0, text.length - keep));
+      return;
     }
-    if (text) this.sink?.(text);
   }
 
   /** The process went away: nothing more will come. */
   close(): void {
     if (this.held) this.sink?.(this.held);
     this.held = "";
+    this.frame = undefined;
     const seen = this.seen;
     this.seen = undefined;
-    this.marker = "";
+    this.marker = this.frameStart = "";
     seen?.();
   }
+}
+
+/** How many characters at text's end could be the start of mark. */
+function heldBack(text: string, mark: string): number {
+  for (let k = Math.min(mark.length - 1, text.length); k > 0; k--) {
+    if (mark.startsWith(text.slice(text.length - k))) return k;
+  }
+  return 0;
 }
 
 function killGroup(child: ChildProcess): void {
@@ -227,10 +262,18 @@ export class NativePythonSandbox implements Sandbox {
       const p = await this.start();
       const id = randomBytes(16).toString("hex");
       const marker = `\u001ewarmpool-end-${id}\u001e`;
+      const display = `\u001ewarmpool-display-${id}\u001e`;
       const output = new OutputCollector(this.config);
       p.stdout.sink = (t) => output.write("stdout", t);
       p.stderr.sink = (t) => output.write("stderr", t);
-      const markers = Promise.all([p.stdout.expect(marker), p.stderr.expect(marker)]);
+      p.stdout.onFrame = (json) => {
+        try {
+          output.display(JSON.parse(json));
+        } catch {
+          // not a frame of the server's
+        }
+      };
+      const markers = Promise.all([p.stdout.expect(marker, display), p.stderr.expect(marker)]);
       p.onBridge = (msg) => this.bridge(p, id, msg);
 
       let stoppedBy: "timeout" | "cancel" | undefined;
@@ -249,6 +292,7 @@ export class NativePythonSandbox implements Sandbox {
         params: {
           code, marker, bridge: true, max_bridge_calls: this.config.maxBridgeCalls ?? 64,
           max_result_chars: Math.max(this.config.maxOutputLength || 0, 65536), clear_interrupt: this.strayInterrupt,
+          display,
         },
       });
       this.strayInterrupt = false;
@@ -266,6 +310,7 @@ export class NativePythonSandbox implements Sandbox {
         this.running = undefined;
         p.onBridge = undefined;
         p.stdout.sink = p.stderr.sink = undefined;
+        p.stdout.onFrame = undefined;
       }
       let outcome: RawOutcome;
       if (msg.exited) {

@@ -14,6 +14,8 @@ export interface CoreOptions {
   write: (stream: "stdout" | "stderr", text: string) => void;
   /** A message of the server to the host (a bridge call). */
   send: (json: string) => void;
+  /** A rich result of the run, as JSON, after the output before it. */
+  display: (json: string) => void;
   /** The host's answer to the last bridge call, as JSON, or null when the run was interrupted. */
   recv: () => string | null;
   interruptBuffer?: Uint8Array;
@@ -50,6 +52,7 @@ export async function loadCore(o: CoreOptions): Promise<Core> {
   py.runPython(o.source, { globals: ns });
   ns.set("_js_send", o.send);
   ns.set("_js_recv", o.recv);
+  ns.set("_js_display", o.display);
   py.runPython(`
 def _send(msg):
     _js_send(_encoder.encode(msg))
@@ -62,8 +65,15 @@ def _recv():
     return _decoder.decode(s)
 
 
+def _emit_frame(payload):
+    _flush_output()
+    _js_display(payload.decode())
+
+
 def _js_execute(s):
-    return _encoder.encode(_execute(_decoder.decode(s)))
+    params = _decoder.decode(s)
+    params["display"] = "pyodide"  # rich results go through _emit_frame above
+    return _encoder.encode(_execute(params))
 
 
 def _js_get_variable(s):

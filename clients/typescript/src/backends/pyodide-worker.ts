@@ -19,6 +19,7 @@ parentPort!.on("message", async (m: any) => {
         indexURL: m.indexURL, fullStdLib: m.fullStdLib, packages: m.packages, source: m.source, interruptBuffer: interrupt,
         write: (stream, data) => parentPort!.postMessage({ type: "output", stream, data }),
         send: (json) => parentPort!.postMessage({ type: "bridge", json }),
+        display: (json) => parentPort!.postMessage({ type: "display", json }),
         recv: () => {
           for (;;) {
             Atomics.wait(wake, 0, 0);

@@ -66,6 +66,8 @@ async function workerEngine(config: SandboxConfig): Promise<Engine> {
           return pending.get(current!)?.output?.write(m.stream, m.data);
         case "bridge":
           return pending.get(current!)?.onBridge?.(JSON.parse(m.json));
+        case "display":
+          return pending.get(current!)?.output?.display(JSON.parse(m.json));
         case "reply": {
           const p = pending.get(m.id);
           pending.delete(m.id);
@@ -127,6 +129,7 @@ async function directEngine(config: SandboxConfig): Promise<Engine> {
     indexURL: indexURL(config.indexURL), fullStdLib: config.fullStdLib, packages: config.preloadPackages, source: replServer(),
     write: (stream, data) => output?.write(stream, data),
     send: (json) => (lastCall = JSON.parse(json).id),
+    display: (json) => output?.display(JSON.parse(json)),
     recv: () => JSON.stringify({ jsonrpc: "2.0", id: lastCall, error: { message:
       "bridge calls need the Pyodide worker (useWorker: true): on the caller's thread the code cannot wait for an asynchronous answer" } }),
   });
