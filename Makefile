@@ -3,6 +3,8 @@
 # Image names and tags live here and only here.
 IMG_MANAGER ?= warmpool.dev/manager:dev
 IMG_REPL ?= warmpool.dev/repl:dev
+# The data-science sandbox: repl with pandas, matplotlib, scipy and scikit-learn.
+IMG_REPL_DATA ?= warmpool.dev/repl-data:dev
 # The local cluster's pod sandbox image (no registry to pull registry.k8s.io/pause from).
 IMG_PAUSE ?= warmpool.dev/pause:dev
 
@@ -65,6 +67,7 @@ manifests: controller-gen kustomize ## Generate CRDs and RBAC into config/, and 
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG_MANAGER)
 	cd config/dataplane && $(KUSTOMIZE) edit set image controller=$(IMG_MANAGER)
 	sed -i -E 's|^(  image: ).*$$|\1$(IMG_REPL)|' config/samples/sandbox_v1alpha1_sandboxpool.yaml
+	sed -i -E 's|^(  image: ).*$$|\1$(IMG_REPL_DATA)|' config/samples/sandbox_v1alpha1_sandboxpool_data.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
@@ -122,7 +125,7 @@ bench-autoscale: ## Replay the autoscaling trace on envtest: fixed pools, the ra
 
 E2E_TIMEOUT ?= 30m
 # What the e2e suite runs with, on either cluster.
-E2E_ENV = KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL)
+E2E_ENV = KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) E2E_REPL_DATA_IMAGE=$(IMG_REPL_DATA)
 
 .PHONY: test-e2e
 test-e2e: kustomize prometheus helm-tool ## Run the e2e suite on the cluster in KUBECONFIG (images loaded by you); without one, on the local cluster (brought up, images built and loaded; needs root).
@@ -167,20 +170,28 @@ SHELL_APPLETS ?= sh cat cp mv rm mkdir rmdir touch ls ln head tail wc sort uniq 
 	diff base64 md5sum sha256sum tar gzip gunzip od hexdump seq expr id uname ps kill timeout which mktemp nproc \
 	patch cmp paste rev tac less nl fold xxd
 
+# repl-data: Debian's python3-pandas, -matplotlib, -scipy and -sklearn and what they import
+# (installed when missing; DATA_IMAGE= builds without it), matplotlib's data and config, the time zones pytz reads.
+DATA_IMAGE ?= 1
+DIST_PACKAGES ?= /usr/lib/python3/dist-packages
+DATA_PACKAGES ?= numpy pandas matplotlib mpl_toolkits pylab.py scipy sklearn PIL cycler.py dateutil joblib kiwisolver \
+	packaging pyparsing pytz six.py threadpoolctl.py fontTools contourpy certifi lz4 pkg_resources _distutils_hack
+REPL_IMAGE_ARGS = -python $(PYTHON_FOR_IMAGE) -add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
+	-tool /usr/bin/bash:/usr/bin/bash -symlink /bin/bash:/usr/bin/bash -tool /usr/bin/rg:/usr/bin/rg \
+	-tool /bin/busybox:/usr/bin/busybox $(foreach a,$(SHELL_APPLETS),-symlink /usr/bin/$(a):busybox) \
+	-symlink /bin/sh:/usr/bin/busybox -cmd serve,--listen,:8080,--workspace,/workspace -user 65532:65532 -workdir /workspace
+
 .PHONY: images
-images: ## Write image tarballs without Docker: dist/repl.tar, dist/manager.tar, dist/pause.tar.
-	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) hack/image-deps.sh
+images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.tar, dist/manager.tar, dist/pause.tar.
+	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) DATA_IMAGE=$(DATA_IMAGE) hack/image-deps.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/pause ./hack/pause
-	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) -python $(PYTHON_FOR_IMAGE) \
-		$(if $(NUMPY_FOR_IMAGE),-python-packages $(NUMPY_FOR_IMAGE)) \
-		-add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
-		-tool /usr/bin/bash:/usr/bin/bash -symlink /bin/bash:/usr/bin/bash -tool /usr/bin/rg:/usr/bin/rg \
-		-tool /bin/busybox:/usr/bin/busybox $(foreach a,$(SHELL_APPLETS),-symlink /usr/bin/$(a):busybox) \
-		-symlink /bin/sh:/usr/bin/busybox \
-		-cmd serve,--listen,:8080,--workspace,/workspace \
-		-user 65532:65532 -workdir /workspace
+	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) $(REPL_IMAGE_ARGS) \
+		$(if $(NUMPY_FOR_IMAGE),-python-packages $(NUMPY_FOR_IMAGE))
+	$(if $(DATA_IMAGE),$(GO) run ./hack/imgbuild -o dist/repl-data.tar -tag $(IMG_REPL_DATA) $(REPL_IMAGE_ARGS) \
+		$$(for p in $(DATA_PACKAGES); do [ -e $(DIST_PACKAGES)/$$p ] && printf -- '-python-packages %s ' $(DIST_PACKAGES)/$$p; done) \
+		-python-packages /usr/share/matplotlib/mpl-data -add /etc/matplotlibrc:/etc/matplotlibrc -python-packages /usr/share/zoneinfo,rm -f dist/repl-data.tar)
 	$(GO) run ./hack/imgbuild -o dist/manager.tar -tag $(IMG_MANAGER) \
 		-add $(LOCALBIN)/manager:/manager -entrypoint /manager -user 65532:65532
 	$(GO) run ./hack/imgbuild -o dist/pause.tar -tag $(IMG_PAUSE) \

@@ -211,6 +211,35 @@ type ExecutionSpec struct {
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
+// ExecutionResult is one rich result of an Execution, without its content.
+type ExecutionResult struct {
+	// mimeTypes the result came in, e.g. ["text/plain", "image/png"].
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	MimeTypes []string `json:"mimeTypes"`
+	// text is its text/plain form, cut to 1 KiB.
+	// +optional
+	Text string `json:"text,omitempty"`
+	// main is true for the code's last expression.
+	// +optional
+	Main bool `json:"main,omitempty"`
+}
+
+// ExecutionFile is a file of the workspace an Execution created or changed.
+type ExecutionFile struct {
+	// path from the workspace's root.
+	Path string `json:"path"`
+	// size in bytes.
+	Size int64 `json:"size"`
+}
+
+// Limits of an Execution's results in its status.
+const (
+	MaxStatusResults    = 32
+	MaxStatusResultText = 1024
+	MaxStatusFiles      = 32
+)
+
 // ExecutionError describes why the code failed.
 type ExecutionError struct {
 	// type is the exception class (e.g. ZeroDivisionError), or an operator
@@ -291,6 +320,22 @@ type ExecutionStatus struct {
 	// exitCode of a shell Execution.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
+
+	// results are the code's rich results (charts, tables, display(obj)) in
+	// order: each one's MIME types and its text/plain form. Their content (a
+	// PNG, HTML) is not kept here, since etcd is no place for images: run
+	// the code in a Session (the SDKs, kubectl warmpool run --save-results)
+	// to get it.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Results []ExecutionResult `json:"results,omitempty"`
+
+	// files the code created or changed in the workspace, at most 32.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Files []ExecutionFile `json:"files,omitempty"`
 
 	// codeDigest is the SHA-256 of the code that started ("sha256:<hex>"), so
 	// a restarted manager never runs other code under this Execution's name

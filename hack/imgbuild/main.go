@@ -10,7 +10,9 @@
 // With -python, the interpreter, its standard library (Debian's
 // /usr/lib/python3.X), the shared libraries they link (found with ldd) and
 // the dynamic loader go into the image, so python3 runs with no distribution
-// underneath. -python-packages adds a dist-packages tree (numpy...) the same way.
+// underneath. -python-packages adds a tree of Python packages (numpy...), or
+// the data they read (matplotlib's mpl-data), the same way; it may be given
+// more than once.
 //
 // -tool SRC:DEST adds a program with the shared libraries it links (bash,
 // ripgrep), -symlink DEST:TARGET a link (busybox's applets).
@@ -51,12 +53,12 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var opts options
-	var adds, tags, tools, links listFlag
+	var adds, tags, tools, links, packages listFlag
 	flag.StringVar(&opts.out, "o", "", "output tarball")
 	flag.Var(&tags, "tag", "image name:tag (repeatable)")
 	flag.StringVar(&opts.base, "base", "", "root file system tarball to use as the first layer")
 	flag.StringVar(&opts.python, "python", "", "python interpreter to include, e.g. /usr/bin/python3.11")
-	flag.StringVar(&opts.pythonPackages, "python-packages", "", "dist-packages directory to include, e.g. /usr/lib/python3/dist-packages")
+	flag.Var(&packages, "python-packages", "a directory of Python packages (or their data) to include with the libraries its .so files link, e.g. /usr/lib/python3/dist-packages/numpy (repeatable)")
 	flag.Var(&adds, "add", "SRC:DEST file to add (repeatable)")
 	flag.Var(&tools, "tool", "SRC:DEST program to add with the shared libraries it links (repeatable)")
 	flag.Var(&links, "symlink", "DEST:TARGET symbolic link to add (repeatable)")
@@ -65,7 +67,7 @@ func main() {
 	flag.StringVar(&opts.user, "user", "", "user[:group] the container runs as")
 	flag.StringVar(&opts.workdir, "workdir", "", "working directory")
 	flag.Parse()
-	opts.adds, opts.tags, opts.tools, opts.links = adds, tags, tools, links
+	opts.adds, opts.tags, opts.tools, opts.links, opts.pythonPackages = adds, tags, tools, links, packages
 	if opts.out == "" || len(opts.tags) == 0 {
 		fmt.Fprintln(os.Stderr, "imgbuild: -o and -tag are required")
 		os.Exit(2)
@@ -77,9 +79,9 @@ func main() {
 }
 
 type options struct {
-	out, base, python, pythonPackages string
-	adds, tags, tools, links          []string
-	entrypoint, cmd, user, workdir    string
+	out, base, python                        string
+	adds, tags, tools, links, pythonPackages []string
+	entrypoint, cmd, user, workdir           string
 }
 
 func split(s string) []string {
@@ -191,7 +193,7 @@ func build(o options) error {
 }
 
 // addPython adds the interpreter, its standard library and what they link.
-func addPython(files *fileSet, python, packages string) error {
+func addPython(files *fileSet, python string, packages []string) error {
 	real, err := filepath.EvalSymlinks(python)
 	if err != nil {
 		return fmt.Errorf("python %s: %w", python, err)
@@ -203,10 +205,7 @@ func addPython(files *fileSet, python, packages string) error {
 	files.add(real, "/usr/bin/"+base)
 	files.symlink("/usr/bin/python3", base)
 	binaries := []string{real}
-	trees := []string{"/usr/lib/" + base}
-	if packages != "" {
-		trees = append(trees, packages)
-	}
+	trees := append([]string{"/usr/lib/" + base}, packages...)
 	for _, tree := range trees {
 		err := filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -217,6 +216,17 @@ func addPython(files *fileSet, python, packages string) error {
 				case "test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__":
 					return filepath.SkipDir
 				}
+				if strings.HasPrefix(d.Name(), "config-3.") { // python3-dev's static libpython and build files
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.Type()&fs.ModeSymlink != 0 { // kept a link (zoneinfo's posix -> .)
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				files.symlink(p, target)
 				return nil
 			}
 			files.add(p, p)

@@ -80,6 +80,25 @@ var _ = Describe("Execution", func() {
 		}).Should(BeTrue())
 	})
 
+	It("keeps its rich results' MIME types and text and the files it wrote, not their content", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		ex := run(wrappers.Execution(ns, "rich").Code(`
+class Chart:
+    def __repr__(self): return "Chart(3 bars)"
+    def _repr_png_(self): return b"PNG" * 1000
+    def _repr_html_(self): return "<b>" + "x" * 5000 + "</b>"
+display(Chart())
+open("out.csv", "w").write("a,b\n1,2\n")
+Chart()`).Obj())
+		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		Expect(ex.Status.Results).To(Equal([]sandboxv1alpha1.ExecutionResult{
+			{MimeTypes: []string{"image/png", "text/html", "text/plain"}, Text: "Chart(3 bars)"},
+			{MimeTypes: []string{"image/png", "text/html", "text/plain"}, Text: "Chart(3 bars)", Main: true},
+		}))
+		Expect(ex.Status.Files).To(Equal([]sandboxv1alpha1.ExecutionFile{{Path: "out.csv", Size: 8}}))
+		Expect(ex.Status.Result).To(Equal("Chart(3 bars)"))
+	})
+
 	It("fails with the traceback of the user's code", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		ex := run(wrappers.Execution(ns, "boom").Code("def f():\n    return 1 / 0\n\nf()").Obj())

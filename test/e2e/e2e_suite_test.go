@@ -38,6 +38,8 @@ var (
 	restConfig *rest.Config
 	// image is the sandbox image the pools of this suite run.
 	image = envOr("E2E_REPL_IMAGE", "warmpool.dev/repl:dev")
+	// dataImage is the data-science sandbox image (pandas, matplotlib...).
+	dataImage = envOr("E2E_REPL_DATA_IMAGE", "warmpool.dev/repl-data:dev")
 	// managerImage is the manager's image, for the Helm chart's values (make
 	// deploy takes it from config/manager).
 	managerImage = envOr("E2E_MANAGER_IMAGE", "warmpool.dev/manager:dev")

@@ -67,15 +67,31 @@ const (
 	mallocArenas     = 2
 )
 
+// singleThreaded are the thread counts of the numeric libraries (OpenBLAS,
+// OpenMP, MKL, numexpr). Each sizes its pool from the node's cores, not the
+// sandbox's CPU limit, and OpenBLAS reserves a buffer of 32 MiB and more per
+// thread: on a large node that is past a sandbox's RLIMIT_AS, where OpenBLAS
+// hangs in its allocator instead of failing (seen with pandas and matplotlib
+// preloaded: a 3x3 dot product never returned).
+var singleThreaded = []string{"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS"}
+
 // env returns what the interpreter's environment needs under these limits,
 // leaving alone what env (the pool's own settings) already says.
 func (l Limits) env(env []string) []string {
 	if l.MemoryBytes <= 0 {
 		return nil
 	}
+	set := func(name string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	}
 	var out []string
-	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "MALLOC_ARENA_MAX=") }) {
+	if !set("MALLOC_ARENA_MAX") {
 		out = append(out, fmt.Sprintf("MALLOC_ARENA_MAX=%d", mallocArenas))
+	}
+	for _, name := range singleThreaded {
+		if !set(name) {
+			out = append(out, name+"=1")
+		}
 	}
 	return append(out, fmt.Sprintf("WARMPOOL_THREAD_STACK_BYTES=%d", threadStackBytes))
 }

@@ -3,6 +3,7 @@ package interpreter
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,4 +166,21 @@ for t in threads:
 stop.set()
 len(threads)`)
 	wantStatus(t, res, protocol.StatusSucceeded)
+}
+
+// Under a memory limit the numeric libraries run one thread each, unless the
+// pool's env says otherwise; without a limit nothing is added.
+func TestLimitsEnvSingleThreadsNumericLibraries(t *testing.T) {
+	got := Limits{MemoryBytes: 512 << 20}.env([]string{"OMP_NUM_THREADS=4"})
+	for _, want := range []string{"OPENBLAS_NUM_THREADS=1", "MKL_NUM_THREADS=1", "NUMEXPR_MAX_THREADS=1", "MALLOC_ARENA_MAX=2"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("env %q lacks %s", got, want)
+		}
+	}
+	if slices.Contains(got, "OMP_NUM_THREADS=1") {
+		t.Errorf("env %q overrides the pool's OMP_NUM_THREADS", got)
+	}
+	if got := (Limits{}).env(nil); got != nil {
+		t.Errorf("no limit, env %q", got)
+	}
 }

@@ -1,8 +1,10 @@
 package execution
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -137,6 +139,7 @@ func (r *Reconciler) copyResult(ex *sandboxv1alpha1.Execution, res *protocol.Res
 	if res.Error != nil {
 		st.Error = &sandboxv1alpha1.ExecutionError{Type: res.Error.Type, Message: cut(res.Error.Message, 16384), Traceback: cut(res.Error.Traceback, 16384)}
 	}
+	st.Results, st.Files = statusResults(res.Displays), statusFiles(res.Files)
 	st.Interpreter = res.Interpreter
 	if res.ExitCode != nil {
 		c := int32(*res.ExitCode)
@@ -155,4 +158,38 @@ func cut(s string, n int) string {
 		return s
 	}
 	return s[:n] + fmt.Sprintf("... [%d bytes cut]", len(s)-n)
+}
+
+// statusResults keeps of each rich result its MIME types and its text: the
+// content stays out of etcd.
+func statusResults(displays []protocol.Display) []sandboxv1alpha1.ExecutionResult {
+	var out []sandboxv1alpha1.ExecutionResult
+	for _, d := range displays {
+		if len(out) == sandboxv1alpha1.MaxStatusResults {
+			break
+		}
+		types := make([]string, 0, len(d.Data))
+		for m := range d.Data {
+			types = append(types, m)
+		}
+		sort.Strings(types)
+		if len(types) > 16 {
+			types = types[:16]
+		}
+		var text string
+		_ = json.Unmarshal(d.Data["text/plain"], &text)
+		out = append(out, sandboxv1alpha1.ExecutionResult{MimeTypes: types, Text: cut(text, sandboxv1alpha1.MaxStatusResultText), Main: d.Main})
+	}
+	return out
+}
+
+func statusFiles(files []protocol.FileChange) []sandboxv1alpha1.ExecutionFile {
+	var out []sandboxv1alpha1.ExecutionFile
+	for _, f := range files {
+		if len(out) == sandboxv1alpha1.MaxStatusFiles {
+			break
+		}
+		out = append(out, sandboxv1alpha1.ExecutionFile{Path: f.Path, Size: f.Size})
+	}
+	return out
 }
