@@ -2,6 +2,7 @@ package mcpserver_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -131,6 +132,26 @@ func testStdio(t *testing.T, s *stack.Stack, sv stdioServer) {
 	}
 	if got := strings.Join(names, ","); got != "get_variable,list_files,read_file,reset,run_code,write_file" {
 		t.Fatalf("tools: %s", got)
+	}
+
+	// A matplotlib chart comes back as image content after the output's JSON,
+	// and by its text and MIME types in the structured output.
+	chart, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{
+		"code": "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nprint('drawn')"}})
+	if err != nil || chart.IsError {
+		t.Fatalf("run_code with a chart: %v %s", err, text(chart))
+	}
+	if len(chart.Content) != 2 {
+		t.Fatalf("chart: %d contents, want the JSON text and one image", len(chart.Content))
+	}
+	img, ok := chart.Content[1].(*mcp.ImageContent)
+	if !ok || img.MIMEType != "image/png" || !bytes.HasPrefix(img.Data, []byte("\x89PNG\r\n")) {
+		t.Fatalf("chart content: %#v", chart.Content[1])
+	}
+	var chartOut mcpserver.RunCodeOutput
+	if err := json.Unmarshal([]byte(chart.Content[0].(*mcp.TextContent).Text), &chartOut); err != nil || chartOut.Stdout != "drawn\n" ||
+		len(chartOut.Results) != 1 || fmt.Sprint(chartOut.Results[0].MIMETypes) != "[image/png text/plain]" {
+		t.Fatalf("chart output: %v %+v", err, chartOut)
 	}
 
 	out := call(t, cs, "run_code", map[string]any{"code": "import math\nx = 6 * 7\nprint('hi')"}, false)

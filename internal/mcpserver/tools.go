@@ -3,9 +3,11 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,6 +32,54 @@ type RunCodeOutput struct {
 	StdoutTruncated bool       `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool       `json:"stderr_truncated,omitempty"`
 	DurationSeconds float64    `json:"duration_seconds"`
+	// Results are the rich results (charts, tables, display(obj)) by their
+	// text and MIME types; images also come as image content of the result.
+	Results []RichResult `json:"results,omitempty"`
+	// Files the code created or changed in the sandbox (read_file reads them).
+	Files []FileChange `json:"files,omitempty"`
+}
+
+// RichResult is a rich result of the code, by its text and MIME types.
+type RichResult struct {
+	Text      string   `json:"text"`
+	MIMETypes []string `json:"mime_types"`
+	Main      bool     `json:"main,omitempty" jsonschema:"true for the code's last expression"`
+}
+
+// FileChange is a file of the sandbox's workspace a run created or changed.
+type FileChange struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Created bool   `json:"created,omitempty"`
+}
+
+// imageTypes are the rich results an MCP client gets as image content.
+var imageTypes = []string{"image/png", "image/jpeg", "image/gif"}
+
+// richResults returns the run's rich results for the tool's output and its
+// images as MCP image content, in order.
+func richResults(res *sessions.Result) ([]RichResult, []mcp.Content) {
+	var out []RichResult
+	var images []mcp.Content
+	for _, d := range res.Displays {
+		r := RichResult{Main: d.Main}
+		_ = json.Unmarshal(d.Data["text/plain"], &r.Text)
+		for m := range d.Data {
+			r.MIMETypes = append(r.MIMETypes, m)
+		}
+		sort.Strings(r.MIMETypes)
+		out = append(out, r)
+		for _, m := range imageTypes {
+			var b64 string
+			if json.Unmarshal(d.Data[m], &b64) != nil {
+				continue
+			}
+			if data, err := base64.StdEncoding.DecodeString(b64); err == nil {
+				images = append(images, &mcp.ImageContent{Data: data, MIMEType: m})
+			}
+		}
+	}
+	return out, images
 }
 
 // CodeError is the exception the code raised.
@@ -167,8 +217,23 @@ func (s *Server) runCodeResult(res *sessions.Result, err error, start time.Time)
 		}
 		return nil, out, fmt.Errorf("the sandbox's interpreter died (%s) and its state is gone: start a new MCP session", why)
 	}
+	var images []mcp.Content
+	out.Results, images = richResults(res)
+	for _, f := range res.Files {
+		out.Files = append(out.Files, FileChange{Path: f.Path, Size: f.Size, Created: f.Created})
+	}
 	// A run whose code failed is a tool error the model sees, with the output it made.
-	return &mcp.CallToolResult{IsError: res.Status != sessions.StatusSucceeded}, out, nil
+	result := &mcp.CallToolResult{IsError: res.Status != sessions.StatusSucceeded}
+	if len(images) > 0 {
+		// Content of its own: the output as JSON text (what the SDK writes
+		// when a tool sets none), then the images.
+		text, err := json.Marshal(out)
+		if err != nil {
+			return nil, out, err
+		}
+		result.Content = append([]mcp.Content{&mcp.TextContent{Text: string(text)}}, images...)
+	}
+	return result, out, nil
 }
 
 func (s *Server) getVariable(ctx context.Context, req *mcp.CallToolRequest, in NameInput) (*mcp.CallToolResult, VariableOutput, error) {
