@@ -123,6 +123,24 @@ func TestPlugin(t *testing.T) {
 		expect(t, got, kubectlplugin.ExitCodeFailed, "out\n")
 	})
 
+	t.Run("--save-results writes each rich result's formats into a directory", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "results")
+		got := plugin("run", "--pool", "python", "--save-results", dir, "-c",
+			"class C:\n    def _repr_png_(self): return b'\\x89PNG fake'\n    def _repr_html_(self): return '<b>t</b>'\n"+
+				"display(C())\nopen('notes.txt', 'w').write('hi')\nprint('done')")
+		expect(t, got, 0, "done\n", "saved "+filepath.Join(dir, "result-1.png")+" (image/png, 9 bytes)",
+			"saved "+filepath.Join(dir, "result-1.html"), "the code wrote notes.txt (2 bytes) in the sandbox")
+		png, err := os.ReadFile(filepath.Join(dir, "result-1.png"))
+		if err != nil || string(png) != "\x89PNG fake" {
+			t.Fatalf("result-1.png: %q %v", png, err)
+		}
+		if html, _ := os.ReadFile(filepath.Join(dir, "result-1.html")); string(html) != "<b>t</b>" {
+			t.Fatalf("result-1.html: %q", html)
+		}
+		expect(t, plugin("run", "--via", "execution", "--pool", "python", "--save-results", dir, "-c", "1"), kubectlplugin.ExitUsage,
+			"", "--save-results needs a Session")
+	})
+
 	t.Run("a timeout exits 3 with the partial output, both ways", func(t *testing.T) {
 		for _, via := range []string{"session", "execution"} {
 			got := plugin("run", "--via", via, "--pool", "python", "--timeout", "1s", "-c", "print('working', flush=True)\nwhile True:\n    pass")

@@ -2,12 +2,16 @@ package kubectlplugin
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -40,6 +44,7 @@ type runOptions struct {
 	via            string
 	keepExecution  bool
 	sessionTimeout time.Duration
+	saveResults    string
 }
 
 func (p *plugin) runCommand() *cobra.Command {
@@ -88,6 +93,7 @@ it hit), 2 usage, 3 timed out, 4 cancelled, 5 the sandbox was lost, 6 anything e
 	f.StringVar(&o.via, "via", viaAuto, "auto, session (a temporary Session) or execution (an Execution object)")
 	f.BoolVar(&o.keepExecution, "keep", true, "keep the Execution object after it finished (--via execution; it expires with the pool's TTL)")
 	f.DurationVar(&o.sessionTimeout, "wait-timeout", 5*time.Minute, "how long to wait for a sandbox")
+	f.StringVar(&o.saveResults, "save-results", "", "write the code's rich results (charts as .png, tables as .html...) into this directory, as result-N.EXT")
 	return cmd
 }
 
@@ -107,6 +113,8 @@ func (p *plugin) run(ctx context.Context, o *runOptions) error {
 		return usagef("--via is auto, session or execution, not %q", o.via)
 	case o.session != "" && o.via == viaExecution:
 		return usagef("--session runs in a Session: --via execution does not apply")
+	case o.saveResults != "" && o.via == viaExecution:
+		return usagef("--save-results needs a Session (an Execution keeps no chart or table): leave out --via execution")
 	}
 	var contextText *string
 	if o.contextFile != "" {
@@ -261,6 +269,9 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 		case err != nil:
 			return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in temporary Session %s: %w", s.Name, err))
 		}
+		if err := p.saveResults(o.saveResults, res); err != nil {
+			return err
+		}
 		return p.report(outcome{status: string(res.Status), result: res.Result, err: resultError(res.Error)}, "")
 	}
 	s := sc.Open(ns, o.session)
@@ -293,9 +304,68 @@ func (p *plugin) runInSession(ctx context.Context, ns, code string, contextText 
 		}
 		return exitWith(sessionEndCode(context.Background(), s), fmt.Errorf("run in Session %s: %w", s.Name, err))
 	}
+	if err := p.saveResults(o.saveResults, res); err != nil {
+		return err
+	}
 	return p.report(outcome{
 		status: string(res.Status), result: res.Result, err: resultError(res.Error),
 	}, "")
+}
+
+// resultExtensions are the file extensions of the rich results' formats
+// --save-results writes; text/plain is printed, not saved.
+var resultExtensions = map[string]string{
+	"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/svg+xml": "svg", "application/pdf": "pdf",
+	"text/html": "html", "text/markdown": "md", "text/latex": "tex", "application/json": "json",
+}
+
+// saveResults writes each rich result's formats into dir as result-N.EXT
+// (N from 1, in the run's order) and says on stderr what it wrote, and which
+// files the run left in the sandbox.
+func (p *plugin) saveResults(dir string, res *sessions.Result) error {
+	if dir == "" || res == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return exitWith(ExitOther, fmt.Errorf("--save-results: %w", err))
+	}
+	for i, d := range res.Displays {
+		mimes := make([]string, 0, len(d.Data))
+		for m := range d.Data {
+			mimes = append(mimes, m)
+		}
+		sort.Strings(mimes)
+		for _, m := range mimes {
+			ext, ok := resultExtensions[m]
+			if !ok {
+				continue
+			}
+			data := []byte(d.Data[m])
+			var text string
+			if m != "application/json" && json.Unmarshal(d.Data[m], &text) == nil {
+				data = []byte(text)
+				if slices.Contains(protocol.BinaryMIMETypes, m) {
+					if data, ok = decodeBase64(text); !ok {
+						continue
+					}
+				}
+			}
+			name := filepath.Join(dir, fmt.Sprintf("result-%d.%s", i+1, ext))
+			if err := os.WriteFile(name, data, 0o644); err != nil {
+				return exitWith(ExitOther, fmt.Errorf("--save-results: %w", err))
+			}
+			fmt.Fprintf(p.streams.ErrOut, "saved %s (%s, %d bytes)\n", name, m, len(data))
+		}
+	}
+	for _, f := range res.Files {
+		fmt.Fprintf(p.streams.ErrOut, "the code wrote %s (%d bytes) in the sandbox\n", f.Path, f.Size)
+	}
+	return nil
+}
+
+func decodeBase64(s string) ([]byte, bool) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	return b, err == nil
 }
 
 // sessionEndCode is 5 when the Session is Lost (its sandbox went away), else
