@@ -20,13 +20,13 @@ k() { "$KUBECTL" "$@"; }
 # (hack/kind.sh or hack/local-cluster.sh counts them), deploy, pool, Execution.
 if [[ -n ${KUBECONFIG:-} && $KUBECONFIG != "$("$ROOT/hack/local-cluster.sh" kubeconfig)" ]]; then
   mode=own
-  progress_plan 4 "make demo on the cluster in KUBECONFIG=$KUBECONFIG (images loaded by you)"
+  progress_plan 5 "make demo on the cluster in KUBECONFIG=$KUBECONFIG (images loaded by you)"
 elif docker info >/dev/null 2>&1; then
   mode=kind cluster_steps=$("$ROOT/hack/kind.sh" steps)
-  progress_plan $((1 + 1 + cluster_steps + 1 + 3)) "make demo: a kind cluster with gVisor (Docker runs here). Cold, it first builds kubectl, the node image, gVisor and the images from Debian packages and Go modules: about 12 min on 2 cores, and 2 min for the cluster's first start (docs/kind.md). With the cluster up: about 40 s"
+  progress_plan $((1 + 1 + cluster_steps + 1 + 4)) "make demo: a kind cluster with gVisor (Docker runs here). Cold, it first builds kubectl, the node image, gVisor and the images from Debian packages and Go modules: about 12 min on 2 cores, and 2 min for the cluster's first start (docs/kind.md). With the cluster up: about 40 s"
 else
   mode=local cluster_steps=$("$ROOT/hack/local-cluster.sh" steps)
-  progress_plan $((1 + cluster_steps + 3)) "make demo: the local single-node cluster (no Docker here; needs root). Cold, it first builds Kubernetes, gVisor, kube-router, CoreDNS and the images from Go modules: 20 min on 2 cores in docs/performance.md, 45 min reported on a fresh machine. Later runs: under a minute"
+  progress_plan $((1 + cluster_steps + 4)) "make demo: the local single-node cluster (no Docker here; needs root). Cold, it first builds Kubernetes, gVisor, kube-router, CoreDNS and the images from Go modules: 20 min on 2 cores in docs/performance.md, 45 min reported on a fresh machine. Later runs: under a minute"
 fi
 
 if [[ -n ${KUBECTL:-} ]]; then
@@ -76,6 +76,17 @@ k -n "$NS" get execution hello
 printf '\n--- stdout ---\n%s\n--- result ---\n%s\n' \
   "$(k -n "$NS" get execution hello -o jsonpath='{.status.stdout}')" \
   "$(k -n "$NS" get execution hello -o jsonpath='{.status.result}')"
+
+step "a chart back from the data-science pool 'python-data' (pandas and matplotlib preloaded) through a Session: kubectl warmpool run --save-results (waits up to 240 s)"
+k -n "$NS" apply -f "$ROOT/config/samples/sandbox_v1alpha1_sandboxpool_data.yaml" >/dev/null
+(cd "$ROOT" && go build -o bin/kubectl-warmpool ./cmd/kubectl-warmpool)
+k -n "$NS" wait --for=jsonpath='{.status.idleReplicas}'=2 sandboxpool/python-data --timeout=240s >/dev/null
+"$ROOT/bin/kubectl-warmpool" -n "$NS" run --pool python-data --save-results "$ROOT/demo-results" -c '
+import pandas as pd, matplotlib.pyplot as plt
+df = pd.DataFrame({"day": range(1, 8), "runs": [3, 5, 4, 8, 13, 21, 34]})
+print(df.describe().loc[["mean", "max"]])
+df.plot(x="day", y="runs", title="runs per day")'
+step_done "the chart is $ROOT/demo-results/result-1.png (and the table's repr above)"
 
 progress_end
 log "done in $((SECONDS - t0)) s. Try: kubectl -n $NS get sandboxpools,executions (KUBECONFIG=$KUBECONFIG)"
