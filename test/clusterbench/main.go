@@ -68,7 +68,11 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane or firstrun (a freshly leased pod's first run, taken apart)")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) or seedtable (simple and data-science code on repl-data, warm and cold)")
+	flag.StringVar(&seedTable.image, "data-image", "warmpool.dev/repl-data:dev", "the data-science image (-only seedtable)")
+	flag.IntVar(&seedTable.runs, "seed-runs", 30, "runs of each code through the data plane (-only seedtable)")
+	flag.IntVar(&seedTable.executions, "seed-executions", 10, "Execution objects of each code (-only seedtable)")
+	flag.IntVar(&seedTable.cold, "seed-cold", 3, "cold Jobs of each code (-only seedtable)")
 	runs := flag.Int("runs", 1000, "print(1) runs per data-plane path (-only dataplane)")
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
 	noRefill = flag.Bool("no-refill", false, "-only firstrun: cap the pool at its replicas, so that a lease starts no pod beside the run")
@@ -127,6 +131,9 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 	// sandbox costs a few percent of a core, and each boot much more.
 	if only == "firstrun" {
 		return b.firstRunPhase(ctx, cfg, image, runtimeClass, dataPlane[1], *noRefill)
+	}
+	if only == "seedtable" {
+		return b.seedTablePhase(ctx, cfg, runtimeClass)
 	}
 	if only == "dataplane" {
 		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])
@@ -398,9 +405,14 @@ func (b *bench) burst(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, n 
 }
 
 func (b *bench) jobs(ctx context.Context, n int, runtimeClass string) ([]time.Duration, error) {
+	return b.jobsOf(ctx, n, runtimeClass, b.image, "print(1)")
+}
+
+// jobsOf runs code as n Jobs of image, one at a time: create -> Complete.
+func (b *bench) jobsOf(ctx context.Context, n int, runtimeClass, image, code string) ([]time.Duration, error) {
 	var out []time.Duration
-	for i := range n {
-		name := fmt.Sprintf("job-%04d", i)
+	for range n {
+		name := fmt.Sprintf("job-%04d", b.next())
 		ch := make(chan time.Time, 1)
 		b.mu.Lock()
 		b.jobDone[name] = ch
@@ -413,8 +425,8 @@ func (b *bench) jobs(ctx context.Context, n int, runtimeClass string) ([]time.Du
 					RestartPolicy:                corev1.RestartPolicyNever,
 					AutomountServiceAccountToken: ptr.To(false),
 					Containers: []corev1.Container{{
-						Name: "python", Image: b.image, ImagePullPolicy: corev1.PullIfNotPresent,
-						Command: []string{"/usr/bin/python3", "-c", "print(1)"},
+						Name: "python", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+						Command: []string{"/usr/bin/python3", "-c", code},
 					}},
 				}},
 			},
