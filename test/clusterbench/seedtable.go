@@ -64,6 +64,12 @@ func (b *bench) seedTablePhase(ctx context.Context, cfg *rest.Config, runtimeCla
 		return err
 	}
 	defer func() { _ = s.Close(context.Background()) }()
+	// The lease starts a replacement pod: let its boot (and its preload) end
+	// before timing, as the data-plane phase does.
+	if err := b.waitIdle(ctx, pool, pool.Spec.Replicas); err != nil {
+		return err
+	}
+	time.Sleep(5 * time.Second)
 	for _, sc := range seedCode {
 		var lat []time.Duration
 		for i := range seedTable.runs + 1 {
