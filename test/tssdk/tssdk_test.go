@@ -63,6 +63,9 @@ func daemon(t testing.TB, agent string) string {
 
 func TestTypeScriptClient(t *testing.T) {
 	path := nodejs.Path(t)
+	if err := exec.Command("python3", "-c", "import matplotlib").Run(); err != nil {
+		t.Fatal("the suites draw charts with the python3 on PATH, which needs matplotlib: apt-get install python3-matplotlib (make test does)")
+	}
 	if _, err := exec.LookPath("rg"); err != nil {
 		t.Fatal("the BashKit suite needs ripgrep where envtest's agents run, as the sandbox image has it: apt-get install ripgrep (make test does)")
 	}
@@ -94,6 +97,9 @@ func TestTypeScriptClient(t *testing.T) {
 		"WARMPOOL_TEST_NAMESPACE=" + ns,
 		"WARMPOOL_TEST_POOL=python",
 		"WARMPOOL_REPO=" + testenv.RepoRoot(),
+		// Debian's matplotlib is where envtest's agents and the native
+		// backend run (make test installs it): charts come back.
+		"WARMPOOL_TEST_MATPLOTLIB=1",
 		// No kubeconfig of the machine's may leak in: the suites name theirs.
 		"KUBECONFIG=" + filepath.Join(t.TempDir(), "none"),
 	}, extra...)
