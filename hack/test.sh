@@ -37,5 +37,10 @@ fi
 substeps_to assets 2 hack/k8s-binaries.sh envtest
 
 step "go test ./...: unit, envtest integration and the Python and TypeScript clients' suites (about 5 min once the builds above are cached)"
-WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
+# The python3 with the test packages first on PATH: the agents of envtest, the
+# interpreter tests and the TypeScript client's native backend run `python3`, and
+# their rich-result tests draw with its matplotlib (a pyenv shim would hide Debian's).
+pypath=$PATH
+[[ -n $python ]] && pypath="$(dirname "$python"):$PATH"
+PATH="$pypath" WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
 progress_end
