@@ -361,11 +361,22 @@ e2e() {
   # Built here, where the Go module proxy is reachable; the node's network reaches
   # nothing outside the node, so the suite's own go builds must find everything cached.
   (cd "$ROOT" && go test -c -tags e2e -o "$STATE/e2e.test" ./test/e2e/ && go build -o /dev/null ./cmd/kubectl-warmpool ./hack/monitoring)
+  # The TypeScript client packed and installed into a project of its own, as
+  # internal/testing/nodejs does, here where the npm registry is reachable.
+  local ts="$STATE/tsclient" nodedir
+  nodedir=$("$ROOT/hack/node.sh")
+  rm -rf "$ts" && mkdir -p "$ts"
+  (export PATH="$nodedir:$PATH" npm_config_update_notifier=false
+    cd "$ROOT/clients/typescript" && npm ci --prefer-offline --no-audit --no-fund >/dev/null &&
+      npm pack --silent --pack-destination "$ts" >/dev/null &&
+      cd "$ts" && printf '{"name": "tssdk-user", "private": true, "type": "module"}\n' >package.json &&
+      npm install --prefer-offline --no-audit --no-fund ./warmpool-*.tgz >/dev/null && cp -r "$ROOT/clients/typescript/test" "$ts/test")
   local pid
   pid=$(docker inspect -f '{{.State.Pid}}' "$NODE")
   log "running the e2e suite in $NODE's network namespace"
   (cd "$ROOT/test/e2e" && nsenter --net="/proc/$pid/ns/net" env KUBECONFIG="$STATE/kubeconfig.node" \
     E2E_APISERVER_RESTART="$ROOT/hack/kind.sh restart-apiserver" GOPROXY=off GOFLAGS=-mod=readonly \
+    WARMPOOL_TS_PROJECT="$ts" WARMPOOL_NODE_DIR="$nodedir" \
     "$STATE/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-30m}" -ginkgo.v ${E2E_ARGS:-})
 }
 

@@ -18,6 +18,9 @@ type expectations struct {
 	mu      sync.Mutex
 	creates map[types.NamespacedName]map[string]time.Time
 	deletes map[types.NamespacedName]map[string]time.Time
+	// seen are pods the informer showed before their create was recorded
+	// (the watch can be quicker than the create call's return).
+	seen map[types.NamespacedName]map[string]time.Time
 	// now dates each expectation (the reconciler's clock).
 	now func() time.Time
 }
@@ -26,6 +29,7 @@ func newExpectations(now func() time.Time) *expectations {
 	return &expectations{now: now,
 		creates: map[types.NamespacedName]map[string]time.Time{},
 		deletes: map[types.NamespacedName]map[string]time.Time{},
+		seen:    map[types.NamespacedName]map[string]time.Time{},
 	}
 }
 
@@ -38,8 +42,34 @@ func (e *expectations) add(m map[types.NamespacedName]map[string]time.Time, pool
 	m[pool][name] = e.now()
 }
 
-// Created records a pod created for pool.
-func (e *expectations) Created(pool types.NamespacedName, name string) { e.add(e.creates, pool, name) }
+// Created records a pod created for pool, unless the informer showed it already.
+func (e *expectations) Created(pool types.NamespacedName, name string) {
+	e.mu.Lock()
+	if _, ok := e.seen[pool][name]; ok {
+		delete(e.seen[pool], name)
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.add(e.creates, pool, name)
+}
+
+// Seen settles the create of a pod the informer showed (its creation or its
+// deletion). A List settles it too, but a pod created, leased, run and
+// deleted between two reconciles is never in a List: its create would have
+// been expected, and the pool left short, for expectationTTL.
+func (e *expectations) Seen(pool types.NamespacedName, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.creates[pool][name]; ok {
+		delete(e.creates[pool], name)
+		return
+	}
+	if e.seen[pool] == nil {
+		e.seen[pool] = map[string]time.Time{}
+	}
+	e.seen[pool][name] = e.now()
+}
 
 // Deleted records a pod deleted for pool.
 func (e *expectations) Deleted(pool types.NamespacedName, name string) { e.add(e.deletes, pool, name) }
@@ -53,6 +83,11 @@ func (e *expectations) Observe(pool types.NamespacedName, pods map[string]bool, 
 	for name, at := range e.creates[pool] {
 		if _, seen := pods[name]; seen || now.Sub(at) > expectationTTL {
 			delete(e.creates[pool], name)
+		}
+	}
+	for name, at := range e.seen[pool] {
+		if now.Sub(at) > expectationTTL {
+			delete(e.seen[pool], name)
 		}
 	}
 	deleting = map[string]bool{}
@@ -73,4 +108,5 @@ func (e *expectations) Forget(pool types.NamespacedName) {
 	defer e.mu.Unlock()
 	delete(e.creates, pool)
 	delete(e.deletes, pool)
+	delete(e.seen, pool)
 }

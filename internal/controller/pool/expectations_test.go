@@ -28,3 +28,28 @@ func TestExpectationsHoldUntilTheCacheCatchesUp(t *testing.T) {
 		t.Fatalf("expired expectation still pending: %d", creates)
 	}
 }
+
+// A pod created, leased, run and deleted between two reconciles never shows
+// in a List: the informer's events settle its create, whichever comes first,
+// the event or the create call's return.
+func TestExpectationsSettledByTheInformersEvents(t *testing.T) {
+	now := time.Now()
+	e := newExpectations(func() time.Time { return now })
+	pool := types.NamespacedName{Namespace: "ns", Name: "p"}
+	e.Created(pool, "p-gone")
+	e.Seen(pool, "p-gone") // its deletion, before any List showed it
+	e.Seen(pool, "p-fast") // its creation, before Create returned
+	e.Created(pool, "p-fast")
+	e.Created(pool, "p-slow")
+	if creates, _ := e.Observe(pool, map[string]bool{}, now); creates != 1 {
+		t.Fatalf("creates pending = %d, want 1 (p-slow only)", creates)
+	}
+	// A pod seen and never created by this manager is forgotten after the TTL.
+	e.Seen(pool, "someone-elses")
+	now = now.Add(2 * expectationTTL)
+	e.Observe(pool, map[string]bool{}, now)
+	e.Created(pool, "someone-elses")
+	if creates, _ := e.Observe(pool, map[string]bool{}, now); creates != 1 {
+		t.Fatalf("a stale sighting settled a new create: %d pending, want 1 (p-slow expired)", creates)
+	}
+}

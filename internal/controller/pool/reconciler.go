@@ -678,6 +678,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, r.podsSeen()).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNamespace)).
 		Owns(&policyv1.PodDisruptionBudget{}).
@@ -688,6 +689,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("sandboxpool").
 		Complete(r)
+}
+
+// podsSeen tells the expectations of every pod of a pool the informer shows
+// created or deleted; Owns above does the waking.
+func (r *Reconciler) podsSeen() handler.EventHandler {
+	seen := func(o client.Object) {
+		if pool := o.GetLabels()[sandboxpod.LabelPool]; pool != "" {
+			r.expectations.Seen(types.NamespacedName{Namespace: o.GetNamespace(), Name: pool}, o.GetName())
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, _ wakeup.Queue) { seen(e.Object) },
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ wakeup.Queue) { seen(e.Object) },
+	}
 }
 
 // sessionEndHandler wakes a pool when one of its Sessions ends or is deleted
