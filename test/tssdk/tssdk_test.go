@@ -61,6 +61,26 @@ func daemon(t testing.TB, agent string) string {
 	}
 }
 
+// backends brings up what the remote backends run on: warmpool on envtest
+// with a warm pool "python" in a new namespace and a user's kubeconfig, and
+// the daemon on its socket.
+func backends(t testing.TB, prefix string) (ns, kubeconfig, socket string) {
+	ctx := context.Background()
+	s := stack.ForTest(t)
+	ns, err := s.Namespace(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err = s.UserKubeconfig(ctx, ns, "ts-user", "session-editor-role")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, kubeconfig, daemon(t, s.Kubelet.AgentBinary)
+}
+
 func TestTypeScriptClient(t *testing.T) {
 	path := nodejs.Path(t)
 	if err := exec.Command("python3", "-c", "import matplotlib").Run(); err != nil {
@@ -70,21 +90,7 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatal("the BashKit suite needs ripgrep where envtest's agents run, as the sandbox image has it: apt-get install ripgrep (make test does)")
 	}
 	project := nodejs.Install(t, path)
-	ctx := context.Background()
-	s := stack.ForTest(t)
-
-	ns, err := s.Namespace(ctx, "tssdk-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
-		t.Fatal(err)
-	}
-	user, err := s.UserKubeconfig(ctx, ns, "ts-user", "session-editor-role")
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := daemon(t, s.Kubelet.AgentBinary)
+	ns, user, socket := backends(t, "tssdk-")
 
 	var extra []string
 	if f := os.Getenv("WARMPOOL_NODE_TEST_ARGS"); f != "" {
@@ -119,20 +125,7 @@ func BenchmarkTypeScriptBackends(b *testing.B) {
 	src := nodejs.Source()
 	nodejs.Run(b, src, path, nil, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
 	nodejs.Run(b, src, path, nil, "npm", "run", "build")
-	ctx := context.Background()
-	s := stack.ForTest(b)
-	ns, err := s.Namespace(ctx, "tsbench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.WarmPool(ctx, ns, "python", 2); err != nil {
-		b.Fatal(err)
-	}
-	user, err := s.UserKubeconfig(ctx, ns, "ts-user", "session-editor-role")
-	if err != nil {
-		b.Fatal(err)
-	}
-	socket := daemon(b, s.Kubelet.AgentBinary)
+	ns, user, socket := backends(b, "tsbench-")
 	for i := 0; i < b.N; i++ {
 		out := nodejs.Run(b, src, path, []string{
 			"WARMPOOL_TS_BACKENDS=native,pyodide,daemon,warmpool",
