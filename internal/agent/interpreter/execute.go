@@ -80,6 +80,10 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	it.mu.Lock()
 	it.interrupt = interrupt
 	it.mu.Unlock()
+	if hooks.Interrupted != nil && hooks.Interrupted() {
+		// Asked before this run could take it (Interrupt found no run).
+		interrupt <- struct{}{}
+	}
 	defer func() {
 		it.mu.Lock()
 		it.interrupt = nil

@@ -140,6 +140,10 @@ type Hooks struct {
 	OnStdout, OnStderr func([]byte)
 	// OnDisplay sees each rich result, after the output printed before it.
 	OnDisplay func(protocol.Display)
+	// Interrupted reports an interrupt asked for before the run began: the
+	// caller records it before calling Interrupt, which finds no run then
+	// (the agent may still be preparing it: a reset, the workspace's walk).
+	Interrupted func() bool
 	// OnBridge answers llm_query/rlm_query. It runs in its own goroutine and
 	// should return when done is closed (the execution ended).
 	OnBridge func(call protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error)

@@ -543,3 +543,22 @@ func TestInterruptBeforeTheCodeStartsIsKept(t *testing.T) {
 		t.Fatalf("a run that did not end interrupted after a SIGINT (%s) should mark it", res.Status)
 	}
 }
+
+// An interrupt asked for before the run began (the agent still preparing it)
+// stops the code as soon as it starts, instead of being lost.
+func TestInterruptAskedBeforeTheRunBegan(t *testing.T) {
+	it := newInterp(t)
+	start := time.Now()
+	res, err := it.Execute(protocol.ExecuteRequest{ID: "early", Code: "import time\ntime.sleep(20)"},
+		Hooks{Interrupted: func() bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != protocol.StatusInterrupted || time.Since(start) > 10*time.Second {
+		t.Fatalf("status %s after %v: %+v", res.Status, time.Since(start), res.Error)
+	}
+	// The next run, not interrupted, runs.
+	if res := run(t, it, "6 * 7"); res.Status != protocol.StatusSucceeded || *res.Result != "42" {
+		t.Fatalf("next run: %s %+v", res.Status, res.Error)
+	}
+}

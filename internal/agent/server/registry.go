@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
@@ -13,6 +14,9 @@ type execution struct {
 	done      chan struct{}
 	result    *protocol.Result
 	interrupt func() bool
+	// interruptAsked is set by the first interrupt, for a run that had not
+	// begun when it came.
+	interruptAsked atomic.Bool
 
 	mu      sync.Mutex
 	events  []protocol.Event // for the one streaming caller; bounded by the output limits
@@ -27,6 +31,7 @@ func (e *execution) setInterrupt(f func() bool) {
 }
 
 func (e *execution) doInterrupt() {
+	e.interruptAsked.Store(true) // before f: a run not started yet finds it (Hooks.Interrupted)
 	e.mu.Lock()
 	f := e.interrupt
 	e.mu.Unlock()

@@ -407,6 +407,7 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 	}
 	e.setInterrupt(wk.interp.Interrupt)
 	hooks := interpreter.Hooks{OnStdout: onOut(protocol.EventStdout), OnStderr: onOut(protocol.EventStderr)}
+	hooks.Interrupted = e.interruptAsked.Load
 	if stream {
 		hooks.OnDisplay = func(d protocol.Display) { e.emit(protocol.Event{Type: protocol.EventDisplay, Display: &d}) }
 	}
