@@ -38,8 +38,13 @@ func (r *Reconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1
 		execErr = &sandboxv1alpha1.ExecutionError{Type: reason, Message: msg}
 		clean = true
 	case o.Err != nil:
+		// The runner cancels a run for its user (spec.cancel) and on its own
+		// (the pod lost, the deadline passed): only the first is Cancelled.
+		// The second may reach here when the status its caller wrote was lost
+		// (an API server that restarted): the pod's fate decides then.
+		userCancel := o.Cancelled && ex.Spec.Cancel
 		switch {
-		case o.Cancelled:
+		case userCancel:
 			phase, reason = sandboxv1alpha1.PhaseCancelled, sandboxv1alpha1.ReasonCancelled
 		case errors.Is(o.Err, runner.ErrNoAnswer) && ex.Status.StartTime != nil &&
 			r.now().After(ex.Status.StartTime.Add(timeoutOf(ex, pool))) && pod != nil && !sandboxpod.IsTerminal(pod):
@@ -50,7 +55,7 @@ func (r *Reconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1
 			phase, reason = sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.ReasonSandboxLost
 		}
 		msg = o.Err.Error() + "; the pod is deleted"
-		if why, whyMsg := podstatus.End(pod); why != "" && !o.Cancelled {
+		if why, whyMsg := podstatus.End(pod); why != "" && !userCancel {
 			reason, msg = why, whyMsg+" ("+msg+")"
 		}
 		execErr = &sandboxv1alpha1.ExecutionError{Type: reason, Message: msg}
