@@ -695,9 +695,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // created or deleted; Owns above does the waking.
 func (r *Reconciler) podsSeen() handler.EventHandler {
 	seen := func(o client.Object) {
-		if pool := o.GetLabels()[sandboxpod.LabelPool]; pool != "" {
-			r.expectations.Seen(types.NamespacedName{Namespace: o.GetNamespace(), Name: pool}, o.GetName())
+		// Only pods a pool controls: a tenant's own pods with a pool's label
+		// must not fill the table (a pool that never reconciles never prunes it).
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "SandboxPool" || ref.Name != o.GetLabels()[sandboxpod.LabelPool] {
+			return
 		}
+		r.expectations.Seen(types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}, o.GetName())
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ wakeup.Queue) { seen(e.Object) },

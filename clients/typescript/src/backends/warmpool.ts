@@ -85,7 +85,8 @@ export class WarmpoolSandbox extends RemoteSandbox {
 
   /** Leases the Session now (it is leased by the first call otherwise). */
   async lease(): Promise<void> {
-    if (!this.leased) await this.serial(() => this.run("None"));
+    // Decided in the queue: calls that race lease once.
+    if (!this.leased) await this.serial(async () => void (this.leased || (await this.run("None"))));
   }
 
   /** Runs a shell command (/bin/sh -c) in the Session's workspace; a first call leases the Session with it. */
