@@ -179,7 +179,8 @@ DATA_PACKAGES ?= numpy pandas matplotlib mpl_toolkits pylab.py scipy sklearn PIL
 REPL_IMAGE_ARGS = -python $(PYTHON_FOR_IMAGE) -add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
 	-tool /usr/bin/bash:/usr/bin/bash -symlink /bin/bash:/usr/bin/bash -tool /usr/bin/rg:/usr/bin/rg \
 	-tool /bin/busybox:/usr/bin/busybox $(foreach a,$(SHELL_APPLETS),-symlink /usr/bin/$(a):busybox) \
-	-symlink /bin/sh:/usr/bin/busybox -cmd serve,--listen,:8080,--workspace,/workspace -user 65532:65532 -workdir /workspace
+	-symlink /bin/sh:/usr/bin/busybox -cmd serve,--listen,:8080,--workspace,/workspace -user 65532:65532 -workdir /workspace \
+	-python-packages $(DIST_PACKAGES)/cloudpickle -python-packages $(DIST_PACKAGES)/zstandard
 
 .PHONY: images
 images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.tar, dist/manager.tar, dist/pause.tar.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the Debian packages the sandbox image is built from are here:
 # python3 (the image's interpreter), unless NUMPY_FOR_IMAGE is empty
-# python3-numpy (pools that preload numpy), and bash, ripgrep and
+# python3-numpy (pools that preload numpy), python3-cloudpickle and
+# python3-zstandard (Session snapshots), and bash, ripgrep and
 # busybox-static (the sandbox's shell), and for the data-science image
 # repl-data python3-pandas, -matplotlib, -scipy and -sklearn. Installs them as root, else says
 # what to install: an image built without them would leave such pools
@@ -12,6 +13,9 @@ missing=()
 if [[ -n ${NUMPY_FOR_IMAGE-/usr/lib/python3/dist-packages/numpy} && ! -d ${NUMPY_FOR_IMAGE:-/usr/lib/python3/dist-packages/numpy} ]]; then
   missing+=(python3-numpy)
 fi
+# Snapshots of a Session's namespace: cloudpickle and zstandard (pkg/snapshot).
+[[ -d /usr/lib/python3/dist-packages/cloudpickle ]] || missing+=(python3-cloudpickle)
+[[ -d /usr/lib/python3/dist-packages/zstandard ]] || missing+=(python3-zstandard)
 # The sandbox's shell: bash, ripgrep and busybox's applets.
 [[ -x /usr/bin/bash ]] || missing+=(bash)
 [[ -x /usr/bin/rg ]] || missing+=(ripgrep)

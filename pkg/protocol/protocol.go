@@ -24,6 +24,9 @@ const (
 	PathFileWrite = "/v1/files/write"
 	PathFileList  = "/v1/files/list"
 	PathFileStat  = "/v1/files/stat"
+	PathSnapshot  = "/v1/snapshot"
+	PathRestore   = "/v1/restore"
+	PathUnseal    = "/v1/unseal"
 	PathHealthz   = "/v1/healthz"
 	PathReadyz    = "/v1/readyz"
 )
@@ -271,11 +274,39 @@ type Health struct {
 	// judged from them, so runs through the data plane need no API write.
 	Runs         int64      `json:"runs,omitempty"`
 	LastActivity *time.Time `json:"lastActivity,omitempty"`
+	// Sealed: a snapshot sealed the sandbox (QuerySeal); nothing runs in it.
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // ErrorBody is every non-2xx answer.
 type ErrorBody struct {
 	Error string `json:"error"`
+	// Reason, when set, names the error for a program (ReasonSealed).
+	Reason string `json:"reason,omitempty"`
+}
+
+// ReasonSealed: the sandbox was sealed by a snapshot that moves its Session
+// elsewhere (a suspend); nothing more runs in it. Retry once the Session is
+// Suspended or Ready on its next pod.
+const ReasonSealed = "Sealed"
+
+// Query parameters of PathSnapshot: QuerySeal refuses every run, shell
+// command, file write and restore after the snapshot until PathUnseal or a
+// reset, so nothing changes the state the snapshot took; QueryWorkspace
+// adds the workspace's files; QueryMaxBytes bounds the snapshot.
+const (
+	QuerySeal      = "seal"
+	QueryWorkspace = "workspace"
+	QueryMaxBytes  = "maxBytes"
+)
+
+// Restored answers PathRestore.
+type Restored struct {
+	// Variables restored, and modules imported again that failed here.
+	Variables     int               `json:"variables"`
+	ModulesFailed map[string]string `json:"modulesFailed,omitempty"`
+	// WorkspaceFiles written into the workspace.
+	WorkspaceFiles int `json:"workspaceFiles,omitempty"`
 }
 
 // What the agent applies to a request that leaves a field out, and what

@@ -13,10 +13,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
+	"github.com/warmpool/warmpool/pkg/snapshot"
 )
 
 // Client talks to one agent.
@@ -64,6 +66,8 @@ func NewUnix(socket, token string) *Client {
 type APIError struct {
 	Code    int
 	Message string
+	// Reason names the error for a program (protocol.ReasonSealed), if the agent did.
+	Reason string
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("agent: %d: %s", e.Code, e.Message) }
@@ -96,15 +100,88 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {
-		defer func() { _ = resp.Body.Close() }()
-		var eb protocol.ErrorBody
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
-		if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
-			eb.Error = strings.TrimSpace(string(data))
-		}
-		return nil, &APIError{Code: resp.StatusCode, Message: eb.Error}
+		return nil, apiError(resp)
 	}
 	return resp, nil
+}
+
+// apiError reads a non-2xx answer and closes its body.
+func apiError(resp *http.Response) error {
+	defer func() { _ = resp.Body.Close() }()
+	var eb protocol.ErrorBody
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+	if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
+		eb.Error = strings.TrimSpace(string(data))
+	}
+	return &APIError{Code: resp.StatusCode, Message: eb.Error, Reason: eb.Reason}
+}
+
+// IsSealed reports whether err says the sandbox was sealed by a suspend.
+func IsSealed(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Reason == protocol.ReasonSealed
+}
+
+// SnapshotOptions of Snapshot.
+type SnapshotOptions struct {
+	// Workspace adds the workspace's files.
+	Workspace bool
+	// Seal refuses everything that would change the sandbox afterwards
+	// (protocol.QuerySeal): the snapshot is the Session's last state here.
+	Seal bool
+	// MaxBytes bounds the snapshot; 0: the agent's limit.
+	MaxBytes int64
+}
+
+// Snapshot streams a snapshot of the interpreter (pkg/snapshot); the caller
+// reads and closes it. size is its length.
+func (c *Client) Snapshot(ctx context.Context, o SnapshotOptions) (body io.ReadCloser, size int64, err error) {
+	q := url.Values{}
+	if o.Workspace {
+		q.Set(protocol.QueryWorkspace, "true")
+	}
+	if o.Seal {
+		q.Set(protocol.QuerySeal, "true")
+	}
+	if o.MaxBytes > 0 {
+		q.Set(protocol.QueryMaxBytes, strconv.FormatInt(o.MaxBytes, 10))
+	}
+	path := protocol.PathSnapshot
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	resp, err := c.Raw(ctx, http.MethodPost, path, nil, "", snapshot.MediaType)
+	if err != nil {
+		return nil, 0, err
+	}
+	if resp.StatusCode >= 300 {
+		return nil, 0, apiError(resp)
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// Restore replaces the interpreter's namespace (and adds the workspace's
+// files) with a snapshot's.
+func (c *Client) Restore(ctx context.Context, snap io.Reader) (*protocol.Restored, error) {
+	resp, err := c.Raw(ctx, http.MethodPost, protocol.PathRestore, snap, snapshot.MediaType, "")
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		return nil, apiError(resp)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out protocol.Restored
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("read the agent's answer to a restore: %w", err)
+	}
+	return &out, nil
+}
+
+// Unseal lets the sandbox run again after a sealing snapshot whose suspend
+// did not commit.
+func (c *Client) Unseal(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, protocol.PathUnseal, nil, nil)
 }
 
 // Raw sends one request to the agent and returns its response whatever the

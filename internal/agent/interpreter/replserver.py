@@ -811,6 +811,194 @@ def _get_variable(params):
         _state.running = False
 
 
+# Snapshots: the user's namespace by value, so a Session outlives its pod
+# (suspend and resume), is copied (fork) or comes back from a caller's bytes
+# (restore). cloudpickle, not pickle or dill: functions, lambdas and classes
+# defined in the REPL live in a "__main__" that is not importable, and
+# cloudpickle saves exactly those by value and everything importable by
+# reference; dill does the same more slowly and saves more than asked (whole
+# modules). zstandard level 3: as fast as lz4 and smaller (measured on 12 MB
+# of arrays and dicts: 31 ms to compress, 17 ms to expand, against zlib's 429
+# ms and 100 ms); zlib when the module is missing, named in the manifest.
+# A snapshot is unpickled only here, in a sandbox: never by the agent, the
+# manager or a client (they read the JSON manifest the agent puts in front).
+
+_SNAPSHOT_MODULE = "warmpool_repl"
+
+
+def _snapshot_helpers():
+    """Makes the helpers and the namespace reachable by reference under one
+    importable module, so a user function that calls llm_query or reads a
+    global is saved without the server's own code and state."""
+    mod = sys.modules.get(_SNAPSHOT_MODULE)
+    if mod is None:
+        mod = types.ModuleType(_SNAPSHOT_MODULE)
+        sys.modules[_SNAPSHOT_MODULE] = mod
+    for name, fn in _HELPERS.items():
+        try:
+            fn.__module__, fn.__qualname__ = _SNAPSHOT_MODULE, name
+        except (AttributeError, TypeError):
+            continue
+        setattr(mod, name, fn)
+    mod.namespace = _namespace
+    return mod
+
+
+def _namespace():
+    return _globals
+
+
+class _NamespaceRef:
+    """Stands for the REPL's namespace as a function's globals: unpickled, the
+    function reads and writes the restored namespace itself, not a copy."""
+
+    def __reduce__(self):
+        return (_namespace, ())
+
+
+_NamespaceRef.__module__ = _SNAPSHOT_MODULE
+_namespace.__module__, _namespace.__qualname__ = _SNAPSHOT_MODULE, "namespace"
+
+
+def _user_names():
+    return [k for k in _globals
+            if not (k.startswith("__") and k.endswith("__")) and not (k in _HELPERS and _globals[k] is _HELPERS[k])]
+
+
+def _compressor(level):
+    try:
+        import zstandard
+        return "zstd", lambda f: zstandard.ZstdCompressor(level=level).stream_writer(f, closefd=False)
+    except ImportError:
+        import zlib
+
+        class _Zlib:
+            def __init__(self, f):
+                self.f, self.c = f, zlib.compressobj(1)
+
+            def write(self, b):
+                self.f.write(self.c.compress(b))
+                return len(b)
+
+            def flush(self, *_):
+                pass
+
+            def close(self):
+                self.f.write(self.c.flush())
+        return "zlib", _Zlib
+
+
+def _decompressed(f, compression):
+    if compression == "zstd":
+        import zstandard
+        return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+    if compression == "zlib":
+        import zlib
+        return io.BytesIO(zlib.decompress(f.read()))
+    raise ValueError(f"unknown compression {compression!r}")
+
+
+class _Counted:
+    def __init__(self, f, limit):
+        self.f, self.n, self.limit = f, 0, limit
+
+    def write(self, b):
+        self.n += len(b)
+        if self.limit and self.n > self.limit:
+            raise _TooLarge(self.n)
+        return self.f.write(b)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _snapshot(params):
+    import cloudpickle
+    _snapshot_helpers()
+    path, limit = params["path"], int(params.get("max_bytes") or 0)
+    compression, writer = _compressor(int(params.get("level") or 3))
+
+    class Pickler(cloudpickle.CloudPickler):
+        def _function_getnewargs(self, func):
+            args = super()._function_getnewargs(func)
+            if func.__globals__ is _globals:
+                args = (args[0], _NamespaceRef()) + tuple(args[2:])
+            return args
+
+    names = _user_names()
+    modules = {k: _globals[k].__name__ for k in names if isinstance(_globals[k], types.ModuleType)}
+    values = {k: _globals[k] for k in names if k not in modules}
+    skipped = []
+
+    def dump(ns):
+        with open(path, "wb") as f:
+            counted = _Counted(f, limit)
+            z = writer(counted)
+            Pickler(z, protocol=5).dump(ns)
+            z.close()
+            return counted.n
+
+    # The values' own __reduce__ methods are the user's code: SIGINT stops them as it stops a run.
+    _state.running = True
+    try:
+        try:
+            size = dump(values)
+        except _TooLarge as e:
+            return {"too_large": True, "bytes": e.args[0], "limit": limit}
+        except Exception:
+            # Find what cannot be saved, name it, and keep the rest: never a
+            # silent partial namespace.
+            for k in list(values):
+                try:
+                    Pickler(io.BytesIO(), protocol=5).dump(values[k])
+                except Exception as e:
+                    skipped.append({"name": k, "type": type(values[k]).__name__,
+                                    "reason": _clip(f"{type(e).__name__}: {e}", 500)})
+                    del values[k]
+            try:
+                size = dump(values)
+            except _TooLarge as e:
+                return {"too_large": True, "bytes": e.args[0], "limit": limit}
+    finally:
+        _state.running = False
+    return {
+        "python": sys.version.split()[0],
+        "serializer": f"cloudpickle {cloudpickle.__version__}",
+        "compression": compression,
+        "bytes": size,
+        "variables": [{"name": k, "type": type(v).__name__} for k, v in values.items()],
+        "modules": modules,
+        "skipped": skipped,
+    }
+
+
+def _restore(params):
+    """Replaces the namespace with a snapshot's: names the code made since are gone."""
+    _snapshot_helpers()
+    path, compression = params["path"], params.get("compression") or "zstd"
+    # Cleared first: unpickling a function writes the globals it reads into
+    # the namespace (its globals are the namespace itself, see _NamespaceRef).
+    for k in _user_names():
+        del _globals[k]
+    _state.running = True
+    try:
+        with open(path, "rb") as f:
+            values = __import__("pickle").load(_decompressed(f, compression))
+    finally:
+        _state.running = False
+    if not isinstance(values, dict):
+        raise ValueError("the snapshot's namespace is not a dict")
+    failed = {}
+    for alias, name in (params.get("modules") or {}).items():
+        try:
+            _globals[alias] = importlib.import_module(name)
+        except Exception as e:
+            failed[alias] = _clip(f"{type(e).__name__}: {e}", 500)
+    _globals.update({k: v for k, v in values.items() if isinstance(k, str)})
+    return {"variables": len(values), "modules_failed": failed}
+
+
 def _write_marker(marker):
     """Marks the end of one execution's output on fd 1 and fd 2, so the agent
     knows it has read everything the code wrote before the reply."""
@@ -852,7 +1040,7 @@ def main():
     _send({"jsonrpc": "2.0", "method": "ready", "params": {
         "python": sys.version.split()[0], "pid": os.getpid(), "preloaded": loaded, "failed": failed}})
 
-    handlers = {"execute": _execute, "get_variable": _get_variable}
+    handlers = {"execute": _execute, "get_variable": _get_variable, "snapshot": _snapshot, "restore": _restore}
     while True:
         try:
             msg = _recv()

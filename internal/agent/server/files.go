@@ -37,6 +37,12 @@ func (s *Server) fileRead(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fileWrite(w http.ResponseWriter, r *http.Request) {
+	s.writes.Add(1)
+	defer s.writes.Add(-1)
+	if s.isSealed() {
+		writeSealed(w)
+		return
+	}
 	n, err := s.cfg.Workspace.Write(r.URL.Query().Get("path"), r.Body, s.cfg.MaxFileBytes)
 	if err != nil {
 		fileError(w, err)

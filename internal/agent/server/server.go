@@ -55,6 +55,11 @@ type Config struct {
 	MaxRequestBytes int64
 	// MaxFileBytes bounds a file write.
 	MaxFileBytes int64
+	// MaxSnapshotBytes bounds a snapshot made or restored (namespace and
+	// workspace); SnapshotDir holds their files meanwhile (default: the
+	// system's temporary directory).
+	MaxSnapshotBytes int64
+	SnapshotDir      string
 	// Isolation, when set, holds readiness until the pool's NetworkPolicy is
 	// enforced (internal/agent/isolation).
 	Isolation interface {
@@ -93,6 +98,10 @@ type Server struct {
 	// no worker: /readyz counts them busy, so a Session's idle timeout does
 	// not pass under a long command.
 	shells atomic.Int64
+	// writes counts file writes under way; sealed (under mu) refuses runs,
+	// shell commands, file writes and restores after a sealing snapshot.
+	writes atomic.Int64
+	sealed bool
 }
 
 // apiError is an error with the HTTP status it is answered with.
@@ -133,6 +142,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxFileBytes == 0 {
 		cfg.MaxFileBytes = 64 << 20
+	}
+	if cfg.MaxSnapshotBytes == 0 {
+		cfg.MaxSnapshotBytes = 512 << 20
 	}
 	s := &Server{cfg: cfg, reg: newRegistry(cfg.KeepResults), sessions: map[string]int{}}
 	for _, it := range cfg.Workers {
@@ -177,6 +189,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+protocol.PathFileWrite, auth(s.fileWrite))
 	mux.HandleFunc("GET "+protocol.PathFileList, auth(s.fileList))
 	mux.HandleFunc("GET "+protocol.PathFileStat, auth(s.fileStat))
+	mux.HandleFunc("POST "+protocol.PathSnapshot, auth(s.snapshot))
+	mux.HandleFunc("POST "+protocol.PathRestore, auth(s.restore))
+	mux.HandleFunc("POST "+protocol.PathUnseal, auth(s.unseal))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -229,6 +244,9 @@ func (s *Server) boundSessions() string {
 func (s *Server) acquire(session string, python bool) (wk *worker, reset bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sealed {
+		return nil, false, errSealed
+	}
 	if i, ok := s.sessions[session]; ok && session != "" {
 		if s.workers[i].busy {
 			return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
@@ -361,6 +379,11 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	e, created := s.reg.getOrCreate(req.ID)
 	if created {
 		wk, reset, err := s.acquire(req.Session, req.Language != protocol.LanguageShell)
+		if errors.Is(err, errSealed) {
+			s.reg.forget(req.ID)
+			writeSealed(w)
+			return
+		}
 		if err != nil {
 			s.reg.forget(req.ID)
 			writeError(w, errorCode(err, http.StatusConflict), err.Error())
@@ -663,6 +686,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 			wk.session = ""
 		}
 		wk.dirty = false
+		s.sealed = false // the state a sealing snapshot took is gone, and the pod may serve again
 		s.mu.Unlock()
 	}
 	switch {
@@ -694,6 +718,10 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 	}
 	s.shells.Add(1)
 	defer s.shells.Add(-1)
+	if s.isSealed() {
+		writeSealed(w)
+		return
+	}
 	res, err := shell.Run(r.Context(), req.Command, shell.Options{
 		Dir: s.cfg.Workspace.Dir(), Env: shell.Env(req.Env), Timeout: protocol.Millis(req.TimeoutMillis, s.cfg.DefaultTimeout),
 		Grace: s.cfg.DefaultGrace, MaxOutputBytes: limit,
@@ -703,6 +731,12 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) isSealed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sealed
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -735,6 +769,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	h.Busy += int(s.shells.Load())
+	h.Sealed = s.isSealed()
 	h.Runs = s.runs.Load()
 	if t := s.lastActivity.Load(); t != 0 {
 		last := time.Unix(0, t).UTC()
