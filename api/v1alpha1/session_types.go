@@ -14,6 +14,16 @@ const AnnotationCreatedFor = "sandbox.warmpool.dev/created-for"
 // Session's owner can ask about (sessions/executions) if the answer was lost.
 const AnnotationRun = "sandbox.warmpool.dev/run"
 
+// AnnotationRestoring is set on a Session that waits for its state from a
+// snapshot: a fork of the Session it names, or (any value) a caller's own
+// snapshot it sends to sessions/NAME/restore. No code runs in the Session
+// until that restore clears it, so a fork whose copy failed never passes for
+// a copy.
+const AnnotationRestoring = "sandbox.warmpool.dev/restoring"
+
+// AnnotationForkedFrom names the Session a fork copied.
+const AnnotationForkedFrom = "sandbox.warmpool.dev/forked-from"
+
 // SessionPhase is where a Session is in its lifecycle.
 // +kubebuilder:validation:Enum=Pending;Ready;Closed;Lost
 type SessionPhase string

@@ -23,6 +23,7 @@ func apiResources(w http.ResponseWriter, _ *http.Request) {
 		APIResources: []metav1.APIResource{
 			sub(SubExec, "create"), sub(SubInterrupt, "create"), sub(SubBridge, "create"),
 			sub(SubExecutions, "get"), sub(SubVariables, "get"), sub(SubFiles, "get", "update"), sub(SubReset, "create"),
+			sub(SubSnapshot, "get"), sub(SubRestore, "create"), sub(SubFork, "create"),
 			{Name: ResourceRuns + "/" + SubExec, Namespaced: true, Kind: "Run", Verbs: []string{"create"}},
 		},
 	})

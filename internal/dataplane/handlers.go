@@ -40,6 +40,9 @@ const (
 	SubVariables  = "variables"  // GET ?name=: a global as JSON (get sessions/variables)
 	SubFiles      = "files"      // GET ?path= (&list=true), PUT ?path= (get/update sessions/files)
 	SubReset      = "reset"      // POST: a fresh interpreter (create sessions/reset)
+	SubSnapshot   = "snapshot"   // GET: the interpreter's state as a snapshot (get sessions/snapshot)
+	SubRestore    = "restore"    // POST: replace the state with a snapshot's (create sessions/restore)
+	SubFork       = "fork"       // POST: copy the Session into new ones (create sessions/fork)
 )
 
 const (
@@ -66,6 +69,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+at(SubFiles), s.session(SubFiles, s.readFiles))
 	mux.HandleFunc("PUT "+at(SubFiles), s.session(SubFiles, s.writeFile))
 	mux.HandleFunc("POST "+at(SubReset), s.session(SubReset, s.reset))
+	mux.HandleFunc("GET "+at(SubSnapshot), s.session(SubSnapshot, s.snapshotOf))
+	mux.HandleFunc("POST "+at(SubRestore), s.session(SubRestore, s.restoreInto))
+	mux.HandleFunc("POST "+at(SubFork), s.session(SubFork, s.fork))
 	mux.HandleFunc("POST "+prefix+"/namespaces/{namespace}/"+ResourceRuns+"/{name}/"+SubExec, s.instrumented(ResourceRuns, s.run))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no %s %s in %s/%s", r.Method, r.URL.Path, Group, Version))
@@ -93,6 +99,10 @@ func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, 
 		}
 		if refused := ownerOnly(r, t.ses); refused != "" {
 			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refused)
+			return
+		}
+		if refused := restoring(sub, t.ses); refused != "" {
+			writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, refused)
 			return
 		}
 		h(w, r, t)

@@ -41,6 +41,8 @@ import (
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/pkg/protocol"
+	"github.com/warmpool/warmpool/pkg/snapshot"
 )
 
 // Group and Version of the data plane.
@@ -455,6 +457,40 @@ func (s *Session) ListFiles(ctx context.Context, path string) ([]FileInfo, error
 // files stay.
 func (s *Session) Reset(ctx context.Context) error {
 	return s.call(ctx, http.MethodPost, "reset", nil, struct{}{}, nil)
+}
+
+// Snapshot streams the Session's state (pkg/snapshot); the caller reads and
+// closes it. workspace adds the workspace's files.
+func (s *Session) Snapshot(ctx context.Context, workspace bool) (io.ReadCloser, error) {
+	var q url.Values
+	if workspace {
+		q = url.Values{protocol.QueryWorkspace: {"true"}}
+	}
+	resp, err := s.do(ctx, http.MethodGet, "snapshot", q, nil, "", snapshot.MediaType)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Restore replaces the Session's state with a snapshot's.
+func (s *Session) Restore(ctx context.Context, snap io.Reader) (*RestoreResponse, error) {
+	resp, err := s.do(ctx, http.MethodPost, "restore", nil, snap, snapshot.MediaType, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out RestoreResponse
+	return &out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// Fork copies the Session into new Sessions, server-side.
+func (s *Session) Fork(ctx context.Context, req ForkRequest) (*ForkResponse, error) {
+	var out ForkResponse
+	if err := s.call(ctx, http.MethodPost, "fork", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 func (s *Session) url(sub string, q url.Values) string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
+	"github.com/warmpool/warmpool/pkg/snapshot"
 )
 
 // Wire types of the data plane (data.warmpool.dev/v1alpha1). The server
@@ -65,6 +66,32 @@ type RunRequest struct {
 	// Past it the Session is closed and the code has not run.
 	WaitMillis int64 `json:"waitMillis,omitempty"`
 }
+
+// ForkRequest is the body of POST .../sessions/NAME/fork: Count new
+// Sessions, each with a copy of NAME's state, made server-side (the
+// snapshot never passes through the caller). The forks are the caller's
+// (spec.owner), of the same pool, spec and access as NAME.
+type ForkRequest struct {
+	// Count of forks, 1-16; or the length of Names.
+	Count int `json:"count,omitempty"`
+	// Names of the forks; empty: NAME-fork-XXXXX.
+	Names []string `json:"names,omitempty"`
+	// Workspace copies the workspace's files too.
+	Workspace bool `json:"workspace,omitempty"`
+	// WaitMillis bounds the wait for the forks' pods; 0: 50 s (under the API
+	// server's request timeout).
+	WaitMillis int64 `json:"waitMillis,omitempty"`
+}
+
+// ForkResponse names the forks, Ready with the state, and what the snapshot
+// they were made from holds.
+type ForkResponse struct {
+	Sessions []string            `json:"sessions"`
+	Manifest *snapshot.Manifest `json:"manifest"`
+}
+
+// RestoreResponse answers POST .../sessions/NAME/restore.
+type RestoreResponse = protocol.Restored
 
 // RunRef names a run (interrupt).
 type RunRef struct {

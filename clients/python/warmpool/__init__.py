@@ -13,7 +13,8 @@ from .oneoff import run
 from .replsession import MaxIterationsExceeded, REPLSession
 from .rlm import REPLResult, WarmpoolREPL
 from .sandbox import EntryInfo, Files, Sandbox
+from .snapshot import Snapshot
 from .tools import python_tool
 
-__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "REPLSession", "MaxIterationsExceeded", "Sandbox", "Files", "EntryInfo", "Execution", "ExecutionError", "Result", "FileChange", "WarmpoolError", "APIError", "ForbiddenError",
+__all__ = ["run", "python_tool", "WarmpoolREPL", "REPLResult", "REPLSession", "MaxIterationsExceeded", "Sandbox", "Snapshot", "Files", "EntryInfo", "Execution", "ExecutionError", "Result", "FileChange", "WarmpoolError", "APIError", "ForbiddenError",
            "NotFoundError", "NotRunError", "PoolNotFoundError", "SessionLostError", "StreamCutError", "TimeoutError"]

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import _api, errors
 from .execution import Execution, Result
+from .snapshot import MEDIA_TYPE, Snapshot
 
 
 def _seconds(d):
@@ -92,7 +93,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, pool, namespace=None, *, name=None, timeout=None, max_lifetime=None, context=None,
-               context_json=False, envs=None, owner_only=False, request_timeout=60, kubeconfig=None,
+               context_json=False, envs=None, owner_only=False, snapshot=None, request_timeout=60, kubeconfig=None,
                kube_context=None, api_client=None):
         """Lease a warm interpreter of ``pool`` and wait until it is Ready.
 
@@ -105,8 +106,12 @@ class Sandbox:
         the Session to the caller, so that nobody else in the namespace can run
         code in it or read its variables and files (spec.access Owner). The
         caller is recorded as the Session's owner whenever kube-apiserver says
-        who it is.
+        who it is. ``snapshot``: a ``Snapshot`` (or its bytes) from
+        ``sb.snapshot()`` whose state the new Session starts with; no code runs
+        in it before that state is there.
         """
+        if snapshot is not None and not isinstance(snapshot, Snapshot):
+            snapshot = Snapshot(snapshot)
         api, default_ns = (api_client, "default") if api_client is not None else _api.load(kubeconfig, kube_context)
         namespace = namespace or default_ns
         name = name or "sandbox-"
@@ -127,6 +132,8 @@ class Sandbox:
                 spec["contextFormat"] = "json"
         if envs:
             spec["env"] = [{"name": k, "value": str(v)} for k, v in envs.items()]
+        if snapshot is not None:
+            meta["annotations"] = {RESTORING: "caller"}
         body = {"apiVersion": f"{_api.GROUP}/{_api.VERSION}", "kind": "Session", "metadata": meta, "spec": spec}
         try:
             obj = kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -136,6 +143,8 @@ class Sandbox:
         sb = cls(api, namespace, obj["metadata"]["name"])
         try:
             sb._wait_ready(obj, request_timeout)
+            if snapshot is not None:
+                sb.restore(snapshot)
         except BaseException:
             sb.close()
             raise
@@ -350,9 +359,40 @@ class Sandbox:
         """A fresh interpreter: variables are gone, files stay."""
         _api.request(self._api, "POST", self._path("reset"), body={})
 
+    # -- state ------------------------------------------------------------
+
+    def snapshot(self, workspace=False):
+        """The Session's state as a ``Snapshot``: its variables, functions,
+        classes and the names of imported modules (and, with ``workspace``,
+        its files). What cannot be saved is named in ``Snapshot.skipped``."""
+        query = {"workspace": "true"} if workspace else None
+        resp = _api.request(self._api, "GET", self._path("snapshot"), query=query, accept=MEDIA_TYPE)
+        return Snapshot(resp.data)
+
+    def restore(self, snapshot):
+        """Replace the Session's state with a snapshot's (names made since are
+        gone; files in it are written). Returns what was restored."""
+        data = bytes(snapshot)
+        resp = _api.request(self._api, "POST", self._path("restore"), body=data, content_type=MEDIA_TYPE)
+        return json.loads(resp.data)
+
+    def fork(self, n=1, *, names=None, workspace=False, timeout=50):
+        """``n`` new Sandboxes, each with a copy of this one's state, made on
+        the server (the state does not pass through here); each goes on
+        independently. ``names`` names them instead."""
+        body = {"names": list(names)} if names else {"count": int(n)}
+        if workspace:
+            body["workspace"] = True
+        body["waitMillis"] = int(timeout * 1000)
+        out = _api.request_json(self._api, "POST", self._path("fork"), body=body, timeout=timeout + 15)
+        return [Sandbox(self._api, self.namespace, name) for name in out["sessions"]]
+
     def _path(self, sub):
         return _api.data_plane_path(self.namespace, self.name, sub)
 
+
+# Set on a Session that waits for its state from a snapshot (api/v1alpha1 AnnotationRestoring).
+RESTORING = "sandbox.warmpool.dev/restoring"
 
 # The memory functions a caller may answer from its own chunk store (pkg/protocol MemoryMethods).
 MEMORY_METHODS = ("read_chunk", "search_chunks", "list_chunks_by_tag", "get_linked_chunks")
