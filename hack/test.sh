@@ -14,7 +14,7 @@ GO=${GO:-go}
 export K8S_VERSION=${K8S_VERSION:-v1.34.10} ETCD_VERSION=${ETCD_VERSION:-v3.5.35}
 cd "$ROOT"
 
-progress_plan 7 "make test: unit and envtest integration tests, with the Python and TypeScript clients' suites. The first run builds etcd and kube-apiserver from Go modules (about 14 min on 2 cores); later runs take about 4 min"
+progress_plan 8 "make test: unit and envtest integration tests, with the Python and TypeScript clients' suites. The first run builds etcd, kube-apiserver and SeaweedFS from Go modules (about 21 min on 2 cores); later runs take about 4 min"
 
 step "generating CRDs, RBAC and DeepCopy code (make manifests generate; the first run also builds controller-gen and kustomize from Go modules: a few minutes)"
 run_logged "$(progress_log test-generate)" make --no-print-directory manifests generate
@@ -35,6 +35,9 @@ if ! command -v rg >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev
     || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; } || true
 fi
 substeps_to assets 2 hack/k8s-binaries.sh envtest
+# The S3-compatible store the snapshots of suspended Sessions are kept in (SeaweedFS, built once).
+seaweedfs=
+substeps_to seaweedfs 1 hack/seaweedfs.sh || true
 
 step "go test ./...: unit, envtest integration and the Python and TypeScript clients' suites (about 5 min once the builds above are cached)"
 # The python3 with the test packages first on PATH: the agents of envtest, the
@@ -42,5 +45,5 @@ step "go test ./...: unit, envtest integration and the Python and TypeScript cli
 # their rich-result tests draw with its matplotlib (a pyenv shim would hide Debian's).
 pypath=$PATH
 [[ -n $python ]] && pypath="$(dirname "$python"):$PATH"
-PATH="$pypath" WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
+PATH="$pypath" WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" WARMPOOL_SEAWEEDFS="$seaweedfs" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
 progress_end

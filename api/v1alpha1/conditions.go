@@ -16,6 +16,10 @@ const (
 	// it may have: autoscaling.maxReplicas, spec.maxPods or the namespace's
 	// ResourceQuota holds it back (the HorizontalPodAutoscaler's condition).
 	PoolConditionScalingLimited = "ScalingLimited"
+	// PoolConditionSessionSuspend, on a pool that sets sessionSuspendAfter, is
+	// True when idle Sessions are suspended, False (NoSnapshotStore) when the
+	// manager has no snapshot store to suspend them to.
+	PoolConditionSessionSuspend = "SessionSuspend"
 
 	// Execution conditions.
 
@@ -64,6 +68,21 @@ const (
 	ReasonClosed               = "Closed"
 	ReasonInterpreterRestarted = "InterpreterRestarted"
 	ReasonContextFailed        = "ContextFailed"
+	// ReasonSuspended: the Session was idle past its suspendAfter; its state
+	// is in the snapshot store and its next run resumes it. ReasonResumed: it
+	// holds a pod again, with its state. ReasonSnapshotLost: its snapshot
+	// could not be read back (gone from the store, or not decryptable with
+	// the manager's key): the Session is Lost.
+	ReasonSuspended    = "Suspended"
+	ReasonResumed      = "Resumed"
+	ReasonResuming     = "Resuming"
+	ReasonSnapshotLost = "SnapshotLost"
+	// ReasonSuspendFailed (an Event): the snapshot could not be taken or
+	// stored; the Session keeps its pod and is tried again later.
+	ReasonSuspendFailed = "SuspendFailed"
+	// Pool reasons of PoolConditionSessionSuspend.
+	ReasonSnapshotStoreConfigured = "SnapshotStoreConfigured"
+	ReasonNoSnapshotStore         = "NoSnapshotStore"
 	// ReasonCodeSourceChanged: after a manager restart the run had not reached
 	// the sandbox, and spec.codeFrom now holds other code than what started.
 	ReasonCodeSourceChanged  = "CodeSourceChanged"

@@ -122,6 +122,17 @@ type SandboxPoolSpec struct {
 	// +optional
 	SessionIdleTimeout *metav1.Duration `json:"sessionIdleTimeout,omitempty"`
 
+	// sessionSuspendAfter suspends the pool's Sessions once they are idle this
+	// long, unless they set their own suspendAfter: each one's state (its
+	// namespace, and workspace files within the snapshot limit) is saved,
+	// encrypted, to the manager's snapshot store, and its pod freed; its next
+	// run resumes it on a warm pod, same name, same state. Unset: Sessions
+	// keep their pods until their idle timeout. Needs a snapshot store in the
+	// manager's configuration (condition SessionSuspend says whether there is one).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="spec.sessionSuspendAfter must be between 1s and 24h"
+	// +optional
+	SessionSuspendAfter *metav1.Duration `json:"sessionSuspendAfter,omitempty"`
+
 	// sessionTTLSecondsAfterFinished deletes the pool's Sessions this long
 	// after they ended (Closed or Lost), unless they set their own. Unset:
 	// 3600 (one hour).

@@ -24,8 +24,14 @@ const AnnotationRestoring = "sandbox.warmpool.dev/restoring"
 // AnnotationForkedFrom names the Session a fork copied.
 const AnnotationForkedFrom = "sandbox.warmpool.dev/forked-from"
 
+// AnnotationResume asks the manager to resume a Suspended Session (its
+// value: when it was asked, RFC 3339). The data plane sets it for a run, the
+// manager for an Execution naming the Session; a user may set it to warm a
+// Session up before its next run.
+const AnnotationResume = "sandbox.warmpool.dev/resume"
+
 // SessionPhase is where a Session is in its lifecycle.
-// +kubebuilder:validation:Enum=Pending;Ready;Closed;Lost
+// +kubebuilder:validation:Enum=Pending;Ready;Suspended;Closed;Lost
 type SessionPhase string
 
 const (
@@ -33,6 +39,10 @@ const (
 	SessionPending SessionPhase = "Pending"
 	// SessionReady: the Session holds a pod whose interpreter keeps its state; code runs through the data plane.
 	SessionReady SessionPhase = "Ready"
+	// SessionSuspended: idle past its suspendAfter, its state was saved to the
+	// manager's snapshot store and its pod freed; its next run resumes it on
+	// a warm pod, with its state.
+	SessionSuspended SessionPhase = "Suspended"
 	// SessionClosed: ended by its idle timeout, its maximum lifetime, or spec.close; the pod was freed.
 	SessionClosed SessionPhase = "Closed"
 	// SessionLost: its pod or interpreter went away (see conditions); the state is gone.
@@ -81,6 +91,15 @@ type SessionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="spec.maxLifetime must be between 1s and 168h"
 	// +optional
 	MaxLifetime *metav1.Duration `json:"maxLifetime,omitempty"`
+
+	// suspendAfter suspends the Session once it is idle this long (its state
+	// saved, its pod freed; its next run resumes it); the pool's
+	// sessionSuspendAfter when unset; 0s never suspends it. Takes effect only
+	// with a snapshot store in the manager's configuration and when shorter
+	// than the idle timeout.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="spec.suspendAfter must be between 0s (never) and 24h"
+	// +optional
+	SuspendAfter *metav1.Duration `json:"suspendAfter,omitempty"`
 
 	// context is set as the Python variable `context` once, when the Session
 	// becomes Ready.
@@ -165,6 +184,18 @@ type SessionStatus struct {
 	// +optional
 	Runs int64 `json:"runs,omitempty"`
 
+	// resumes counts the times the Session was resumed from a snapshot.
+	// +optional
+	Resumes int32 `json:"resumes,omitempty"`
+
+	// suspendTime is when the Session was last suspended.
+	// +optional
+	SuspendTime *metav1.Time `json:"suspendTime,omitempty"`
+
+	// snapshot is the saved state a Suspended Session resumes from.
+	// +optional
+	Snapshot *SessionSnapshot `json:"snapshot,omitempty"`
+
 	// conditions: Ready, with a reason that says why not (NoIdleSandbox,
 	// PoolNotFound, SandboxLost, InterpreterRestarted, IdleTimeout, ...).
 	// +listType=map
@@ -175,6 +206,30 @@ type SessionStatus struct {
 	// observedGeneration is the generation the status was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SessionSnapshot is a snapshot of a Session in the manager's snapshot store:
+// encrypted with the manager's key, bound to the Session's namespace and UID.
+type SessionSnapshot struct {
+	// key of the object in the store.
+	// +kubebuilder:validation:MaxLength=1024
+	Key string `json:"key"`
+	// bytes of the snapshot (before encryption).
+	Bytes int64 `json:"bytes"`
+	// variables saved.
+	// +optional
+	Variables int32 `json:"variables,omitempty"`
+	// skipped names the variables that could not be saved (sockets,
+	// threads, generators, open files), at most 32: they are not there after
+	// a resume.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Skipped []string `json:"skipped,omitempty"`
+	// workspaceFiles saved with it.
+	// +optional
+	WorkspaceFiles int32 `json:"workspaceFiles,omitempty"`
+	// time the snapshot was taken.
+	Time metav1.Time `json:"time"`
 }
 
 // +kubebuilder:object:root=true
@@ -188,6 +243,7 @@ type SessionStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`,priority=1
 // +kubebuilder:printcolumn:name="Access",type=string,JSONPath=`.spec.access`,priority=1
+// +kubebuilder:printcolumn:name="Resumes",type=integer,JSONPath=`.status.resumes`,priority=1
 
 // Session leases one warm interpreter of a SandboxPool; code runs in it
 // through the data plane (data.warmpool.dev) or as Executions naming it.
