@@ -83,6 +83,9 @@ const (
 	// Pool reasons of PoolConditionSessionSuspend.
 	ReasonSnapshotStoreConfigured = "SnapshotStoreConfigured"
 	ReasonNoSnapshotStore         = "NoSnapshotStore"
+	// ReasonSuspendAfterIdleTimeout: sessionSuspendAfter is not shorter than
+	// the idle timeout, so no Session lives long enough to be suspended.
+	ReasonSuspendAfterIdleTimeout = "SuspendAfterIdleTimeout"
 	// ReasonCodeSourceChanged: after a manager restart the run had not reached
 	// the sandbox, and spec.codeFrom now holds other code than what started.
 	ReasonCodeSourceChanged  = "CodeSourceChanged"

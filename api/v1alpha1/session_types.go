@@ -24,8 +24,9 @@ const AnnotationRestoring = "sandbox.warmpool.dev/restoring"
 // AnnotationForkedFrom names the Session a fork copied.
 const AnnotationForkedFrom = "sandbox.warmpool.dev/forked-from"
 
-// AnnotationResume asks the manager to resume a Suspended Session (its
-// value: when it was asked, RFC 3339). The data plane sets it for a run, the
+// AnnotationResume asks the manager to resume a Suspended Session; its
+// value is the status.snapshot.key to resume from (so a request left from an
+// earlier suspend asks nothing). The data plane sets it for a run, the
 // manager for an Execution naming the Session; a user may set it to warm a
 // Session up before its next run.
 const AnnotationResume = "sandbox.warmpool.dev/resume"
@@ -48,6 +49,13 @@ const (
 	// SessionLost: its pod or interpreter went away (see conditions); the state is gone.
 	SessionLost SessionPhase = "Lost"
 )
+
+// ResumeRequested reports whether a Suspended Session was asked to resume:
+// AnnotationResume names the snapshot its status holds.
+func (s *Session) ResumeRequested() bool {
+	return s.Status.Phase == SessionSuspended && s.Status.Snapshot != nil && s.Status.Snapshot.Key != "" &&
+		s.Annotations[AnnotationResume] == s.Status.Snapshot.Key
+}
 
 // IsFinished reports whether the phase is terminal.
 func (p SessionPhase) IsFinished() bool { return p == SessionClosed || p == SessionLost }

@@ -57,6 +57,7 @@ func main() {
 		renewDeadline        time.Duration
 		retryPeriod          time.Duration
 		mode                 string
+		snapshots            controller.Snapshots
 	)
 	flag.StringVar(&mode, "mode", string(controller.ModeAll),
 		"Which parts to run: all; controllers (the reconcilers, under --leader-elect); data-plane (the Sessions data plane "+
@@ -94,6 +95,17 @@ func main() {
 	flag.StringVar(&agentKeysSecret, "agent-keys-secret", agentkeys.DefaultSecret,
 		"Secret in the manager's namespace with the keys agent tokens are signed with (created when missing).")
 	opts := zap.Options{Development: false}
+	flag.StringVar(&snapshots.Store.Endpoint, "snapshot-store-endpoint", "",
+		"host:port of the S3-compatible object store suspended Sessions' snapshots go to; empty: no Session is suspended. "+
+			"Credentials come from the environment: WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID and WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY.")
+	flag.StringVar(&snapshots.Store.Bucket, "snapshot-store-bucket", "warmpool-snapshots", "Bucket of the snapshot store (created when missing and allowed).")
+	flag.StringVar(&snapshots.Store.Region, "snapshot-store-region", "us-east-1", "Region of the snapshot store.")
+	flag.StringVar(&snapshots.Store.Prefix, "snapshot-store-prefix", "warmpool/", "Prefix of the snapshots' object keys.")
+	flag.BoolVar(&snapshots.Store.Insecure, "snapshot-store-insecure", false, "Speak plain HTTP to the snapshot store (a store inside the cluster network).")
+	flag.Int64Var(&snapshots.Store.MaxBytes, "snapshot-max-bytes", 512<<20, "Largest snapshot a Session is suspended with; a larger one keeps its pod.")
+	flag.StringVar(&snapshots.KeyFile, "snapshot-key-file", "",
+		"File holding the 32-byte key snapshots are sealed with; empty: the Secret --snapshot-key-secret, created with a random key when missing.")
+	flag.StringVar(&snapshots.KeySecret, "snapshot-key-secret", "warmpool-snapshot-key", "Secret, in the manager's namespace, holding the snapshot key.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	// In a cluster, sandboxes hold back their readiness until a dial to the API
@@ -127,6 +139,11 @@ func main() {
 	}
 	cfg := controller.Config{Mode: controller.Mode(mode), ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
 		Resolver: runner.PodIPResolver{Port: agentPort}}
+	if snapshots.Store.Enabled() {
+		snapshots.Store.AccessKeyID = os.Getenv("WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID")
+		snapshots.Store.SecretAccessKey = os.Getenv("WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY")
+		cfg.Snapshots = &snapshots
+	}
 	if dataPlane.Port != 0 {
 		dataPlane.AlternateDNS = []string{"warmpool-data-plane." + managerNamespace + ".svc"}
 		cfg.DataPlane = &dataPlane

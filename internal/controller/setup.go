@@ -23,6 +23,7 @@ import (
 	"github.com/warmpool/warmpool/internal/llm"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/servingcert"
+	"github.com/warmpool/warmpool/internal/snapshotstore"
 )
 
 // DataPlaneCertSecret, in the manager's namespace, holds the data plane's
@@ -70,11 +71,49 @@ type Config struct {
 	// AutoscaleWindow is the long window of autoscaled pools' claim rate
 	// (the short one is a tenth of it); 0: 60 s. Tests shorten it.
 	AutoscaleWindow time.Duration
+	// Snapshots configures the store suspended Sessions go to; nil: none,
+	// and no Session is suspended.
+	Snapshots *Snapshots
 	// Clock decides the time policies of every reconciler (nil: the wall
 	// clock): the autoscaler's windows and delays, idle timeouts, lifetimes,
 	// TTLs, backoffs. Waits for real I/O (an agent's answer, the kubelet's
 	// report) stay on the wall clock. Tests step it.
 	Clock clock.PassiveClock
+}
+
+// Snapshots is where suspended Sessions' snapshots go, and the key they are sealed with.
+type Snapshots struct {
+	Store snapshotstore.Config
+	// KeyFile holds the 32-byte key; empty: KeySecret in the manager's namespace.
+	KeyFile   string
+	KeySecret string
+}
+
+// store connects to the snapshot store with its key (nil, nil: none configured).
+func (c Config) store(ctx context.Context, mgr ctrl.Manager) (*snapshotstore.Store, error) {
+	if c.Snapshots == nil || !c.Snapshots.Store.Enabled() {
+		return nil, nil
+	}
+	secret := c.Snapshots.KeySecret
+	if secret == "" {
+		secret = snapshotstore.DefaultKeySecret
+	}
+	key, err := snapshotstore.LoadKey(ctx, mgr.GetClient(), mgr.GetAPIReader(), c.Snapshots.KeyFile,
+		types.NamespacedName{Namespace: c.ManagerNamespace, Name: secret})
+	if err != nil {
+		return nil, err
+	}
+	st, err := snapshotstore.New(c.Snapshots.Store, key)
+	if err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := st.EnsureBucket(bctx); err != nil {
+		// Not fatal: the store may come up later; each suspend that fails says so.
+		mgr.GetLogger().Info("the snapshot store does not answer yet; suspends fail until it does", "store", st.String(), "err", err.Error())
+	}
+	return st, nil
 }
 
 // KeysSecret is the agent keys Secret's name and namespace.
@@ -134,9 +173,17 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		return err
 	}
 	keys := rt.Keys
+	store, err := cfg.store(ctx, mgr)
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	storeName := ""
+	if store != nil {
+		storeName = store.String()
+	}
 	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
-		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes,
+		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes, SnapshotStore: storeName,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -152,7 +199,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		return err
 	}
 	return (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
-		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes}).SetupWithManager(mgr)
+		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They

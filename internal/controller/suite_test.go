@@ -33,6 +33,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
+	"github.com/warmpool/warmpool/internal/testing/objectstore"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
 )
 
@@ -97,6 +98,12 @@ var _ = BeforeSuite(func() {
 	kctx, kcancel := context.WithCancel(context.Background())
 	go func() { defer GinkgoRecover(); Expect(kmgr.Start(kctx)).To(Succeed()) }()
 	DeferCleanup(func() { kcancel(); kubelet.StopAll() })
+
+	// A real S3-compatible store (SeaweedFS) for the snapshots of suspended Sessions.
+	store, err := objectstore.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(store.Stop)
+	snapshotStore = store
 
 	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
 	port, err := testenv.FreePort()
@@ -167,6 +174,16 @@ func startManager() {
 				}
 				return c.Update(ctx, obj, opts...)
 			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if ses, ok := obj.(*sandboxv1alpha1.Session); ok && sub == "status" {
+					if f := crashBeforeSessionStatus.Load(); f != nil && (*f)(ses) {
+						crashBeforeSessionStatus.Store(nil)
+						crash()
+						return errors.New("injected: the manager died before this write")
+					}
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok && sub == "status" {
 					if stale := staleView.Load(); stale != nil && stale.UID == ex.UID {
@@ -214,8 +231,18 @@ var dataPlane dataplane.Options
 func managerConfig() controller.Config {
 	// A 10 s claim-rate window: an autoscaled pool comes down within the spec's patience.
 	return controller.Config{ManagerNamespace: managerNamespace, Resolver: proxiedResolver{}, DataPlane: &dataPlane,
-		AutoscaleWindow: 10 * time.Second, Clock: autoscaleClock}
+		AutoscaleWindow: 10 * time.Second, Clock: autoscaleClock,
+		Snapshots: &controller.Snapshots{Store: snapshotStore.Config(snapshotBucket, "warmpool/")}}
 }
+
+// snapshotStore keeps the snapshots of the suite's suspended Sessions, in snapshotBucket.
+var snapshotStore *objectstore.Server
+
+const snapshotBucket = "warmpool-snapshots"
+
+// crashBeforeSessionStatus, when set, makes the manager "die" when it is
+// about to store a Session status it matches.
+var crashBeforeSessionStatus atomic.Pointer[func(*sandboxv1alpha1.Session) bool]
 
 // autoscaleClock is the managers' clock (Config.Clock, every reconciler's
 // time policies): the wall clock, until a spec (the autoscaler's) freezes it

@@ -86,6 +86,8 @@ type target struct {
 	ses   *sandboxv1alpha1.Session
 	pod   *corev1.Pod
 	agent *agentclient.Client
+	// resumed: the Session was Suspended, and resumed for this request.
+	resumed bool
 }
 
 // session resolves the Session of the URL to its pod's agent, refusing a
@@ -93,6 +95,9 @@ type target struct {
 func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, *target)) http.HandlerFunc {
 	return s.instrumented(sub, func(w http.ResponseWriter, r *http.Request) {
 		t, code, reason, msg := s.resolve(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
+		if t == nil && code == http.StatusConflict && sub != SubInterrupt {
+			t, code, reason, msg = s.resume(r, r.PathValue("namespace"), r.PathValue("name"), code, reason, msg)
+		}
 		if t == nil {
 			writeStatus(w, code, reason, msg)
 			return
@@ -230,7 +235,18 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 		return
 	}
-	s.runIn(w, r, t, pool, &req)
+	if !s.runIn(w, r, t, pool, &req) {
+		return
+	}
+	// The Session was being suspended under the run, which did not start: it
+	// runs once the Session is resumed on another pod.
+	if t = s.afterSeal(w, r, t); t != nil && !s.runIn(w, r, t, pool, &req) {
+		return
+	}
+	if t != nil {
+		writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf(
+			"Session %s was suspended twice under this run, which has not run: retry", t.ses.Name))
+	}
 }
 
 // checkExec fills a run's defaults from its pool and refuses what the pool
@@ -250,8 +266,9 @@ func checkExec(r *http.Request, pool *sandboxv1alpha1.SandboxPool, req *sessions
 
 // runIn sends a checked run to the Session's agent and relays its answer.
 // The code's llm_query calls go to the caller when it answers them (bridge),
-// else to the pool's ModelEndpoint, if the pool names one.
-func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *sandboxv1alpha1.SandboxPool, req *sessions.ExecRequest) {
+// else to the pool's ModelEndpoint, if the pool names one. sealed: the agent
+// refused the run because a suspend sealed its pod, and nothing was written.
+func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *sandboxv1alpha1.SandboxPool, req *sessions.ExecRequest) (sealed bool) {
 	runID := agentRunID(req.ID)
 	stream := req.Stream
 	var model func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer
@@ -265,7 +282,7 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 	body, _ := json.Marshal(protocol.ExecuteRequest{
 		ID: runID, Code: req.Code, Language: req.Language, Context: req.Context, Env: req.Env, TimeoutMillis: req.TimeoutMillis,
 		GraceMillis: req.GraceMillis, MaxOutputBytes: req.MaxOutputBytes, Stream: stream || model != nil, Bridge: req.Bridge || model != nil,
-		MaxBridgeCalls: maxCalls, Interpreter: t.ses.Status.Interpreter, BridgeMethods: req.BridgeMethods,
+		MaxBridgeCalls: maxCalls, Interpreter: t.ses.Status.Interpreter, BridgeMethods: req.BridgeMethods, Resumed: t.resumed,
 	})
 	accept := "application/json"
 	if stream || model != nil {
@@ -275,13 +292,19 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 	if err != nil {
 		s.callerGone(r, t, runID, stream)
 		agentFailed(w, err)
-		return
+		return false
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusConflict && isSealed(resp) {
+		return true
+	}
 	w.Header().Set("X-Warmpool-Run-Id", req.ID)
+	if t.resumed {
+		w.Header().Set("X-Warmpool-Resumed", "true")
+	}
 	if resp.StatusCode >= 300 || (!stream && model == nil) {
 		relay(w, resp)
-		return
+		return false
 	}
 	if stream {
 		w.Header().Set("Content-Type", protocol.ContentTypeNDJSON)
@@ -316,7 +339,7 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 		case stream && len(frag) > 0:
 			if _, werr := w.Write(frag); werr != nil {
 				s.callerGone(r, t, runID, true)
-				return
+				return false
 			}
 		}
 		lineStart = err == nil
@@ -328,16 +351,16 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 				var ev protocol.Event
 				if jerr := json.Unmarshal(whole, &ev); jerr != nil || ev.Result == nil {
 					agentFailed(w, fmt.Errorf("the agent's result did not parse: %v", jerr))
-					return
+					return false
 				}
 				writeJSON(w, http.StatusOK, ev.Result)
-				return
+				return false
 			case stream && flusher != nil:
 				flusher.Flush()
 			}
 			whole = whole[:0]
 			if kind == lineResult {
-				return
+				return false
 			}
 			continue
 		}
@@ -349,6 +372,7 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 		agentFailed(w, errors.New("the agent's stream ended without a result (its pod went away?)"))
 	}
 	s.callerGone(r, t, runID, stream)
+	return false
 }
 
 // agentRunID is the agent's ID of a data-plane run. The prefix keeps callers

@@ -124,7 +124,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	if req.WaitMillis > 0 {
 		wait = time.Duration(req.WaitMillis) * time.Millisecond
 	}
-	readySes, code, reason, msg := s.waitReady(r.Context(), ses, wait)
+	readySes, code, reason, msg := s.waitReady(r.Context(), ses, wait, "")
 	if readySes == nil {
 		writeStatus(w, code, reason, msg+"; the code has not run")
 		return
@@ -207,7 +207,11 @@ func oneCallSession(ns, name, owner string, req *sessions.RunRequest) *sandboxv1
 // controller's status write arrives there, for at most wait. It reads only
 // the cache: a thousand runs waiting for a busy pool cost the API server
 // nothing.
-func (s *Server) waitReady(ctx context.Context, ses *sandboxv1alpha1.Session, wait time.Duration) (*sandboxv1alpha1.Session, int, metav1.StatusReason, string) {
+//
+// A Suspended Session is asked to resume (the run is its next one), and
+// leaving names a pod the Session must not be Ready on: the one a suspend
+// sealed under a run, which the run waits to see the Session leave.
+func (s *Server) waitReady(ctx context.Context, ses *sandboxv1alpha1.Session, wait time.Duration, leaving string) (*sandboxv1alpha1.Session, int, metav1.StatusReason, string) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	key := client.ObjectKeyFromObject(ses)
@@ -231,9 +235,14 @@ func (s *Server) waitReady(ctx context.Context, ses *sandboxv1alpha1.Session, wa
 		case err != nil:
 		case cur.UID != ses.UID:
 			code, msg = http.StatusConflict, fmt.Sprintf("Session %s was deleted and made again by someone else", ses.Name)
-		case cur.Status.Phase == sandboxv1alpha1.SessionReady && cur.Status.PodName != "":
+		case cur.Status.Phase == sandboxv1alpha1.SessionReady && cur.Status.PodName != "" && cur.Status.PodName != leaving:
 			s.ready.unsubscribe(key, changed)
 			return cur, 0, "", ""
+		case cur.Status.Phase == sandboxv1alpha1.SessionSuspended && !cur.ResumeRequested() && cur.Status.Snapshot != nil:
+			if err := s.requestResume(ctx, cur); err != nil && ctx.Err() == nil {
+				code, msg = http.StatusInternalServerError, fmt.Sprintf("ask Session %s to resume: %v", ses.Name, err)
+			}
+			seen, last = true, cur
 		case cur.Status.Phase.IsFinished():
 			code, msg = http.StatusConflict, fmt.Sprintf("Session %s ended %s before it was Ready (%s)",
 				ses.Name, cur.Status.Phase, readyCondition(cur))
@@ -261,6 +270,13 @@ func (s *Server) waitReady(ctx context.Context, ses *sandboxv1alpha1.Session, wa
 			return nil, http.StatusRequestTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("the request ended while Session %s waited for a pod", ses.Name)
 		}
 	}
+}
+
+// requestResume asks the Session controller to resume a Suspended Session
+// from the snapshot its status names (the lease is the controller's).
+func (s *Server) requestResume(ctx context.Context, ses *sandboxv1alpha1.Session) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, sandboxv1alpha1.AnnotationResume, ses.Status.Snapshot.Key)
+	return s.Client.Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch))
 }
 
 func readyCondition(ses *sandboxv1alpha1.Session) string {

@@ -196,7 +196,7 @@ func (s *Server) takeSnapshot(ctx context.Context, t *target, workspace bool) ([
 }
 
 func (s *Server) restoreFork(ctx context.Context, f *sandboxv1alpha1.Session, snap []byte, wait time.Duration) error {
-	ready, _, _, msg := s.waitReady(ctx, f, wait)
+	ready, _, _, msg := s.waitReady(ctx, f, wait, "")
 	if ready == nil {
 		return fmt.Errorf("%s", msg)
 	}

@@ -331,7 +331,9 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		}
 	}
 	switch {
-	case ses.Status.PodName != "" || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil || ses.Spec.Close:
+	case ses.Status.PodName != "" || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil || ses.Spec.Close ||
+		// Suspended, it waits for nothing until a run asks for it.
+		(ses.Status.Phase == sandboxv1alpha1.SessionSuspended && !ses.ResumeRequested()):
 		if e != nil {
 			if ses.Status.PodName != "" {
 				w.serve(e, p.pods[ses.Status.PodName])

@@ -69,6 +69,18 @@ var (
 		Help:    "Time the Session controller took to lease a pod to a Session: from the reconcile that found one to the Ready status stored.",
 		Buckets: []float64{0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10},
 	})
+	// SessionSuspend and SessionResume time the two halves of a suspend:
+	// from the reconcile that decided it to the status stored.
+	SessionSuspend = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "warmpool_session_suspend_seconds",
+		Help:    "Time to suspend a Session (snapshot, store, Suspended status), by result (suspended, failed).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"result"})
+	SessionResume = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_session_resume_seconds",
+		Help:    "Time to resume a Session on a warm pod: from the reconcile that found the pod to the Ready status stored (claim, read and restore of the snapshot).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
 	// DataPlaneRunLease is how long one-call runs waited for their new
 	// Session to be Ready (the Session's create call included).
 	DataPlaneRunLease = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -167,7 +179,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionSuspend, SessionResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)

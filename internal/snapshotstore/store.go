@@ -58,9 +58,9 @@ type Owner struct {
 
 // Store reads and writes sealed snapshots.
 type Store struct {
-	c      *minio.Client
-	cfg    Config
-	aead   cipher.AEAD
+	c     *minio.Client
+	cfg   Config
+	aead  cipher.AEAD
 	keyID string
 }
 
@@ -104,7 +104,9 @@ func New(cfg Config, key []byte) (*Store, error) {
 func (s *Store) MaxBytes() int64 { return s.cfg.MaxBytes }
 
 // String names the store for messages.
-func (s *Store) String() string { return "s3://" + s.cfg.Bucket + "/" + s.cfg.Prefix + " at " + s.cfg.Endpoint }
+func (s *Store) String() string {
+	return "s3://" + s.cfg.Bucket + "/" + s.cfg.Prefix + " at " + s.cfg.Endpoint
+}
 
 // EnsureBucket creates the bucket when it is missing.
 func (s *Store) EnsureBucket(ctx context.Context) error {

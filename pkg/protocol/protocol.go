@@ -85,6 +85,9 @@ type ExecuteRequest struct {
 	// was replaced since (its state is gone), the agent does not run the code
 	// and answers a failed Result of type ErrorInterpreterRestarted.
 	Interpreter string `json:"interpreter,omitempty"`
+	// Resumed: the run's Session was resumed from a snapshot for it; the
+	// agent says so in the run's Result.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // MemoryMethods are the memory functions of the interpreter a caller may
@@ -154,6 +157,9 @@ type Result struct {
 	StartedAt      time.Time `json:"startedAt"`
 	FinishedAt     time.Time `json:"finishedAt"`
 	DurationMillis float64   `json:"durationMillis"`
+	// Resumed: the Session was Suspended, and was resumed on this pod, with
+	// its state, for this run.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // Event types of a streamed execution.

@@ -86,7 +86,7 @@ type ForkRequest struct {
 // ForkResponse names the forks, Ready with the state, and what the snapshot
 // they were made from holds.
 type ForkResponse struct {
-	Sessions []string            `json:"sessions"`
+	Sessions []string           `json:"sessions"`
 	Manifest *snapshot.Manifest `json:"manifest"`
 }
 

@@ -422,6 +422,7 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			before := s.cfg.Workspace.Snapshot()
 			res := s.runShell(ctx, req, onOut(protocol.EventStdout), onOut(protocol.EventStderr))
 			res.Files = workspace.Changes(before, s.cfg.Workspace.Snapshot())
+			res.Resumed = req.Resumed
 			// Free the worker before anyone sees the result, so the caller's next request finds it free.
 			s.release(wk)
 			s.reg.finish(e, res)
@@ -473,6 +474,7 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			res = &protocol.Result{ID: req.ID, Status: protocol.StatusFailed, StartedAt: time.Now(), FinishedAt: time.Now(),
 				Error: &protocol.Error{Type: "AgentError", Message: err.Error()}}
 		}
+		res.Resumed = req.Resumed
 		s.reg.finish(e, res)
 	}()
 }

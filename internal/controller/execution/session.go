@@ -57,6 +57,16 @@ func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execut
 	switch ses.Status.Phase {
 	case sandboxv1alpha1.SessionReady:
 		return ses, ctrl.Result{}, false, nil
+	case sandboxv1alpha1.SessionSuspended:
+		// The Execution is the Session's next run: it asks for the resume.
+		if ses.Status.Snapshot != nil && !ses.ResumeRequested() {
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, sandboxv1alpha1.AnnotationResume, ses.Status.Snapshot.Key)
+			if err := r.Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				return nil, ctrl.Result{}, true, fmt.Errorf("ask Session %s to resume: %w", ses.Name, err)
+			}
+		}
+		r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf("resuming Session %s from its snapshot", ses.Name))
+		return nil, ctrl.Result{RequeueAfter: waitBackstop}, true, nil
 	case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
 		why := ""
 		if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil {

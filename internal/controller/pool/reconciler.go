@@ -82,6 +82,9 @@ type Reconciler struct {
 	// Clock dates the autoscaler's claims and decisions: its rate windows,
 	// scale-down delay and steps (the wall clock when nil).
 	Clock clock.PassiveClock
+	// SnapshotStore names the store suspended Sessions go to ("" when the
+	// manager has none), for the pools' SessionSuspend condition.
+	SnapshotStore string
 
 	DemandWakes  *wakeup.Source
 	expectations *expectations
@@ -594,6 +597,7 @@ func (r *Reconciler) status(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pe
 	}
 	meta.SetStatusCondition(&st.Conditions, deg)
 	meta.SetStatusCondition(&st.Conditions, pods.limit.condition(pool.Generation))
+	setSuspendCondition(&st, pool, r.SnapshotStore)
 	return st
 }
 
@@ -722,7 +726,8 @@ func sessionEndHandler() handler.EventHandler {
 	return handler.Funcs{
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q wakeup.Queue) {
 			old, cur := e.ObjectOld.(*sandboxv1alpha1.Session), e.ObjectNew.(*sandboxv1alpha1.Session)
-			if cur.Status.Phase != old.Status.Phase && (cur.Status.Phase.IsFinished() || cur.Status.Phase == sandboxv1alpha1.SessionReady) {
+			if cur.Status.Phase != old.Status.Phase && (cur.Status.Phase.IsFinished() || cur.Status.Phase == sandboxv1alpha1.SessionReady ||
+				cur.Status.Phase == sandboxv1alpha1.SessionSuspended) {
 				enqueue(cur, q)
 			}
 		},

@@ -34,6 +34,7 @@ import (
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -85,9 +86,14 @@ type Reconciler struct {
 	Keys lease.Keys
 
 	Wakeups *wakeup.Source
-	// statusWritten: when each Ready Session's activity was last written.
+	// Snapshots is the store suspended Sessions' state goes to; nil: no
+	// Session is suspended (suspend.go).
+	Snapshots *snapshotstore.Store
+	// statusWritten: when each Ready Session's activity was last written;
+	// suspendFailed: when a Session whose suspend failed may be tried again.
 	mu            sync.Mutex
 	statusWritten map[types.UID]time.Time
+	suspendFailed map[types.UID]time.Time
 }
 
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;update;patch;delete
@@ -102,11 +108,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	switch {
 	case ses.DeletionTimestamp != nil:
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.dropSnapshots(ctx, ses)
 	case ses.Status.Phase.IsFinished():
 		return r.finished(ctx, ses)
 	case ses.Spec.Close:
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonClosed, "closed by spec.close")
+	case ses.Status.Phase == sandboxv1alpha1.SessionSuspended:
+		return r.suspended(ctx, ses)
 	case ses.Status.PodName == "":
 		return r.lease(ctx, ses)
 	default:
@@ -130,6 +138,9 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
 			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ses.Spec.PoolRef.Name, ses.Namespace))
 	}
+	// A Session with a snapshot is resuming: it restores it on the pod it
+	// leases, before its Ready status (suspend.go).
+	resuming := ses.Status.Snapshot != nil
 	init, err := initRequest(ses)
 	if err != nil {
 		// Immutable: no pod is taken for a Session that can never be Ready.
@@ -139,6 +150,10 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	pl := r.Dispatcher.PlaceSession(ses)
 	if pl.Pod == "" && pl.SessionPod != "" {
 		return r.awaitOwnPod(ctx, ses, pl.SessionPod)
+	}
+	if pl.Pod == "" && resuming {
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonResuming, fmt.Sprintf(
+			"resuming: waiting for an idle pod of pool %s to restore its snapshot on", pool.Name))
 	}
 	if pl.Pod == "" {
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
@@ -197,8 +212,17 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	} else {
 		interp, err = r.initialize(ctx, ses, pod, init)
 	}
+	if err == nil && resuming {
+		err = r.restore(ctx, ses, pod)
+	}
 	var failed *initFailed
+	var lost *snapshotLost
 	switch {
+	case errors.As(err, &lost):
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSnapshotLost, err.Error())
+	case err != nil && resuming:
+		// Never Lost for a pod: the state is in the snapshot, and another pod takes it.
+		return r.discard(ctx, ses, pod, err)
 	case errors.As(err, &failed):
 		// The pod is the Session's now; a later reconcile frees it.
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonContextFailed, err.Error())
@@ -214,9 +238,18 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	ses.Status.Phase = sandboxv1alpha1.SessionReady
 	ses.Status.PodName, ses.Status.PodUID = pod.Name, pod.UID
 	ses.Status.Interpreter = interp
-	ses.Status.ReadyTime = &now
+	if ses.Status.ReadyTime == nil { // maxLifetime counts from the first time
+		ses.Status.ReadyTime = &now
+	}
 	ses.Status.LastActivityTime = &now
-	r.setReady(ses, metav1.ConditionTrue, sandboxv1alpha1.ReasonSandboxClaimed, fmt.Sprintf("holds pod %s", pod.Name))
+	reason, msg := sandboxv1alpha1.ReasonSandboxClaimed, fmt.Sprintf("holds pod %s", pod.Name)
+	if resuming {
+		ses.Status.Resumes++
+		reason, msg = sandboxv1alpha1.ReasonResumed, fmt.Sprintf("holds pod %s, resumed from its snapshot (%d bytes, %d variables)",
+			pod.Name, ses.Status.Snapshot.Bytes, ses.Status.Snapshot.Variables)
+		ses.Status.Snapshot = nil
+	}
+	r.setReady(ses, metav1.ConditionTrue, reason, msg)
 	tagged := time.Now()
 	if err := r.Status().Update(ctx, ses); err != nil {
 		if apierrors.IsConflict(err) {
@@ -229,8 +262,14 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionLease.Observe(time.Since(start).Seconds())
 	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
-		"interpreterMs", ms(tagged.Sub(claimed)), "statusMs", ms(time.Since(tagged)))
-	r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSandboxClaimed, "Lease", "Holds pod %s", pod.Name)
+		"interpreterMs", ms(tagged.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming)
+	if resuming {
+		metrics.SessionResume.Observe(time.Since(start).Seconds())
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, reason, "Resume", "Resumed on pod %s", pod.Name)
+		r.resumed(ctx, ses)
+	} else {
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, reason, "Lease", "Holds pod %s", pod.Name)
+	}
 	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
 }
 
@@ -371,6 +410,9 @@ func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 			"waiting to adopt pod %s, which carries the Session's name, until the run that holds it ends", name))
 	}
 	down := notReadyFor(pod, r.Clock.Now())
+	if down >= sessionUnreachableGrace && ses.Status.Snapshot != nil {
+		return r.discard(ctx, ses, pod, errors.New(podDown(pod, down, nil)))
+	}
 	if down >= sessionUnreachableGrace {
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, podDown(pod, down, nil))
 	}
@@ -427,6 +469,19 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		runs, busy = max(runs, health.Runs), busy || health.Busy > 0
 	}
 	idle := idleTimeout(ses, pool)
+	due, suspends := r.suspendDue(ses, pool, last, now)
+	switch {
+	case herr == nil && health.Sealed && r.Snapshots != nil:
+		// A suspend that did not commit (the manager stopped, the store
+		// failed): the seal decided it, whatever happened since.
+		return r.suspend(ctx, ses, pod, last, runs)
+	case herr == nil && health.Sealed:
+		if agent, err := r.agent(pod); err == nil {
+			_ = agent.Unseal(ctx) // sealed by a manager that had a store; this one has none
+		}
+	case suspends && !busy && herr == nil && due <= 0 && now.Before(last.Add(idle)):
+		return r.suspend(ctx, ses, pod, last, runs)
+	}
 	if last != nil && !busy && !now.Before(last.Add(idle)) {
 		if herr != nil && now.Before(last.Add(idle+sessionUnreachableGrace)) {
 			// Cannot ask the agent whether a data-plane run is under way: look
@@ -455,6 +510,9 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	next := min(sessionCheckInterval, idle)
 	if last != nil && !busy {
 		next = min(next, last.Add(idle).Sub(now)+10*time.Millisecond)
+	}
+	if suspends && !busy {
+		next = min(next, due+10*time.Millisecond)
 	}
 	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil {
 		next = min(next, ses.Status.ReadyTime.Add(m.Duration).Sub(now)+10*time.Millisecond)
@@ -568,6 +626,7 @@ func (r *Reconciler) end(ctx context.Context, ses *sandboxv1alpha1.Session, phas
 	ses.Status.Phase = phase
 	now := metav1.NewTime(r.Clock.Now())
 	ses.Status.EndTime = &now
+	ses.Status.Snapshot = nil // deleted from the store with the finalizer (finished)
 	r.setReady(ses, metav1.ConditionFalse, reason, msg)
 	if err := r.Status().Update(ctx, ses); err != nil {
 		return ctrl.Result{}, fmt.Errorf("store %s status of session %s: %w", phase, ses.Name, err)
@@ -598,7 +657,8 @@ func (r *Reconciler) free(ctx context.Context, ses *sandboxv1alpha1.Session) (ct
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
 	reuse := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool) == nil &&
-		pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter && ses.Status.Phase == sandboxv1alpha1.SessionClosed
+		pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter &&
+		(ses.Status.Phase == sandboxv1alpha1.SessionClosed || ses.Status.Phase == sandboxv1alpha1.SessionSuspended)
 	// An Execution of the Session that was given the pod just before the
 	// Session ended may claim it meanwhile: look again when it is done.
 	held := false
@@ -660,6 +720,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.statusWritten = map[types.UID]time.Time{}
+	r.suspendFailed = map[types.UID]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Session{}).
 		WatchesRawSource(r.Wakeups).

@@ -43,6 +43,9 @@ func endedAt(ses *sandboxv1alpha1.Session) time.Time {
 // a pod still labelled with it is the pool's to delete (an orphan), so an
 // old ended Session costs no pod list per reconcile.
 func (r *Reconciler) finished(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
+	if err := r.dropSnapshots(ctx, ses); err != nil {
+		return ctrl.Result{}, err
+	}
 	ended, now := endedAt(ses), r.Clock.Now()
 	left := ttl.Left(ended, r.sessionTTLOf(ctx, ses), now)
 	if left <= 0 {

@@ -33,6 +33,12 @@ func Pool(namespace, name string) *PoolWrapper {
 // Obj returns a pointer to the built object.
 func (w *PoolWrapper) Obj() *sandboxv1alpha1.SandboxPool { return &w.SandboxPool }
 
+// SessionSuspendAfter sets spec.sessionSuspendAfter.
+func (w *PoolWrapper) SessionSuspendAfter(d time.Duration) *PoolWrapper {
+	w.Spec.SessionSuspendAfter = &metav1.Duration{Duration: d}
+	return w
+}
+
 // Replicas sets spec.replicas.
 func (w *PoolWrapper) Replicas(n int32) *PoolWrapper { w.Spec.Replicas = n; return w }
 

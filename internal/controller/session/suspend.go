@@ -1,0 +1,322 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/snapshotstore"
+	"github.com/warmpool/warmpool/pkg/snapshot"
+)
+
+// The suspend policy. A Ready Session idle past its suspendAfter is
+// suspended: the agent takes a sealing snapshot (after it, the pod refuses
+// every run, so nothing can change the state the snapshot took), the
+// snapshot goes to the store under a new key, and then the Suspended status
+// naming that key is stored: that write is the commit point. Only after it
+// is the pod freed. A manager that stops anywhere before leaves the Session
+// Ready on a sealed pod, which the next look finishes suspending (the seal,
+// not the idle time, decides then); one that stops after leaves it Suspended
+// with a complete snapshot and, at worst, a pod the pool frees as an orphan.
+//
+// A Suspended Session asked to resume (AnnotationResume) leases a warm pod
+// as a new Session does, and restores its snapshot there before its Ready
+// status is stored; a pod lost meanwhile is discarded and another one taken.
+// The snapshot is deleted once the Session is Ready again, or when it ends.
+
+// SnapshotFinalizer keeps a Session that has snapshots in the store until
+// they are deleted with it.
+const SnapshotFinalizer = "sandbox.warmpool.dev/snapshots"
+
+const (
+	// suspendTimeout bounds one suspend (snapshot and upload).
+	suspendTimeout = 2 * time.Minute
+	// suspendRetry is when a Session whose suspend failed is tried again.
+	suspendRetry = 5 * time.Minute
+	// maxSkippedInStatus bounds status.snapshot.skipped.
+	maxSkippedInStatus = 32
+)
+
+func suspendAfter(ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool) time.Duration {
+	switch {
+	case ses.Spec.SuspendAfter != nil:
+		return ses.Spec.SuspendAfter.Duration
+	case pool != nil && pool.Spec.SessionSuspendAfter != nil:
+		return pool.Spec.SessionSuspendAfter.Duration
+	}
+	return 0
+}
+
+// suspendDue is how long until the Session is to be suspended (<= 0: now),
+// and whether it is to be suspended at all.
+func (r *Reconciler) suspendDue(ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool, last *metav1.Time, now time.Time) (time.Duration, bool) {
+	after := suspendAfter(ses, pool)
+	if r.Snapshots == nil || after <= 0 || after >= idleTimeout(ses, pool) || last == nil {
+		return 0, false
+	}
+	due := last.Add(after).Sub(now)
+	r.mu.Lock()
+	retry, failed := r.suspendFailed[ses.UID]
+	r.mu.Unlock()
+	if failed && retry.After(now) {
+		due = max(due, retry.Sub(now))
+	}
+	return due, true
+}
+
+func owner(ses *sandboxv1alpha1.Session) snapshotstore.Owner {
+	return snapshotstore.Owner{Namespace: ses.Namespace, UID: ses.UID}
+}
+
+// suspend snapshots the Session into the store and stores its Suspended
+// status, then frees its pod.
+func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, last *metav1.Time, runs int64) (ctrl.Result, error) {
+	start := time.Now() // a measurement, not a decision
+	var idleFor time.Duration
+	if last != nil {
+		idleFor = r.Clock.Since(last.Time)
+	}
+	log := logf.FromContext(ctx)
+	fail := func(err error) (ctrl.Result, error) {
+		metrics.SessionSuspend.WithLabelValues("failed").Observe(time.Since(start).Seconds())
+		// The pod stays the Session's, serving again.
+		if agent, aerr := r.agent(pod); aerr == nil {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if uerr := agent.Unseal(uctx); uerr != nil {
+				log.Info("could not unseal the pod after a failed suspend; the next look tries again", "pod", pod.Name, "err", uerr.Error())
+			}
+			cancel()
+		}
+		r.mu.Lock()
+		r.suspendFailed[ses.UID] = r.Clock.Now().Add(suspendRetry)
+		r.mu.Unlock()
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSuspendFailed, "Suspend",
+			"Session keeps pod %s: %v; trying again in %s", pod.Name, err, suspendRetry)
+		return ctrl.Result{RequeueAfter: suspendRetry}, nil
+	}
+	agent, err := r.agent(pod)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, suspendTimeout)
+	defer cancel()
+	body, _, err := agent.Snapshot(sctx, agentclient.SnapshotOptions{Seal: true, Workspace: true, MaxBytes: r.Snapshots.MaxBytes()})
+	if agentclient.IsStatus(err, http.StatusConflict) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // a run started meanwhile: not idle after all
+	}
+	if err != nil {
+		return fail(fmt.Errorf("snapshot: %w", err))
+	}
+	data, err := io.ReadAll(body)
+	_ = body.Close()
+	if err != nil {
+		return fail(fmt.Errorf("read the snapshot: %w", err))
+	}
+	m, err := snapshot.ReadHeader(bytes.NewReader(data))
+	if err != nil {
+		return fail(err)
+	}
+	if !controllerutil.ContainsFinalizer(ses, SnapshotFinalizer) {
+		controllerutil.AddFinalizer(ses, SnapshotFinalizer)
+		if err := r.Update(ctx, ses); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add the snapshot finalizer to session %s: %w", ses.Name, err)
+		}
+	}
+	key, err := r.Snapshots.Put(sctx, owner(ses), data)
+	if err != nil {
+		return fail(err)
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	fromPod := ses.Status.PodName
+	ses.Status.Phase = sandboxv1alpha1.SessionSuspended
+	ses.Status.PodName, ses.Status.PodUID, ses.Status.Interpreter = "", "", ""
+	ses.Status.SuspendTime = &now
+	if last != nil { // the idle timeout of a Suspended Session counts from its last run
+		t := last.Rfc3339Copy()
+		ses.Status.LastActivityTime = &t
+	}
+	ses.Status.Runs = max(ses.Status.Runs, runs)
+	ses.Status.Snapshot = snapshotStatus(key, int64(len(data)), m, now)
+	r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonSuspended, fmt.Sprintf(
+		"idle for %s: its state (%d bytes, %d variables) is saved and pod %s freed; the next run resumes it",
+		idleFor.Round(time.Second), len(data), len(m.Variables), fromPod))
+	if err := r.Status().Update(ctx, ses); err != nil {
+		// Not committed: the Session is Ready on its sealed pod, which the
+		// next look suspends again under a new key (this one is deleted with
+		// the Session's others).
+		return ctrl.Result{}, fmt.Errorf("store Suspended status of session %s: %w", ses.Name, err)
+	}
+	r.mu.Lock()
+	delete(r.statusWritten, ses.UID)
+	delete(r.suspendFailed, ses.UID)
+	r.mu.Unlock()
+	r.Dispatcher.UpdateSession(ses)
+	metrics.SessionSuspend.WithLabelValues("suspended").Observe(time.Since(start).Seconds())
+	r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSuspended, "Suspend",
+		"Saved %d bytes and freed pod %s", len(data), fromPod)
+	if len(m.Skipped) > 0 {
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSuspended, "Suspend",
+			"Not saved (they will be missing after the resume): %v", ses.Status.Snapshot.Skipped)
+	}
+	// Snapshots of earlier suspends, and of attempts that did not commit.
+	if err := r.Snapshots.DeleteAll(ctx, owner(ses), key); err != nil {
+		log.Info("could not delete older snapshots; they go with the Session", "err", err.Error())
+	}
+	return r.free(ctx, ses)
+}
+
+func snapshotStatus(key string, size int64, m *snapshot.Manifest, at metav1.Time) *sandboxv1alpha1.SessionSnapshot {
+	s := &sandboxv1alpha1.SessionSnapshot{Key: key, Bytes: size, Variables: int32(len(m.Variables)), Time: at}
+	for _, sk := range m.Skipped {
+		if len(s.Skipped) == maxSkippedInStatus {
+			break
+		}
+		s.Skipped = append(s.Skipped, sk.Name)
+	}
+	if m.Workspace != nil {
+		s.WorkspaceFiles = int32(m.Workspace.Files)
+	}
+	return s
+}
+
+// suspended watches a Suspended Session: its idle timeout and maximum
+// lifetime still end it; asked to resume, it leases a pod.
+func (r *Reconciler) suspended(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+		pool = nil
+	}
+	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil && !now.Before(ses.Status.ReadyTime.Add(m.Duration)) {
+		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonMaxLifetime,
+			fmt.Sprintf("reached its maximum lifetime of %s", m.Duration))
+	}
+	idle := idleTimeout(ses, pool)
+	last := ses.Status.LastActivityTime
+	if last != nil && !now.Before(last.Add(idle)) {
+		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonIdleTimeout,
+			fmt.Sprintf("idle for %s (idleTimeout %s) while suspended", now.Sub(last.Time).Round(time.Second), idle))
+	}
+	if ses.ResumeRequested() {
+		return r.lease(ctx, ses)
+	}
+	next := waitBackstop
+	if last != nil {
+		next = min(next, last.Add(idle).Sub(now)+10*time.Millisecond)
+	}
+	if ses.Status.SuspendTime != nil && now.Sub(ses.Status.SuspendTime.Time) < lease.OrphanSessionPodGrace {
+		// A manager that stopped between the status and freeing the pod.
+		if _, err := r.free(ctx, ses); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: max(next, 10*time.Millisecond)}, nil
+}
+
+// snapshotLost: the Session's snapshot cannot be restored anywhere.
+type snapshotLost struct{ msg string }
+
+func (e *snapshotLost) Error() string { return e.msg }
+
+// restore puts a resuming Session's snapshot into the interpreter of its
+// new pod. A failure of the pod is an error (the pod is discarded and
+// another taken); a snapshot that cannot be restored anywhere is snapshotLost.
+func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod) error {
+	if r.Snapshots == nil {
+		return &snapshotLost{msg: "the Session's state is in a snapshot store the manager is no longer configured with"}
+	}
+	data, err := r.Snapshots.Get(ctx, owner(ses), ses.Status.Snapshot.Key)
+	if errors.Is(err, snapshotstore.ErrNotFound) {
+		return &snapshotLost{msg: fmt.Sprintf("its snapshot is gone from the store: %v", err)}
+	}
+	if err != nil {
+		return err
+	}
+	agent, err := r.agent(pod)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, suspendTimeout)
+	defer cancel()
+	// The pod it was suspended from, adopted again, is still sealed.
+	_ = agent.Unseal(ctx)
+	_, err = agent.Restore(ctx, bytes.NewReader(data))
+	var ae *agentclient.APIError
+	if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 && ae.Code != http.StatusConflict {
+		return &snapshotLost{msg: fmt.Sprintf("pod %s refused its snapshot: %s", pod.Name, ae.Message)}
+	}
+	if err != nil {
+		return fmt.Errorf("restore the snapshot on pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// discard deletes a pod a resume failed on: it holds a half-restored state
+// of the Session, and no other Session may get it.
+func (r *Reconciler) discard(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, why error) (ctrl.Result, error) {
+	logf.FromContext(ctx).Info("the resume failed on this pod; deleting it and taking another", "pod", pod.Name, "err", why.Error())
+	r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, sandboxv1alpha1.ReasonResuming, "Resume",
+		"Resume on pod %s failed (%v); trying another pod", pod.Name, why)
+	uid := pod.UID
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("delete pod %s after a failed resume: %w", pod.Name, err)
+	}
+	r.Dispatcher.ClaimFailed(ses.UID, pod.Name, "")
+	return ctrl.Result{RequeueAfter: claimRetry}, nil
+}
+
+// resumed deletes the snapshot a Session was resumed from: its state lives
+// in its pod again.
+func (r *Reconciler) resumed(ctx context.Context, ses *sandboxv1alpha1.Session) {
+	if r.Snapshots == nil {
+		return
+	}
+	if err := r.Snapshots.DeleteAll(ctx, owner(ses), ""); err != nil {
+		logf.FromContext(ctx).Info("could not delete the snapshot the Session resumed from; it goes with the Session", "err", err.Error())
+	}
+}
+
+// dropSnapshots deletes an ended or deleted Session's snapshots, then its finalizer.
+func (r *Reconciler) dropSnapshots(ctx context.Context, ses *sandboxv1alpha1.Session) error {
+	if !controllerutil.ContainsFinalizer(ses, SnapshotFinalizer) {
+		return nil
+	}
+	if r.Snapshots != nil {
+		if err := r.Snapshots.DeleteAll(ctx, owner(ses), ""); err != nil {
+			return fmt.Errorf("delete the snapshots of session %s: %w", ses.Name, err)
+		}
+	} else {
+		logf.FromContext(ctx).Info("the manager has no snapshot store any more: the Session's snapshots stay in the old one")
+	}
+	controllerutil.RemoveFinalizer(ses, SnapshotFinalizer)
+	if err := r.Update(ctx, ses); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the snapshot finalizer of session %s: %w", ses.Name, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) agent(pod *corev1.Pod) (*agentclient.Client, error) {
+	addr, err := r.Resolver.Address(pod)
+	if err != nil {
+		return nil, fmt.Errorf("reach the agent of pod %s: %w", pod.Name, err)
+	}
+	return r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]), nil
+}
