@@ -340,6 +340,9 @@ func (c *chart) deployment(t *templater, obj *yaml.Node, k deploymentKind) error
 			}
 		}
 	}
+	if k.values == managerDeployment.values {
+		appendBlock(ctr, t.block(func(int) []string { return snapshotCredentials }))
+	}
 	if env := get(ctr, "env"); env != nil {
 		appendBlock(env, t.block(toYamlItems(v+".env")))
 	} else {
@@ -462,11 +465,44 @@ func (c *chart) args(t *templater, ctr *yaml.Node, k deploymentKind) error {
 			return fmt.Errorf("the %s container has no %s flag: hack/helmchart expects it", k.container, f)
 		}
 	}
+	if k.values == managerDeployment.values {
+		items = append(items, t.block(func(int) []string { return snapshotArgs }))
+	}
 	items = append(items, t.block(func(int) []string {
 		return []string{"{{- range .Values." + k.values + ".extraArgs }}", "- {{ . | quote }}", "{{- end }}"}
 	}))
 	args.Content = items
 	return nil
+}
+
+// snapshotArgs are the controllers' flags of the snapshot store that
+// suspended Sessions go to (values: snapshots), when it has an endpoint.
+var snapshotArgs = []string{
+	"{{- with .Values.snapshots.store }}",
+	"{{- if .endpoint }}",
+	"- --snapshot-store-endpoint={{ .endpoint }}",
+	"- --snapshot-store-bucket={{ .bucket }}",
+	"- --snapshot-store-region={{ .region }}",
+	"- --snapshot-store-prefix={{ .prefix }}",
+	"{{- if .insecure }}",
+	"- --snapshot-store-insecure",
+	"{{- end }}",
+	"- --snapshot-max-bytes={{ int64 $.Values.snapshots.maxBytes }}",
+	"{{- with $.Values.snapshots.keySecret }}",
+	"- --snapshot-key-secret={{ . }}",
+	"{{- end }}",
+	"{{- end }}",
+	"{{- end }}",
+}
+
+// snapshotCredentials gives the controllers the store's credentials from
+// the Secret the values name (its keys are the environment variables).
+var snapshotCredentials = []string{
+	"{{- if and .Values.snapshots.store.endpoint .Values.snapshots.store.credentialsSecret }}",
+	"envFrom:",
+	"- secretRef:",
+	"    name: {{ .Values.snapshots.store.credentialsSecret }}",
+	"{{- end }}",
 }
 
 // metricsService names its port after the scheme metrics.secure chooses.

@@ -306,6 +306,21 @@ func TestValues(t *testing.T) {
 			}
 		},
 	}, {
+		name:   "snapshot store",
+		values: "snapshots: {store: {endpoint: 's3.storage:9000', insecure: true, credentialsSecret: s3-creds}, maxBytes: 1048576}",
+		check: func(t *testing.T, objs map[string]object) {
+			a := args(t, objs)
+			for _, want := range []string{"--snapshot-store-endpoint=s3.storage:9000", "--snapshot-store-bucket=warmpool-snapshots",
+				"--snapshot-store-insecure", "--snapshot-max-bytes=1048576"} {
+				if !slices.Contains(a, want) {
+					t.Errorf("args %v lack %s", a, want)
+				}
+			}
+			if name := dig(container(t, objs), "envFrom", 0, "secretRef", "name"); name != "s3-creds" {
+				t.Errorf("envFrom %v", container(t, objs)["envFrom"])
+			}
+		},
+	}, {
 		name:   "no leader election",
 		values: "manager: {leaderElection: {enabled: false}}",
 		check: func(t *testing.T, objs map[string]object) {

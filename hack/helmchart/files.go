@@ -91,6 +91,27 @@ manager:
   tolerations: []
   affinity: {}
 
+# Suspended Sessions (a pool's sessionSuspendAfter): their state goes to an S3-compatible object
+# store, sealed with a key the controllers keep. Without an endpoint no Session is suspended, and
+# pools that ask for it say so (condition SessionSuspend, reason NoSnapshotStore).
+snapshots:
+  store:
+    # host:port of the S3 API, e.g. minio.storage.svc:9000 or s3.eu-west-1.amazonaws.com.
+    endpoint: ""
+    bucket: warmpool-snapshots
+    region: us-east-1
+    prefix: warmpool/
+    # Plain HTTP (a store inside the cluster network).
+    insecure: false
+    # Secret (in the release's namespace) with the keys WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID
+    # and WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY.
+    credentialsSecret: ""
+  # The largest snapshot a Session is suspended with; a larger one keeps its pod.
+  maxBytes: 536870912
+  # Secret holding the 32-byte key snapshots are sealed with (data key "key"); the controllers
+  # create it with a random key when it is missing. Empty: warmpool-snapshot-key.
+  keySecret: ""
+
 crd:
   # Install the CRDs (group sandbox.warmpool.dev) with the release. They are templates, not crds/,
   # so that helm upgrade updates them too.
