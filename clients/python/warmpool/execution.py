@@ -102,7 +102,9 @@ class Execution:
     ``None`` when there was none; ``status`` is ``succeeded``, ``failed``,
     ``interrupted`` or ``timed_out``; ``duration`` is in seconds;
     ``results`` are the rich results (charts, tables, ``display()``) in
-    order; ``files`` the workspace files the run created or changed.
+    order; ``files`` the workspace files the run created or changed;
+    ``resumed`` says the Session was suspended and resumed, with its state,
+    for this run.
     """
 
     id: str
@@ -118,6 +120,7 @@ class Execution:
     state_lost: bool = False
     results: list = field(default_factory=list)
     files: list = field(default_factory=list)
+    resumed: bool = False
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -144,7 +147,7 @@ class Execution:
             id=r.get("id", ""), status=r.get("status", ""), stdout=r.get("stdout", ""), stderr=r.get("stderr", ""),
             text=r.get("result"), final=bool(r.get("final")), duration=float(r.get("durationMillis", 0)) / 1000,
             stdout_truncated=bool(r.get("stdoutTruncated")), stderr_truncated=bool(r.get("stderrTruncated")),
-            state_lost=bool(r.get("stateLost")), raw=r,
+            state_lost=bool(r.get("stateLost")), resumed=bool(r.get("resumed")), raw=r,
             results=[Result.from_display(d) for d in r.get("displays") or []],
             files=[FileChange(f.get("path", ""), int(f.get("size", 0)), bool(f.get("created"))) for f in r.get("files") or []],
             error=ExecutionError(err.get("type", ""), err.get("message", ""), err.get("traceback", "")) if err else None,

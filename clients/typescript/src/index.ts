@@ -15,6 +15,7 @@ export { findPython, NativePythonSandbox, pythonVersion } from "./backends/nativ
 export { PyodideSandbox } from "./backends/pyodide.js";
 export { WarmpoolSandbox } from "./backends/warmpool.js";
 export { truncate } from "./run.js";
+export { readManifest, SNAPSHOT_MEDIA_TYPE, type SnapshotManifest } from "./snapshot.js";
 
 const DEFAULTS = { timeout: 30_000, maxOutputLength: 50_000 };
 

@@ -12,6 +12,8 @@ export interface RawOutcome {
   stateLost?: boolean;
   /** A shell run's exit code. */
   exitCode?: number;
+  /** warmpool: the Session was suspended, and resumed for this run. */
+  resumed?: boolean;
 }
 
 /** Runs calls one at a time, in the order they came, as an interpreter does. */
@@ -152,6 +154,7 @@ export function toCodeExecution(code: string, outcome: RawOutcome, output: Outpu
     status: "ok",
   };
   if (output.results.length) ex.results = output.results;
+  if (outcome.resumed) ex.resumed = true;
   const err = outcome.error;
   const described = err ? (err.traceback?.trim() || `${err.type}: ${err.message}`) : undefined;
   switch (outcome.status) {

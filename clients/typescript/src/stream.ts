@@ -14,11 +14,12 @@ interface AgentResult {
   error?: { type: string; message: string; traceback?: string };
   stateLost?: boolean;
   exitCode?: number;
+  resumed?: boolean;
 }
 
 export function outcomeOf(r: AgentResult): RawOutcome {
   const status = r.status === "succeeded" ? (r.final ? "final" : "ok") : r.status === "failed" ? "error" : r.status;
-  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode };
+  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed };
 }
 
 /** Thrown when a stream ended without its result. */

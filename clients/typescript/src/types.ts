@@ -28,6 +28,8 @@ export interface CodeExecution {
   status?: "ok" | "error" | "timeout" | "cancelled";
   /** warmpool: the rich results (charts, tables, display(obj)), in order. */
   results?: Result[];
+  /** warmpool: the Session was suspended while idle, and resumed with its state for this run. */
+  resumed?: boolean;
 }
 
 /**

@@ -13,6 +13,7 @@ import { HTTPError, json, readAll, type Request } from "../http.js";
 import { OutputCollector } from "../run.js";
 import { readRun } from "../stream.js";
 import { DATA_GROUP, GROUP, Kube, VERSION } from "../kube.js";
+import { SNAPSHOT_MEDIA_TYPE } from "../snapshot.js";
 import { SandboxError, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { RemoteSandbox, type RunFields } from "./remote.js";
 
@@ -29,10 +30,11 @@ export class WarmpoolSandbox extends RemoteSandbox {
   private kube?: Promise<Kube>;
   private leased = false;
 
-  constructor(config: SandboxConfig, bridges: SandboxBridges, name?: string) {
+  constructor(config: SandboxConfig, bridges: SandboxBridges, name?: string, leased = false) {
     super(config, bridges);
     if (!config.pool) throw new SandboxError("the warmpool backend needs a pool (config.pool: a SandboxPool's name)");
     this.name = name ?? sessionName();
+    this.leased = leased;
   }
 
   /** The namespace of the Session (the config's, else the kubeconfig context's). */
@@ -139,6 +141,38 @@ export class WarmpoolSandbox extends RemoteSandbox {
   async listFiles(path = "."): Promise<{ name: string; path: string; size: number; dir: boolean; mode: string; modTime: string }[]> {
     await this.lease();
     return (await json(await this.request({ method: "GET", path: `${await this.path("files")}?path=${encodeURIComponent(path)}&list=true` }))) ?? [];
+  }
+
+  /**
+   * The Session's state as a snapshot (its variables, functions, classes and
+   * the names of imported modules; with `workspace`, its files): bytes to keep,
+   * to restore later (`restore`), or to inspect (`readManifest`).
+   */
+  async snapshot(opts: { workspace?: boolean } = {}): Promise<Buffer> {
+    await this.lease();
+    const q = opts.workspace ? "?workspace=true" : "";
+    return this.serial(async () =>
+      readAll(await this.request({ method: "GET", path: `${await this.path("snapshot")}${q}`, accept: SNAPSHOT_MEDIA_TYPE })));
+  }
+
+  /** Replaces the Session's state with a snapshot's; names made since are gone. */
+  async restore(snapshot: Buffer): Promise<{ variables: number; modulesFailed?: Record<string, string>; workspaceFiles?: number }> {
+    await this.lease();
+    return this.serial(async () => json(await this.request({ method: "POST", path: await this.path("restore"), raw: snapshot })));
+  }
+
+  /**
+   * `n` new sandboxes, each with a copy of this one's state, made on the
+   * server (the state does not pass through here); each goes on alone.
+   */
+  async fork(n = 1, opts: { names?: string[]; workspace?: boolean; timeout?: number } = {}): Promise<WarmpoolSandbox[]> {
+    await this.lease();
+    const body: Record<string, unknown> = opts.names ? { names: opts.names } : { count: n };
+    if (opts.workspace) body.workspace = true;
+    if (opts.timeout) body.waitMillis = Math.round(opts.timeout * 1000);
+    const out = await this.serial(async () =>
+      json(await this.request({ method: "POST", path: await this.path("fork"), body })) as Promise<{ sessions: string[] }>);
+    return out.sessions.map((name) => new WarmpoolSandbox({ ...this.config, namespace: this.config.namespace }, this.bridges, name, true));
   }
 
   protected async answer(runId: string, callId: string, answer: { result?: unknown; error?: string }): Promise<void> {
