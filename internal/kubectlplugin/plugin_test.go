@@ -285,6 +285,29 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("sessions snapshot writes a file, restore puts it into another Session, fork copies one on the server", func(t *testing.T) {
+		expect(t, plugin("run", "--pool", "python", "--session", "src", "-c", "x = 41\nimport socket\ns = socket.socket()"), 0, "*")
+		file := filepath.Join(t.TempDir(), "src.wpsnap")
+		got := plugin("sessions", "snapshot", "src", "-o", file)
+		expect(t, got, 0, "*", "not saved", "s (TypeError: cannot pickle 'socket' object)")
+		if !strings.HasPrefix(got.stdout, file+": ") || !strings.Contains(got.stdout, "variables") {
+			t.Fatalf("snapshot: %q", got.stdout)
+		}
+		expect(t, plugin("run", "--pool", "python", "--session", "dst", "-c", "x = 0"), 0, "*")
+		expect(t, plugin("sessions", "restore", "dst", "-f", file), 0, "*")
+		expect(t, plugin("run", "--session", "dst", "-c", "x + 1"), 0, "42\n")
+		got = plugin("sessions", "fork", "src", "--name", "src-a", "--name", "src-b")
+		expect(t, got, 0, "session.sandbox.warmpool.dev/src-a forked from src\nsession.sandbox.warmpool.dev/src-b forked from src\n")
+		expect(t, plugin("run", "--session", "src-a", "-c", "x += 1\nx"), 0, "42\n")
+		expect(t, plugin("run", "--session", "src-b", "-c", "x"), 0, "41\n")
+		bad := filepath.Join(t.TempDir(), "bad")
+		_ = os.WriteFile(bad, []byte("not a snapshot"), 0o600)
+		expect(t, plugin("sessions", "restore", "dst", "-f", bad), kubectlplugin.ExitUsage, "", "not a warmpool snapshot")
+		for _, n := range []string{"src", "dst", "src-a", "src-b"} {
+			expect(t, plugin("sessions", "close", n), 0, "*")
+		}
+	})
+
 	t.Run("run --session with --pool creates the Session and keeps it; without --pool it says how", func(t *testing.T) {
 		expect(t, plugin("run", "--session", "scratch", "-c", "1"), kubectlplugin.ExitOther, "",
 			`Session "scratch" not found`, "--pool")

@@ -40,7 +40,7 @@ func (p *plugin) sessionsCommand() *cobra.Command {
 		Short: "Close Sessions (spec.close): their pods go back to their pools",
 		Args:  args(cobra.MinimumNArgs(1)),
 		RunE:  p.closeSessions,
-	})
+	}, p.snapshotCommand(), p.restoreCommand(), p.forkCommand())
 	return cmd
 }
 
