@@ -7,6 +7,10 @@ IMG_REPL ?= warmpool.dev/repl:dev
 IMG_REPL_DATA ?= warmpool.dev/repl-data:dev
 # The local cluster's pod sandbox image (no registry to pull registry.k8s.io/pause from).
 IMG_PAUSE ?= warmpool.dev/pause:dev
+# SeaweedFS, the S3-compatible store the e2e suite keeps suspended Sessions' snapshots in
+# (SEAWEEDFS_IMAGE= skips it: make demo does not need it).
+IMG_SEAWEEDFS ?= warmpool.dev/seaweedfs:dev
+SEAWEEDFS_IMAGE ?= 1
 
 # Pinned tool versions; tools are installed into ./bin.
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -183,7 +187,7 @@ REPL_IMAGE_ARGS = -python $(PYTHON_FOR_IMAGE) -add $(LOCALBIN)/agent:/usr/local/
 	-python-packages $(DIST_PACKAGES)/cloudpickle -python-packages $(DIST_PACKAGES)/zstandard
 
 .PHONY: images
-images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.tar, dist/manager.tar, dist/pause.tar.
+images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.tar, dist/manager.tar, dist/pause.tar, dist/seaweedfs.tar.
 	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) DATA_IMAGE=$(DATA_IMAGE) hack/image-deps.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(LOCALBIN)/manager ./cmd/manager
@@ -197,6 +201,8 @@ images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.ta
 		-add $(LOCALBIN)/manager:/manager -entrypoint /manager -user 65532:65532
 	$(GO) run ./hack/imgbuild -o dist/pause.tar -tag $(IMG_PAUSE) \
 		-add $(LOCALBIN)/pause:/pause -entrypoint /pause -user 65535:65535
+	$(if $(SEAWEEDFS_IMAGE),$(GO) run ./hack/imgbuild -o dist/seaweedfs.tar -tag $(IMG_SEAWEEDFS) \
+		-add $$(hack/seaweedfs.sh):/usr/bin/weed -entrypoint /usr/bin/weed -user 65532:65532,rm -f dist/seaweedfs.tar)
 
 ##@ Deployment
 

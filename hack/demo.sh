@@ -12,6 +12,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/hack/lib/progress.sh"
 NS=${DEMO_NAMESPACE:-warmpool-demo}
 t0=$SECONDS
+# The demo stores no snapshots: no SeaweedFS image (the e2e suite's S3 store) to build.
+export SEAWEEDFS_IMAGE=${SEAWEEDFS_IMAGE-}
 
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 k() { "$KUBECTL" "$@"; }

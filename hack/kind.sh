@@ -309,8 +309,8 @@ up() {
 
 load() {
   local t
-  for t in "$ROOT"/dist/repl.tar "$ROOT"/dist/repl-data.tar "$ROOT"/dist/manager.tar; do
-    [[ -f $t ]] || die "$t missing: run 'make images' (repl-data: without DATA_IMAGE=)"
+  for t in "$ROOT"/dist/repl.tar "$ROOT"/dist/repl-data.tar "$ROOT"/dist/manager.tar "$ROOT"/dist/seaweedfs.tar; do
+    [[ -f $t ]] || die "$t missing: run 'make images' (repl-data: without DATA_IMAGE=; seaweedfs: without SEAWEEDFS_IMAGE=)"
     log "loading ${t#"$ROOT"/}"
     "$KIND" load image-archive --name "$CLUSTER" "$t"
   done

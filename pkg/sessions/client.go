@@ -128,6 +128,9 @@ type Options struct {
 	// users of the namespace can neither run code in it nor read its
 	// variables or files, whatever RBAC lets them do with Sessions.
 	OwnerOnly bool
+	// SuspendAfter suspends the Session once it is idle this long (its state
+	// saved, its pod freed, resumed by its next run); nil: the pool's; 0: never.
+	SuspendAfter *time.Duration
 }
 
 // Create makes a Session of pool in namespace (name ending in "-": a
@@ -157,6 +160,9 @@ func (c *Client) Create(ctx context.Context, namespace, name, pool string, o *Op
 		}
 		if o.MaxLifetime > 0 {
 			obj.Spec.MaxLifetime = &metav1.Duration{Duration: o.MaxLifetime}
+		}
+		if o.SuspendAfter != nil {
+			obj.Spec.SuspendAfter = &metav1.Duration{Duration: *o.SuspendAfter}
 		}
 		obj.Spec.Context = o.Context
 		if o.ContextJSON {

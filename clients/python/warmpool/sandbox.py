@@ -93,7 +93,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, pool, namespace=None, *, name=None, timeout=None, max_lifetime=None, context=None,
-               context_json=False, envs=None, owner_only=False, snapshot=None, request_timeout=60, kubeconfig=None,
+               context_json=False, envs=None, owner_only=False, snapshot=None, suspend_after=None, request_timeout=60, kubeconfig=None,
                kube_context=None, api_client=None):
         """Lease a warm interpreter of ``pool`` and wait until it is Ready.
 
@@ -106,7 +106,9 @@ class Sandbox:
         the Session to the caller, so that nobody else in the namespace can run
         code in it or read its variables and files (spec.access Owner). The
         caller is recorded as the Session's owner whenever kube-apiserver says
-        who it is. ``snapshot``: a ``Snapshot`` (or its bytes) from
+        who it is. ``suspend_after``: seconds idle after which the Session is
+        suspended (its state saved, its pod freed; its next run resumes it);
+        default the pool's, 0 never. ``snapshot``: a ``Snapshot`` (or its bytes) from
         ``sb.snapshot()`` whose state the new Session starts with; no code runs
         in it before that state is there.
         """
@@ -126,6 +128,8 @@ class Sandbox:
             spec["idleTimeout"] = _seconds(timeout)
         if max_lifetime is not None:
             spec["maxLifetime"] = _seconds(max_lifetime)
+        if suspend_after is not None:
+            spec["suspendAfter"] = _seconds(suspend_after)
         if context is not None:
             spec["context"] = context if isinstance(context, str) else json.dumps(context)
             if context_json or not isinstance(context, str):
