@@ -86,8 +86,10 @@ type target struct {
 	ses   *sandboxv1alpha1.Session
 	pod   *corev1.Pod
 	agent *agentclient.Client
-	// resumed: the Session was Suspended, and resumed for this request.
+	// resumed: the Session was Suspended, and resumed for this request;
+	// timing says how long that took (a Server-Timing entry).
 	resumed bool
+	timing  string
 }
 
 // session resolves the Session of the URL to its pod's agent, refusing a
@@ -136,6 +138,9 @@ func (s *Server) instrumented(sub string, h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {
 	t, code, reason, msg := s.resolveWith(ctx, s.Client, ns, name)
+	if t == nil && code == http.StatusConflict && strings.Contains(msg, " is "+string(sandboxv1alpha1.SessionSuspended)) {
+		return nil, code, reason, msg // the cache is not behind: the caller's request resumes it (resume.go)
+	}
 	if t == nil && code != http.StatusInternalServerError && s.APIReader != nil {
 		// The cache can lag behind what the caller saw (its Session just became Ready).
 		t, code, reason, msg = s.resolveWith(ctx, s.APIReader, ns, name)
@@ -301,6 +306,7 @@ func (s *Server) runIn(w http.ResponseWriter, r *http.Request, t *target, pool *
 	w.Header().Set("X-Warmpool-Run-Id", req.ID)
 	if t.resumed {
 		w.Header().Set("X-Warmpool-Resumed", "true")
+		w.Header().Set("Server-Timing", t.timing)
 	}
 	if resp.StatusCode >= 300 || (!stream && model == nil) {
 		relay(w, resp)

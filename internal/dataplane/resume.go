@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -47,6 +48,7 @@ func (s *Server) resume(r *http.Request, ns, name string, code int, reason metav
 // resumed waits for ses to be Ready on a pod other than leaving, asking
 // for its resume when it is Suspended, and resolves it.
 func (s *Server) resumed(r *http.Request, ses *sandboxv1alpha1.Session, leaving string) (*target, int, metav1.StatusReason, string) {
+	start := time.Now()
 	ready, code, reason, msg := s.waitReady(r.Context(), ses, resumeWait, leaving)
 	if ready == nil {
 		return nil, code, reason, fmt.Sprintf("resuming Session %s: %s", ses.Name, msg)
@@ -54,6 +56,10 @@ func (s *Server) resumed(r *http.Request, ses *sandboxv1alpha1.Session, leaving 
 	t, code, reason, msg := s.resolve(r.Context(), ses.Namespace, ses.Name)
 	if t != nil {
 		t.resumed = true
+		resume := time.Since(start)
+		metrics.DataPlaneResume.Observe(resume.Seconds())
+		// Where the time before the run went, for a caller's timeline.
+		t.timing = fmt.Sprintf("resume;dur=%.1f", ms(resume))
 	}
 	return t, code, reason, msg
 }

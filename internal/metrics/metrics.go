@@ -81,6 +81,12 @@ var (
 		Help:    "Time to resume a Session on a warm pod: from the reconcile that found the pod to the Ready status stored (claim, read and restore of the snapshot).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	})
+	// DataPlaneResume is how long requests to a Suspended Session waited for its resume.
+	DataPlaneResume = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_dataplane_resume_seconds",
+		Help:    "Time a data-plane request to a Suspended Session waited for the Session to be resumed (asked, leased, restored, Ready).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
 	// DataPlaneRunLease is how long one-call runs waited for their new
 	// Session to be Ready (the Session's create call included).
 	DataPlaneRunLease = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -179,7 +185,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionSuspend, SessionResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)

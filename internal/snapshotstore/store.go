@@ -67,6 +67,10 @@ type Store struct {
 // ErrNotFound: no object under the key.
 var ErrNotFound = errors.New("the snapshot is not in the store")
 
+// ErrSealed: the object does not open for this Session with this key
+// (another key, another Session's, altered, or not a sealed snapshot).
+var ErrSealed = errors.New("the snapshot does not open")
+
 // magic starts a sealed object; the key's ID follows, so a manager that
 // has lost the key says so rather than reporting garbage.
 const magic = "WPENC1\n"
@@ -174,15 +178,15 @@ func (s *Store) Get(ctx context.Context, o Owner, key string) ([]byte, error) {
 	head := len(magic) + len(s.keyID) + s.aead.NonceSize()
 	switch {
 	case len(sealed) < head || string(sealed[:len(magic)]) != magic:
-		return nil, fmt.Errorf("snapshot %s is not a sealed snapshot", key)
+		return nil, fmt.Errorf("%w: snapshot %s is not a sealed snapshot", ErrSealed, key)
 	case string(sealed[len(magic):len(magic)+len(s.keyID)]) != s.keyID:
-		return nil, fmt.Errorf("snapshot %s was sealed with key %s, and the manager holds key %s", key,
+		return nil, fmt.Errorf("%w: snapshot %s was sealed with key %s, and the manager holds key %s", ErrSealed, key,
 			sealed[len(magic):len(magic)+len(s.keyID)], s.keyID)
 	}
 	nonce := sealed[len(magic)+len(s.keyID) : head]
 	data, err := s.aead.Open(nil, nonce, sealed[head:], aad(o, key))
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s does not open for Session %s/%s (altered, or another Session's)", key, o.Namespace, o.UID)
+		return nil, fmt.Errorf("%w: snapshot %s does not open for Session %s/%s (altered, or another Session's)", ErrSealed, key, o.Namespace, o.UID)
 	}
 	return data, nil
 }

@@ -304,6 +304,9 @@ const (
 	QuerySeal      = "seal"
 	QueryWorkspace = "workspace"
 	QueryMaxBytes  = "maxBytes"
+	// QueryUnseal, on PathRestore, lifts a seal before the restore: the
+	// manager resuming a Session on the pod it was suspended from.
+	QueryUnseal = "unseal"
 )
 
 // Restored answers PathRestore.

@@ -47,6 +47,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
+	"github.com/warmpool/warmpool/internal/testing/objectstore"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -83,11 +84,15 @@ func TestChaos(t *testing.T) {
 
 	h.createPools()
 	stopFaults, stopWatch := make(chan struct{}), make(chan struct{})
-	var wg sync.WaitGroup
+	var wg, suspending sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); h.injectFaults(stopFaults) }()
 	go func() { defer wg.Done(); h.watchIdleWaits(stopWatch) }()
 	start := time.Now()
+	for i := range max(2, total/100) {
+		suspending.Add(1)
+		go func() { defer suspending.Done(); h.suspendingSession(i, 4) }()
+	}
 	h.submit(total)
 	// Faults go on for at least faultPhase, then everything must end within settleLimit.
 	if left := time.Until(start.Add(faultPhase)); left > 0 {
@@ -98,6 +103,7 @@ func TestChaos(t *testing.T) {
 	for extra := time.Now().Add(90 * time.Second); total >= 200 && h.faultCount("kill-leader") < minLeaderKills && time.Now().Before(extra); {
 		time.Sleep(time.Second)
 	}
+	suspending.Wait()
 	close(stopFaults)
 	faultsEnded := time.Now()
 	h.waitAllFinished(faultsEnded.Add(settleLimit))
@@ -118,11 +124,14 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
-	if r.lost+r.doubleRuns+r.wrong+r.isolation+r.leaked+r.idleViolations > 0 {
+	if r.lost+r.doubleRuns+r.wrong+r.isolation+r.leaked+r.idleViolations+r.snapshotLost > 0 {
 		t.Fatalf("invariants broken: %s", r.summary())
 	}
 	if f := h.faultCount("kill-leader"); total >= 200 && f < minLeaderKills {
 		t.Fatalf("only %d leader kills: the run did not test failover", f)
+	}
+	if r.resumes == 0 {
+		t.Fatalf("no Session was resumed: the run did not test suspend and resume")
 	}
 }
 
@@ -138,6 +147,8 @@ type harness struct {
 	dir        string
 	runLog     string
 	rng        *rand.Rand
+	// store keeps the suspended Sessions' snapshots (a real S3 server).
+	store *objectstore.Server
 
 	mu       sync.Mutex
 	managers []*managerProc
@@ -205,6 +216,11 @@ func newHarness(t *testing.T, seed int64) *harness {
 		must(t, h.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 	}
 
+	// The snapshot store of the suspending Sessions: SeaweedFS, outliving the managers.
+	h.store, err = objectstore.Start()
+	must(t, err)
+	t.Cleanup(h.store.Stop)
+
 	// The kubelet stand-in, in this process: pods outlive the managers.
 	h.agentPort = freePort(t)
 	kmgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
@@ -262,11 +278,14 @@ func (h *harness) startManager(i int) {
 	cmd := exec.Command(h.managerBin, "--kubeconfig", h.kubeconfig, "--leader-elect", "--leader-election-namespace", managerNS,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 		"--manager-namespace", managerNS, "--agent-port", strconv.Itoa(h.agentPort),
-		"--metrics-bind-address", metrics, "--metrics-secure=false", "--health-probe-bind-address", "0")
+		"--metrics-bind-address", metrics, "--metrics-secure=false", "--health-probe-bind-address", "0",
+		"--snapshot-store-endpoint", h.store.Endpoint, "--snapshot-store-insecure", "--snapshot-store-bucket", "chaos-snapshots")
 	if v := os.Getenv("CHAOS_MANAGER_VERBOSITY"); v != "" {
 		// With CHAOS_KEEP_LOGS: what the managers decided, for a failed run.
 		cmd.Args = append(cmd.Args, "--zap-log-level="+v)
 	}
+	cmd.Env = append(os.Environ(), "WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID="+objectstore.AccessKeyID,
+		"WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY="+objectstore.SecretAccessKey)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(h.t, cmd.Start())
@@ -328,6 +347,8 @@ func (h *harness) createPools() {
 		wrappers.Pool(ns, "plain").Replicas(4).GracePeriod(time.Second).Obj(),
 		wrappers.Pool(ns, "fresh").Replicas(2).GracePeriod(time.Second).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj(),
 		wrappers.Pool(ns, "sessions").Replicas(2).GracePeriod(time.Second).SessionIdleTimeout(20 * time.Second).Obj(),
+		wrappers.Pool(ns, "suspending").Replicas(2).GracePeriod(time.Second).SessionIdleTimeout(5 * time.Minute).
+			SessionSuspendAfter(time.Second).Obj(),
 	}
 	for _, p := range pools {
 		must(h.t, h.k8s.Create(ctx, p))

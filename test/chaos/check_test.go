@@ -154,6 +154,9 @@ type report struct {
 	slowest                                          string
 	examples                                         []string
 	succeeded, faultEnded, sessionLost, runsRecorded int
+	// resumes counts the suspending Sessions' resumes; snapshotLost the
+	// Sessions lost for a reason other than their pod dying under them.
+	resumes, snapshotLost int
 	// agentsNotRestarted: pods whose agent had exited, found not yet Failed
 	// (the status write failed with the API server away); the kubelet
 	// stand-in starts no second agent there, as RestartPolicy Never says.
@@ -227,8 +230,16 @@ func (h *harness) check() report {
 				ex.Name, ex.UID, n, ex.Status.Phase, reason, ex.Status.PodName, start, ex.Status.PodDisposition, strings.Join(starts[ex.Name], "; "))
 		}
 		// Outcomes a fault explains: the pod, agent or interpreter went away.
+		// A suspending Session is lost only by its pod dying while it held
+		// it, never by a suspend or a resume.
+		if exp.kind == kindSuspend && reason == sandboxv1alpha1.ReasonSessionLost {
+			if why := h.sessionReason(exp.session); why != sandboxv1alpha1.ReasonSandboxLost && why != sandboxv1alpha1.ReasonInterpreterRestarted {
+				r.snapshotLost++
+				example("suspending Session %s lost (%s): %s", exp.session, why, h.sessionHistory(exp.session))
+			}
+		}
 		faulted := reason == sandboxv1alpha1.ReasonSandboxLost || reason == "InterpreterDied" ||
-			(exp.kind == kindSession && reason == sandboxv1alpha1.ReasonSessionLost)
+			((exp.kind == kindSession || exp.kind == kindSuspend) && reason == sandboxv1alpha1.ReasonSessionLost)
 		if faulted {
 			r.faultEnded++
 			if reason == sandboxv1alpha1.ReasonSessionLost {
@@ -237,7 +248,7 @@ func (h *harness) check() report {
 			continue
 		}
 		want := map[kind]string{kindPlain: "Succeeded", kindRaise: "Failed", kindTimeout: "TimedOut", kindCancel: "Cancelled",
-			kindSelfKill: "Failed", kindFresh: "Succeeded", kindSession: "Succeeded"}[exp.kind]
+			kindSelfKill: "Failed", kindFresh: "Succeeded", kindSession: "Succeeded", kindSuspend: "Succeeded"}[exp.kind]
 		if ex.Status.Error != nil && strings.Contains(ex.Status.Error.Message, "session state of") {
 			r.isolation++
 			example("isolation: %s saw %s", ex.Name, ex.Status.Error.Message)
@@ -271,7 +282,27 @@ func (h *harness) check() report {
 		r.leaked++
 		example("leaked: %s", l)
 	}
+	var sessions sandboxv1alpha1.SessionList
+	if h.k8s.List(context.Background(), &sessions, client.InNamespace(ns)) == nil {
+		for _, s := range sessions.Items {
+			r.resumes += int(s.Status.Resumes)
+		}
+	}
 	return r
+}
+
+// sessionReason is the reason of a Session's Ready condition.
+func (h *harness) sessionReason(name string) string {
+	s := &sandboxv1alpha1.Session{}
+	if err := h.k8s.Get(context.Background(), keyOf(name), s); err != nil {
+		return "unknown: " + err.Error()
+	}
+	for _, c := range s.Status.Conditions {
+		if c.Type == sandboxv1alpha1.SessionConditionReady {
+			return c.Reason
+		}
+	}
+	return ""
 }
 
 func condition(conds []metav1.Condition) string {
@@ -284,8 +315,8 @@ func condition(conds []metav1.Condition) string {
 }
 
 func (r report) summary() string {
-	return fmt.Sprintf("lost %d, double runs %d, wrong results %d, session isolation %d, leaked pods %d, long waits with an idle pod %d",
-		r.lost, r.doubleRuns, r.wrong, r.isolation, r.leaked, r.idleViolations)
+	return fmt.Sprintf("lost %d, double runs %d, wrong results %d, session isolation %d, leaked pods %d, long waits with an idle pod %d, "+
+		"Sessions lost by a suspend or resume %d", r.lost, r.doubleRuns, r.wrong, r.isolation, r.leaked, r.idleViolations, r.snapshotLost)
 }
 
 func (r report) String() string {
@@ -295,6 +326,7 @@ func (r report) String() string {
 	fmt.Fprintf(&b, "outcomes (phase/reason): %s\n", sortedCounts(r.outcomes))
 	fmt.Fprintf(&b, "succeeded with the right result: %d; ended by a fault (SandboxLost, InterpreterDied, SessionLost): %d (SessionLost %d)\n",
 		r.succeeded, r.faultEnded, r.sessionLost)
+	fmt.Fprintf(&b, "suspending Sessions: %d resumes, %d lost by a suspend or resume\n", r.resumes, r.snapshotLost)
 	fmt.Fprintf(&b, "code starts recorded: %d; agents not restarted after an exit the API server did not hear of: %d\n",
 		r.runsRecorded, r.agentsNotRestarted)
 	fmt.Fprintf(&b, "invariants: %s\n", r.summary())

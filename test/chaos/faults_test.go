@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
@@ -37,6 +38,9 @@ func (h *harness) injectFaults(stop <-chan struct{}) {
 		{"delete-pod", 20, h.deleteBusyPod},
 		{"restart-apiserver", 5, h.restartAPIServer},
 		{"lag-pod-cache", 10, h.lagPodCache},
+		// The windows of a suspend and a resume: the leader killed, the pod deleted.
+		{"kill-leader-mid-resume", 10, h.killLeaderMidResume},
+		{"delete-resuming-pod", 10, h.deleteResumingPod},
 	}
 	total := 0
 	for _, f := range faults {
@@ -78,6 +82,43 @@ func (h *harness) killLeader() bool {
 	<-m.done
 	h.lastLeaderKill = time.Now()
 	return true
+}
+
+// resuming lists the Sessions between asking to resume and Ready again.
+func (h *harness) resuming() []sandboxv1alpha1.Session {
+	var list sandboxv1alpha1.SessionList
+	if err := h.k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		return nil
+	}
+	var out []sandboxv1alpha1.Session
+	for _, s := range list.Items {
+		if s.Status.Snapshot != nil && (s.ResumeRequested() || s.Status.Phase == sandboxv1alpha1.SessionPending) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// killLeaderMidResume kills the leader while a Session resumes.
+func (h *harness) killLeaderMidResume() bool {
+	return len(h.resuming()) > 0 && h.killLeader()
+}
+
+// deleteResumingPod deletes the pod a resuming Session has claimed, before
+// its Ready status: the resume must go on on another pod.
+func (h *harness) deleteResumingPod() bool {
+	for _, s := range h.resuming() {
+		var pods corev1.PodList
+		if h.k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{sandboxpod.LabelSession: s.Name}) != nil {
+			continue
+		}
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.DeletionTimestamp == nil && h.k8s.Delete(context.Background(), p) == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // busyPods lists the sandbox pods that run code right now.

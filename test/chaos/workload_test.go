@@ -21,6 +21,9 @@ const (
 	kindSelfKill kind = "selfkill" // kills its own interpreter
 	kindFresh    kind = "fresh"    // on a FreshInterpreter pool: must never see a predecessor's variable
 	kindSession  kind = "session"  // one step of a session: must see its own session's state, only it
+	// kindSuspend is a step of a Session that is suspended between its steps
+	// (idle 1 s) and resumed by the next one: it must see its own state.
+	kindSuspend kind = "suspend"
 )
 
 type expectation struct {
@@ -101,6 +104,36 @@ func (h *harness) submit(n int) {
 			go h.cancelLater(name, time.Duration(300+h.rng.Intn(1500))*time.Millisecond)
 		}
 		time.Sleep(time.Duration(20+h.rng.Intn(60)) * time.Millisecond)
+	}
+}
+
+// suspendingSession runs a Session of pool "suspending" step by step, each
+// created after the one before ended and the Session was idle long enough
+// to be suspended: the steps resume it, under the harness's faults.
+func (h *harness) suspendingSession(i, steps int) {
+	ctx := context.Background()
+	sid := fmt.Sprintf("z%03d", i)
+	for step := range steps {
+		name := fmt.Sprintf("suspend-%s-%d", sid, step)
+		code := fmt.Sprintf("if %d == 0:\n    owner, n = %q, 0\nassert owner == %q, 'session state of ' + owner\nn += 1\nn", step, sid, sid)
+		ex := wrappers.Execution(ns, name).Pool("suspending").Session(sid).Code(h.prelude(name) + code).Obj()
+		h.mu.Lock()
+		h.expected[name] = expectation{kind: kindSuspend, result: fmt.Sprint(step + 1), session: sid}
+		h.mu.Unlock()
+		if err := h.create(ctx, ex); err != nil {
+			h.t.Errorf("create %s: %v", name, err)
+			return
+		}
+		// Until it ended (a fault may end it, or lose the Session: then the
+		// next steps fail SessionLost, which the check accepts only for a
+		// pod lost while the Session held it).
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			got := &sandboxv1alpha1.Execution{}
+			if h.k8s.Get(ctx, keyOf(name), got) == nil && got.Status.Phase.IsFinished() {
+				break
+			}
+		}
+		time.Sleep(time.Duration(2000+h.rng.Intn(2000)) * time.Millisecond) // idle: suspended meanwhile
 	}
 }
 

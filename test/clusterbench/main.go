@@ -68,7 +68,9 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) or seedtable (simple and data-science code on repl-data, warm and cold)")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) seedtable (simple and data-science code on repl-data, warm and cold) or snapshots (snapshot, restore, fork and resume-on-run by namespace size; the controllers need a snapshot store)")
+	flag.IntVar(&snapshotRuns, "snapshot-runs", 20, "samples of each snapshot operation and size (-only snapshots)")
+	flag.StringVar(&snapshotSizes, "snapshot-sizes", "", "comma-separated names of the states to measure, e.g. '1 KB plain,10 MB numpy' (-only snapshots; default all)")
 	flag.StringVar(&seedTable.image, "data-image", "warmpool.dev/repl-data:dev", "the data-science image (-only seedtable)")
 	flag.IntVar(&seedTable.runs, "seed-runs", 30, "runs of each code through the data plane (-only seedtable)")
 	flag.IntVar(&seedTable.executions, "seed-executions", 10, "Execution objects of each code (-only seedtable)")
@@ -134,6 +136,9 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 	}
 	if only == "seedtable" {
 		return b.seedTablePhase(ctx, cfg, runtimeClass)
+	}
+	if only == "snapshots" {
+		return b.snapshotPhase(ctx, cfg, image, runtimeClass)
 	}
 	if only == "dataplane" {
 		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])
@@ -484,5 +489,5 @@ func report(what string, d []time.Duration) {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	r := func(x time.Duration) string { return x.Round(100 * time.Microsecond).String() }
-	fmt.Printf("%s: n=%d p50=%s p90=%s p99=%s min=%s max=%s\n", what, len(s), r(q(0.50)), r(q(0.90)), r(q(0.99)), r(s[0]), r(s[len(s)-1]))
+	fmt.Printf("%s: n=%d p50=%s p90=%s p95=%s p99=%s min=%s max=%s\n", what, len(s), r(q(0.50)), r(q(0.90)), r(q(0.95)), r(q(0.99)), r(s[0]), r(s[len(s)-1]))
 }

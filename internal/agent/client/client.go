@@ -161,9 +161,14 @@ func (c *Client) Snapshot(ctx context.Context, o SnapshotOptions) (body io.ReadC
 }
 
 // Restore replaces the interpreter's namespace (and adds the workspace's
-// files) with a snapshot's.
-func (c *Client) Restore(ctx context.Context, snap io.Reader) (*protocol.Restored, error) {
-	resp, err := c.Raw(ctx, http.MethodPost, protocol.PathRestore, snap, snapshot.MediaType, "")
+// files) with a snapshot's; unseal first lets a sealed sandbox (the one a
+// Session was suspended from) take it.
+func (c *Client) Restore(ctx context.Context, snap io.Reader, unseal bool) (*protocol.Restored, error) {
+	path := protocol.PathRestore
+	if unseal {
+		path += "?" + protocol.QueryUnseal + "=true"
+	}
+	resp, err := c.Raw(ctx, http.MethodPost, path, snap, snapshot.MediaType, "")
 	if err != nil {
 		return nil, err
 	}

@@ -193,6 +193,11 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if r.URL.Query().Get(protocol.QueryUnseal) == "true" {
+		s.mu.Lock()
+		s.sealed = false
+		s.mu.Unlock()
+	}
 	session := r.URL.Query().Get("session")
 	var wk *worker
 	if session != "" {

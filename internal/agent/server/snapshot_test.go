@@ -85,7 +85,7 @@ True`)
 		t.Errorf("modules %v, workspace %+v", m.Modules, m.Workspace)
 	}
 
-	got, err := dst.c.Restore(context.Background(), bytes.NewReader(snap))
+	got, err := dst.c.Restore(context.Background(), bytes.NewReader(snap), false)
 	if err != nil || got.WorkspaceFiles != 1 {
 		t.Fatalf("restore: %+v %v", got, err)
 	}
@@ -147,7 +147,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		"truncated": snap[:len(snap)-10],
 		"garbage":   []byte("not a snapshot at all"),
 	} {
-		_, err := dst.c.Restore(ctx, bytes.NewReader(body))
+		_, err := dst.c.Restore(ctx, bytes.NewReader(body), false)
 		if !client.IsStatus(err, http.StatusBadRequest) {
 			t.Errorf("%s snapshot: %v, want 400", name, err)
 		}
@@ -167,7 +167,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	_ = snapshot.WriteHeader(&other, m)
 	head, _ := snapshot.ReadHeader(bytes.NewReader(snap))
 	other.Write(snap[int64(len(snap))-head.Sections[0].Bytes:])
-	_, err = dst.c.Restore(ctx, &other)
+	_, err = dst.c.Restore(ctx, &other, false)
 	if !client.IsStatus(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "Python 2.7.18") {
 		t.Errorf("snapshot of another Python: %v", err)
 	}
@@ -195,7 +195,7 @@ func TestRestoreKeepsWorkspaceFilesInside(t *testing.T) {
 	_ = snapshot.WriteHeader(&bad, m)
 	bad.Write(ns)
 	bad.Write(archive.Bytes())
-	_, err = dst.c.Restore(context.Background(), &bad)
+	_, err = dst.c.Restore(context.Background(), &bad, false)
 	if !client.IsStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), "escapes the workspace") {
 		t.Errorf("escaping workspace name: %v, want 400 naming the escape", err)
 	}

@@ -159,6 +159,13 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
 			"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
 	}
+	// A resume reads its snapshot from the store while the pod is claimed.
+	var snap <-chan fetched
+	if resuming {
+		fetchCtx, cancelFetch := context.WithCancel(ctx)
+		defer cancelFetch()
+		snap = r.fetch(fetchCtx, ses)
+	}
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: pl.Pod}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -212,14 +219,20 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	} else {
 		interp, err = r.initialize(ctx, ses, pod, init)
 	}
+	interpreted, fetchedAt := time.Now(), time.Time{}
 	if err == nil && resuming {
-		err = r.restore(ctx, ses, pod)
+		f := <-snap
+		fetchedAt = time.Now()
+		err = r.restore(ctx, ses, pod, f)
 	}
 	var failed *initFailed
 	var lost *snapshotLost
 	switch {
 	case errors.As(err, &lost):
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSnapshotLost, err.Error())
+	case errors.As(err, new(*storeFailed)):
+		// The pod is the Session's now and stays so; the next look adopts it and asks the store again.
+		return ctrl.Result{}, err
 	case err != nil && resuming:
 		// Never Lost for a pod: the state is in the snapshot, and another pod takes it.
 		return r.discard(ctx, ses, pod, err)
@@ -262,7 +275,10 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionLease.Observe(time.Since(start).Seconds())
 	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
-		"interpreterMs", ms(tagged.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming)
+		"interpreterMs", ms(interpreted.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming)
+	if resuming {
+		log.V(1).Info("resumed", "fetchWaitMs", ms(fetchedAt.Sub(interpreted)), "restoreMs", ms(tagged.Sub(fetchedAt)))
+	}
 	if resuming {
 		metrics.SessionResume.Observe(time.Since(start).Seconds())
 		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, reason, "Resume", "Resumed on pod %s", pod.Name)

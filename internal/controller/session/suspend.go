@@ -236,19 +236,44 @@ type snapshotLost struct{ msg string }
 
 func (e *snapshotLost) Error() string { return e.msg }
 
+// fetched is a snapshot read from the store.
+type fetched struct {
+	data []byte
+	err  error
+}
+
+// fetch reads a resuming Session's snapshot in the background.
+func (r *Reconciler) fetch(ctx context.Context, ses *sandboxv1alpha1.Session) <-chan fetched {
+	out := make(chan fetched, 1)
+	if r.Snapshots == nil {
+		out <- fetched{err: &snapshotLost{msg: "the Session's state is in a snapshot store the manager is no longer configured with"}}
+		return out
+	}
+	key := ses.Status.Snapshot.Key
+	go func() {
+		data, err := r.Snapshots.Get(ctx, owner(ses), key)
+		switch {
+		case errors.Is(err, snapshotstore.ErrNotFound):
+			err = &snapshotLost{msg: fmt.Sprintf("its snapshot is gone from the store: %v", err)}
+		case errors.Is(err, snapshotstore.ErrSealed):
+			err = &snapshotLost{msg: err.Error()}
+		}
+		out <- fetched{data: data, err: err}
+	}()
+	return out
+}
+
 // restore puts a resuming Session's snapshot into the interpreter of its
 // new pod. A failure of the pod is an error (the pod is discarded and
 // another taken); a snapshot that cannot be restored anywhere is snapshotLost.
-func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod) error {
-	if r.Snapshots == nil {
-		return &snapshotLost{msg: "the Session's state is in a snapshot store the manager is no longer configured with"}
-	}
-	data, err := r.Snapshots.Get(ctx, owner(ses), ses.Status.Snapshot.Key)
-	if errors.Is(err, snapshotstore.ErrNotFound) {
-		return &snapshotLost{msg: fmt.Sprintf("its snapshot is gone from the store: %v", err)}
-	}
-	if err != nil {
-		return err
+func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, snap fetched) error {
+	if snap.err != nil {
+		var lost *snapshotLost
+		if errors.As(snap.err, &lost) {
+			return lost
+		}
+		// The store did not answer: not the pod's fault; the next look asks again.
+		return &storeFailed{snap.err}
 	}
 	agent, err := r.agent(pod)
 	if err != nil {
@@ -256,9 +281,8 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, suspendTimeout)
 	defer cancel()
-	// The pod it was suspended from, adopted again, is still sealed.
-	_ = agent.Unseal(ctx)
-	_, err = agent.Restore(ctx, bytes.NewReader(data))
+	// Unsealing first: the pod it was suspended from, adopted again, is still sealed.
+	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), true)
 	var ae *agentclient.APIError
 	if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 && ae.Code != http.StatusConflict {
 		return &snapshotLost{msg: fmt.Sprintf("pod %s refused its snapshot: %s", pod.Name, ae.Message)}
@@ -268,6 +292,11 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	}
 	return nil
 }
+
+// storeFailed: the store did not give the snapshot back this time.
+type storeFailed struct{ err error }
+
+func (e *storeFailed) Error() string { return "read the snapshot from the store: " + e.err.Error() }
 
 // discard deletes a pod a resume failed on: it holds a half-restored state
 // of the Session, and no other Session may get it.
