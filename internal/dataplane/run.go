@@ -157,31 +157,15 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 // stands for: creating a Session, and running code in it. The answers are
 // cached by the delegating authorizer, like the request's own.
 func (s *Server) mayCreateAndRun(ctx context.Context, caller user.Info, ns string) (refused string) {
-	if s.authorizer == nil {
-		return "this data plane has no authorizer to check the caller's rights with"
-	}
 	for _, a := range []authorizer.AttributesRecord{
 		{User: caller, Verb: "create", Namespace: ns, APIGroup: sandboxv1alpha1.GroupVersion.Group, APIVersion: sandboxv1alpha1.GroupVersion.Version,
 			Resource: "sessions", ResourceRequest: true},
 		{User: caller, Verb: "create", Namespace: ns, APIGroup: Group, APIVersion: Version,
 			Resource: "sessions", Subresource: SubExec, ResourceRequest: true},
 	} {
-		decision, why, err := s.authorizer.Authorize(ctx, a)
-		if decision == authorizer.DecisionAllow {
-			continue
+		if refused := s.may(ctx, a, "which a run that creates its Session needs"); refused != "" {
+			return refused
 		}
-		what := a.Resource + "." + a.APIGroup
-		if a.Subresource != "" {
-			what = a.Resource + "/" + a.Subresource + " in " + a.APIGroup
-		}
-		msg := fmt.Sprintf("user %q may not create %s in namespace %s, which a run that creates its Session needs", caller.GetName(), what, ns)
-		if why != "" {
-			msg += ": " + why
-		}
-		if err != nil {
-			msg += " (" + err.Error() + ")"
-		}
-		return msg
 	}
 	return ""
 }

@@ -260,7 +260,8 @@ func forkOf(src *sandboxv1alpha1.Session, name, owner string) *sandboxv1alpha1.S
 	}
 }
 
-// may asks the authorizer whether the caller may do a, beyond the request's own verb.
+// may asks the authorizer whether the caller may do a, beyond the request's
+// own verb; why says what needs it.
 func (s *Server) may(ctx context.Context, a authorizer.AttributesRecord, why string) (refused string) {
 	if s.authorizer == nil {
 		return "this data plane has no authorizer to check the caller's rights with"
@@ -269,7 +270,11 @@ func (s *Server) may(ctx context.Context, a authorizer.AttributesRecord, why str
 	if decision == authorizer.DecisionAllow {
 		return ""
 	}
-	msg := fmt.Sprintf("user %q may not %s %s.%s in namespace %s, %s", a.User.GetName(), a.Verb, a.Resource, a.APIGroup, a.Namespace, why)
+	what := a.Resource + "." + a.APIGroup
+	if a.Subresource != "" {
+		what = a.Resource + "/" + a.Subresource + " in " + a.APIGroup
+	}
+	msg := fmt.Sprintf("user %q may not %s %s in namespace %s, %s", a.User.GetName(), a.Verb, what, a.Namespace, why)
 	if reason != "" {
 		msg += ": " + reason
 	}

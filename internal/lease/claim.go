@@ -37,7 +37,7 @@ func Claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
 		return false
 	}
 	if s := Session(pod); s != "" {
-		return s == ex.Spec.Session && ClaimedBy(pod) == ""
+		return s == ex.Spec.Session && ClaimedBy(pod) == "" && !Suspending(pod)
 	}
 	return sandboxpod.IsIdle(pod) && ClaimedBy(pod) == ""
 }

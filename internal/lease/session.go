@@ -87,10 +87,50 @@ func ReleaseSessionForReset(ctx context.Context, c client.Client, pod *corev1.Po
 	delete(pod.Labels, sandboxpod.LabelSession)
 	delete(pod.Annotations, sandboxpod.AnnotationSessionUID)
 	delete(pod.Annotations, sandboxpod.AnnotationInterpreter)
+	delete(pod.Annotations, sandboxpod.AnnotationSuspending)
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting
 	pod.Annotations[sandboxpod.AnnotationResetSince] = now.UTC().Format(time.RFC3339Nano)
 	if err := c.Update(ctx, pod); err != nil {
 		return fmt.Errorf("release pod %s of session %s for a reset: %w", pod.Name, ses.Name, err)
+	}
+	return nil
+}
+
+// Suspending reports whether the manager is suspending the Session of pod
+// from it (MarkSuspending).
+func Suspending(pod *corev1.Pod) bool { return pod.Annotations[sandboxpod.AnnotationSuspending] != "" }
+
+// MarkSuspending takes a Session's pod from its Executions before the
+// Session is suspended: no Execution may claim it afterwards. It commits
+// with the pod's resourceVersion, so it and an Execution's claim cannot both
+// succeed: whichever comes second fails with a conflict (or, for this one,
+// ErrNotClaimable when a run holds the pod).
+func MarkSuspending(ctx context.Context, c client.Client, pod *corev1.Pod, ses *sandboxv1alpha1.Session) error {
+	if !HeldBy(pod, ses) || ClaimedBy(pod) != "" {
+		return ErrNotClaimable
+	}
+	if Suspending(pod) {
+		return nil
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[sandboxpod.AnnotationSuspending] = string(ses.UID)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("mark pod %s of session %s suspending: %w", pod.Name, ses.Name, err)
+	}
+	return nil
+}
+
+// UnmarkSuspending gives a Session's pod back to its Executions after a
+// suspend that did not commit.
+func UnmarkSuspending(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	if !Suspending(pod) {
+		return nil
+	}
+	delete(pod.Annotations, sandboxpod.AnnotationSuspending)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("unmark pod %s: %w", pod.Name, err)
 	}
 	return nil
 }

@@ -42,6 +42,10 @@ const (
 	// AnnotationInterpreter is, on a session's pod, the interpreter that ran the
 	// session's last Execution: the next one runs only on it.
 	AnnotationInterpreter = "sandbox.warmpool.dev/interpreter"
+	// AnnotationSuspending marks a Session's pod the manager is suspending the
+	// Session from: no Execution may claim it any more (the Session's next
+	// Execution resumes it on another pod).
+	AnnotationSuspending = "sandbox.warmpool.dev/suspending"
 	// AnnotationUsed marks a pod that was claimed at least once: one that fails
 	// later is not a start failure of its pool. (Only a FreshInterpreter pool
 	// returns a used pod to idle, after replacing its interpreter.)

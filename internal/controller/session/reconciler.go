@@ -487,7 +487,7 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	idle := idleTimeout(ses, pool)
 	due, suspends := r.suspendDue(ses, pool, last, now)
 	switch {
-	case herr == nil && health.Sealed && r.Snapshots != nil:
+	case r.Snapshots != nil && (lease.Suspending(pod) || herr == nil && health.Sealed):
 		// A suspend that did not commit (the manager stopped, the store
 		// failed): the seal decided it, whatever happened since.
 		return r.suspend(ctx, ses, pod, last, runs)

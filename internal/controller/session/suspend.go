@@ -20,6 +20,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/controller/recycle"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -98,12 +99,17 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	fail := func(err error) (ctrl.Result, error) {
 		metrics.SessionSuspend.WithLabelValues("failed").Observe(time.Since(start).Seconds())
 		// The pod stays the Session's, serving again.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
 		if agent, aerr := r.agent(pod); aerr == nil {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			if uerr := agent.Unseal(uctx); uerr != nil {
 				log.Info("could not unseal the pod after a failed suspend; the next look tries again", "pod", pod.Name, "err", uerr.Error())
 			}
-			cancel()
+		}
+		if uerr := recycle.RetryPodUpdate(uctx, r.APIReader, pod, func(p *corev1.Pod) error {
+			return lease.UnmarkSuspending(uctx, r.Client, p)
+		}); uerr != nil {
+			log.Info("could not give the pod back to the Session's Executions after a failed suspend", "pod", pod.Name, "err", uerr.Error())
 		}
 		r.mu.Lock()
 		r.suspendFailed[ses.UID] = r.Clock.Now().Add(suspendRetry)
@@ -116,11 +122,27 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// First the pod is taken from the Session's Executions (an Execution
+	// claiming it at the same moment makes this fail, or that fail), then
+	// the agent is sealed against data-plane runs.
+	if err := lease.MarkSuspending(ctx, r.Client, pod, ses); err != nil {
+		if apierrors.IsConflict(err) || errors.Is(err, lease.ErrNotClaimable) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil // an Execution came first: not idle after all
+		}
+		return ctrl.Result{}, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, suspendTimeout)
 	defer cancel()
 	body, _, err := agent.Snapshot(sctx, agentclient.SnapshotOptions{Seal: true, Workspace: true, MaxBytes: r.Snapshots.MaxBytes()})
 	if agentclient.IsStatus(err, http.StatusConflict) {
-		return ctrl.Result{RequeueAfter: time.Second}, nil // a run started meanwhile: not idle after all
+		// A data-plane run started meanwhile: not idle after all, and the
+		// Session's Executions may have the pod again.
+		if uerr := recycle.RetryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
+			return lease.UnmarkSuspending(ctx, r.Client, p)
+		}); uerr != nil {
+			return ctrl.Result{}, uerr
+		}
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	if err != nil {
 		return fail(fmt.Errorf("snapshot: %w", err))
