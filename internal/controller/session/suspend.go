@@ -162,7 +162,11 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 			return ctrl.Result{}, fmt.Errorf("add the snapshot finalizer to session %s: %w", ses.Name, err)
 		}
 	}
-	key, err := r.Snapshots.Put(sctx, owner(ses), data)
+	// A store that does not answer must not hold this worker for long: 20 s,
+	// and a second more per 10 MB.
+	pctx, cancelPut := context.WithTimeout(ctx, 20*time.Second+time.Duration(len(data)/(10<<20))*time.Second)
+	defer cancelPut()
+	key, err := r.Snapshots.Put(pctx, owner(ses), data)
 	if err != nil {
 		return fail(err)
 	}

@@ -79,7 +79,7 @@ func Start() (*Server, error) {
 		"-master.port="+p(0), "-master.port.grpc="+p(1), "-volume.port="+p(2), "-volume.port.grpc="+p(3),
 		"-filer", "-filer.port="+p(4), "-filer.port.grpc="+p(5), "-s3", "-s3.port="+p(6), "-s3.port.grpc="+p(7),
 		"-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.config="+filepath.Join(dir, "s3.json"),
-		"-volume.max=4", "-master.volumeSizeLimitMB=256")
+		"-volume.max=0", "-master.volumeSizeLimitMB=64")
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
