@@ -58,9 +58,27 @@ func (s *Server) maxSnapshotBytes(r *http.Request) (int64, error) {
 	return limit, nil
 }
 
+// holdWait is how long a snapshot or a restore waits for a run, a shell
+// command or a file write under way to end before it is refused: a caller
+// that snapshots right after its run must not be told the sandbox is busy.
+const holdWait = 3 * time.Second
+
 // hold reserves the session's worker for a snapshot or a restore, as a run
-// would; seal also refuses every later run until unsealed or reset.
+// would, waiting up to holdWait for one under way; seal also refuses every
+// later run until unsealed or reset.
 func (s *Server) hold(session string, seal bool) (*worker, error) {
+	deadline := time.Now().Add(holdWait)
+	for {
+		wk, err := s.tryHold(session, seal)
+		var ae *apiError
+		if err == nil || !errors.As(err, &ae) || ae.code != http.StatusConflict || time.Now().After(deadline) {
+			return wk, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *Server) tryHold(session string, seal bool) (*worker, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sealed && !seal {
