@@ -102,7 +102,8 @@ func main() {
 	flag.StringVar(&snapshots.Store.Region, "snapshot-store-region", "us-east-1", "Region of the snapshot store.")
 	flag.StringVar(&snapshots.Store.Prefix, "snapshot-store-prefix", "warmpool/", "Prefix of the snapshots' object keys.")
 	flag.BoolVar(&snapshots.Store.Insecure, "snapshot-store-insecure", false, "Speak plain HTTP to the snapshot store (a store inside the cluster network).")
-	flag.Int64Var(&snapshots.Store.MaxBytes, "snapshot-max-bytes", 512<<20, "Largest snapshot a Session is suspended with; a larger one keeps its pod.")
+	flag.Int64Var(&snapshots.Store.MaxBytes, "snapshot-max-bytes", 64<<20,
+		"Largest snapshot a Session is suspended with (a larger one keeps its pod). The controllers hold a snapshot twice in memory while they seal it: raise their memory limit with it.")
 	flag.StringVar(&snapshots.KeyFile, "snapshot-key-file", "",
 		"File holding the 32-byte key snapshots are sealed with; empty: the Secret --snapshot-key-secret, created with a random key when missing.")
 	flag.StringVar(&snapshots.KeySecret, "snapshot-key-secret", "warmpool-snapshot-key", "Secret, in the manager's namespace, holding the snapshot key.")

@@ -106,8 +106,9 @@ snapshots:
     # Secret (in the release's namespace) with the keys WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID
     # and WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY.
     credentialsSecret: ""
-  # The largest snapshot a Session is suspended with; a larger one keeps its pod.
-  maxBytes: 536870912
+  # The largest snapshot a Session is suspended with; a larger one keeps its pod. The controllers
+  # hold a snapshot twice in memory while they seal it: raise manager.resources with it.
+  maxBytes: 67108864
   # Secret holding the 32-byte key snapshots are sealed with (data key "key"); the controllers
   # create it with a random key when it is missing. Empty: warmpool-snapshot-key.
   keySecret: ""

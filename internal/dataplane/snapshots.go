@@ -32,8 +32,10 @@ import (
 // pickle, which only an interpreter in a sandbox loads.
 const (
 	// maxForkBytes bounds the snapshot a fork holds in this server's memory
-	// while it restores it into each fork.
-	maxForkBytes = 256 << 20
+	// while it restores it into each fork (the data plane's memory limit is
+	// 256 MiB; a 100 MB snapshot got it OOM-killed): a larger Session is
+	// copied by its caller, snapshot then restore, which stream.
+	maxForkBytes = 64 << 20
 	// maxForks bounds the forks of one request.
 	maxForks = 16
 	// defaultForkWait bounds the wait for the forks' pods: under the API

@@ -47,6 +47,11 @@ type Config struct {
 	MaxBytes int64
 }
 
+// DefaultMaxBytes bounds a snapshot the controllers suspend a Session with:
+// they hold it twice in memory while they seal it, and their default memory
+// limit is 256 MiB.
+const DefaultMaxBytes = 64 << 20
+
 // Enabled reports whether a store is configured.
 func (c Config) Enabled() bool { return c.Endpoint != "" && c.Bucket != "" }
 
@@ -99,7 +104,7 @@ func New(cfg Config, key []byte) (*Store, error) {
 	}
 	sum := sha256.Sum256(key)
 	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = 512 << 20
+		cfg.MaxBytes = DefaultMaxBytes
 	}
 	return &Store{c: c, cfg: cfg, aead: aead, keyID: hex.EncodeToString(sum[:4])}, nil
 }
