@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +55,8 @@ const (
 	suspendRetry = 5 * time.Minute
 	// maxSkippedInStatus bounds status.snapshot.skipped.
 	maxSkippedInStatus = 32
+	// resumeHold is the least time a resumed Session keeps its pod.
+	resumeHold = 10 * time.Second
 )
 
 func suspendAfter(ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool) time.Duration {
@@ -74,6 +77,13 @@ func (r *Reconciler) suspendDue(ses *sandboxv1alpha1.Session, pool *sandboxv1alp
 		return 0, false
 	}
 	due := last.Add(after).Sub(now)
+	// A Session just resumed is kept for resumeHold at least: the run that
+	// asked for it (an Execution still to claim the pod) must get there
+	// before the Session is suspended again, or the two chase each other.
+	if c := meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady); c != nil &&
+		c.Reason == sandboxv1alpha1.ReasonResumed {
+		due = max(due, c.LastTransitionTime.Add(resumeHold).Sub(now))
+	}
 	r.mu.Lock()
 	retry, failed := r.suspendFailed[ses.UID]
 	r.mu.Unlock()
