@@ -98,7 +98,7 @@ var _ = Describe("Sessions that outlive their pod", Ordered, Label("suspend"), f
 			p := &corev1.Pod{}
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, p)
 			return err != nil || p.DeletionTimestamp != nil || p.Labels["sandbox.warmpool.dev/session"] == ""
-		}).WithTimeout(60 * time.Second).Should(BeTrue(), "the suspended Session's pod is freed")
+		}).WithTimeout(60*time.Second).Should(BeTrue(), "the suspended Session's pod is freed")
 
 		restartManager("warmpool-system")
 		Eventually(func() error {

@@ -41,8 +41,8 @@ import (
 
 type options struct {
 	sessions, bursts, runsPerBurst, replicas int
-	gap, suspendAfter, startDelay          time.Duration
-	seed                                    int64
+	gap, suspendAfter, startDelay            time.Duration
+	seed                                     int64
 }
 
 func main() {
