@@ -89,7 +89,7 @@ func TestChaos(t *testing.T) {
 	go func() { defer wg.Done(); h.injectFaults(stopFaults) }()
 	go func() { defer wg.Done(); h.watchIdleWaits(stopWatch) }()
 	start := time.Now()
-	for i := range max(2, total/100) {
+	for i := range max(3, total/50) {
 		suspending.Add(1)
 		go func() { defer suspending.Done(); h.suspendingSession(i, 4) }()
 	}

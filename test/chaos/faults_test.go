@@ -99,15 +99,26 @@ func (h *harness) resuming() []sandboxv1alpha1.Session {
 	return out
 }
 
+// awaitResume waits up to 5 s for a Session to be resuming: a resume lasts
+// a fraction of a second, and these faults are aimed at it.
+func (h *harness) awaitResume() []sandboxv1alpha1.Session {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if r := h.resuming(); len(r) > 0 {
+			return r
+		}
+	}
+	return nil
+}
+
 // killLeaderMidResume kills the leader while a Session resumes.
 func (h *harness) killLeaderMidResume() bool {
-	return len(h.resuming()) > 0 && h.killLeader()
+	return len(h.awaitResume()) > 0 && h.killLeader()
 }
 
 // deleteResumingPod deletes the pod a resuming Session has claimed, before
 // its Ready status: the resume must go on on another pod.
 func (h *harness) deleteResumingPod() bool {
-	for _, s := range h.resuming() {
+	for _, s := range h.awaitResume() {
 		var pods corev1.PodList
 		if h.k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{sandboxpod.LabelSession: s.Name}) != nil {
 			continue

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strings"
 	"time"
 
@@ -109,9 +110,11 @@ func (h *harness) submit(n int) {
 
 // suspendingSession runs a Session of pool "suspending" step by step, each
 // created after the one before ended and the Session was idle long enough
-// to be suspended: the steps resume it, under the harness's faults.
+// to be suspended: the steps resume it, under the harness's faults. (The
+// rng is the fault injector's too: the gaps draw from their own.)
 func (h *harness) suspendingSession(i, steps int) {
 	ctx := context.Background()
+	rng := rand.New(rand.NewSource(int64(i)))
 	sid := fmt.Sprintf("z%03d", i)
 	for step := range steps {
 		name := fmt.Sprintf("suspend-%s-%d", sid, step)
@@ -133,7 +136,9 @@ func (h *harness) suspendingSession(i, steps int) {
 				break
 			}
 		}
-		time.Sleep(time.Duration(2000+h.rng.Intn(2000)) * time.Millisecond) // idle: suspended meanwhile
+		// Idle past the pool's suspendAfter (1 s) and the 10 s a resumed
+		// Session keeps its pod: suspended meanwhile.
+		time.Sleep(time.Duration(11500+rng.Intn(2000)) * time.Millisecond)
 	}
 }
 
