@@ -273,6 +273,11 @@ type ExecutionStatus struct {
 	// +optional
 	Phase ExecutionPhase `json:"phase,omitempty"`
 
+	// sessionResumed: the Execution's Session was Suspended, and was resumed
+	// (its state restored on a warm pod) for this Execution.
+	// +optional
+	SessionResumed bool `json:"sessionResumed,omitempty"`
+
 	// podName of the sandbox pod that runs or ran the code.
 	// +optional
 	PodName string `json:"podName,omitempty"`

@@ -89,6 +89,7 @@ var _ = Describe("Session suspend", func() {
 		ex := run(wrappers.Execution(ns, "next").Session("nb").Code("x").Obj())
 		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
 		Expect(ex.Status.Result).To(Equal("42"))
+		Expect(ex.Status.SessionResumed).To(BeTrue(), "the Execution says its Session was resumed for it")
 		Expect(getSession(ns, "nb").Status.Resumes).To(Equal(int32(2)))
 
 		// Deleted, it takes its snapshots with it.

@@ -65,6 +65,7 @@ func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execut
 				return nil, ctrl.Result{}, true, fmt.Errorf("ask Session %s to resume: %w", ses.Name, err)
 			}
 		}
+		ex.Status.SessionResumed = true
 		r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf("resuming Session %s from its snapshot", ses.Name))
 		return nil, ctrl.Result{RequeueAfter: waitBackstop}, true, nil
 	case sandboxv1alpha1.SessionClosed, sandboxv1alpha1.SessionLost:
