@@ -85,7 +85,7 @@ var _ = Describe("Session suspend", func() {
 			"the snapshot it resumed from is deleted")
 
 		// An Execution naming the Session resumes it too.
-		again := sessionIn(ns, "nb", sandboxv1alpha1.SessionSuspended)
+		sessionIn(ns, "nb", sandboxv1alpha1.SessionSuspended)
 		ex := run(wrappers.Execution(ns, "next").Session("nb").Code("x").Obj())
 		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
 		Expect(ex.Status.Result).To(Equal("42"))
@@ -99,7 +99,6 @@ var _ = Describe("Session suspend", func() {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(third), &sandboxv1alpha1.Session{}))
 		}, 10*time.Second).Should(BeTrue())
 		Expect(snapshotIn(third, third.Status.Snapshot.Key)()).To(MatchError(snapshotstore.ErrNotFound))
-		_ = again
 	})
 
 	It("finishes a suspend that a manager killed before the Suspended status: the Session is Ready on its sealed pod meanwhile, never neither", func() {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -186,7 +185,7 @@ func (s *Server) takeSnapshot(ctx context.Context, t *target, workspace bool) ([
 		return nil, nil, err
 	}
 	defer func() { _ = body.Close() }()
-	snap, err := io.ReadAll(body)
+	snap, err := snapshot.ReadAtMost(body, maxForkBytes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the snapshot of Session %s: %w", t.ses.Name, err)
 	}

@@ -231,6 +231,20 @@ func (v *verifying) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadAtMost reads a whole snapshot of at most limit bytes of sections (and
+// its manifest), failing instead of reading on when a sender sends more.
+func ReadAtMost(r io.Reader, limit int64) ([]byte, error) {
+	max := limit + MaxManifestBytes + int64(len(Magic)) + 4
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("the snapshot is larger than the limit of %d bytes", limit)
+	}
+	return b, nil
+}
+
 // Hashed describes the bytes of a file written for a section.
 func Hashed(name string, r io.Reader) (Section, error) {
 	h := sha256.New()

@@ -816,8 +816,8 @@ def _get_variable(params):
 # (restore). cloudpickle, not pickle or dill: functions, lambdas and classes
 # defined in the REPL live in a "__main__" that is not importable, and
 # cloudpickle saves exactly those by value and everything importable by
-# reference; dill does the same more slowly and saves more than asked (whole
-# modules). zstandard level 3: as fast as lz4 and smaller (measured on 12 MB
+# reference (dill would do the same as one more dependency; not measured
+# against it). zstandard level 3: as fast as lz4 and smaller (measured on 12 MB
 # of arrays and dicts: 31 ms to compress, 17 ms to expand, against zlib's 429
 # ms and 100 ms); zlib when the module is missing, named in the manifest.
 # A snapshot is unpickled only here, in a sandbox: never by the agent, the

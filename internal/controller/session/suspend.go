@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -53,8 +52,11 @@ const (
 	suspendTimeout = 2 * time.Minute
 	// suspendRetry is when a Session whose suspend failed is tried again.
 	suspendRetry = 5 * time.Minute
-	// maxSkippedInStatus bounds status.snapshot.skipped.
+	// maxSkippedInStatus and maxSkippedName bound status.snapshot.skipped:
+	// a name longer than the Session's status may hold would fail every
+	// suspend's commit.
 	maxSkippedInStatus = 32
+	maxSkippedName     = 128
 	// resumeHold is the least time a resumed Session keeps its pod.
 	resumeHold = 10 * time.Second
 )
@@ -157,7 +159,8 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	if err != nil {
 		return fail(fmt.Errorf("snapshot: %w", err))
 	}
-	data, err := io.ReadAll(body)
+	// The agent shares its container with the code: read no more than was asked for.
+	data, err := snapshot.ReadAtMost(body, r.Snapshots.MaxBytes())
 	_ = body.Close()
 	if err != nil {
 		return fail(fmt.Errorf("read the snapshot: %w", err))
@@ -225,7 +228,11 @@ func snapshotStatus(key string, size int64, m *snapshot.Manifest, at metav1.Time
 		if len(s.Skipped) == maxSkippedInStatus {
 			break
 		}
-		s.Skipped = append(s.Skipped, sk.Name)
+		name := sk.Name // the code's own name, of any length
+		if len(name) > maxSkippedName {
+			name = name[:maxSkippedName] + "..."
+		}
+		s.Skipped = append(s.Skipped, name)
 	}
 	if m.Workspace != nil {
 		s.WorkspaceFiles = int32(m.Workspace.Files)
