@@ -148,7 +148,11 @@ var _ = Describe("SandboxPool", func() {
 		}
 		stuck.Annotations[sandboxpod.AnnotationResetSince] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
 		Expect(k8s.Patch(ctx, &stuck, patch)).To(Succeed())
+		// Wait for the pool to settle on one pod: while the stuck pod is replaced it
+		// may briefly hold a spare, which it trims (a resetting pod first) once both are up.
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1))
+		Eventually(func() int { return len(poolPods(ns, "python")) }).Should(Equal(1))
+		Consistently(func() int { return len(poolPods(ns, "python")) }, "1s").Should(Equal(1))
 		for _, p := range poolPods(ns, "python") {
 			Expect(p.Name).NotTo(Equal(stuck.Name), "the stuck pod is replaced")
 		}
