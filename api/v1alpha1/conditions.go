@@ -21,6 +21,11 @@ const (
 	// manager has no snapshot store to suspend them to.
 	PoolConditionSessionSuspend = "SessionSuspend"
 
+	// PoolConditionShared, on a pool that sets spec.sharing, is True when
+	// the manager lets other namespaces use it, False (SharingNotAllowed)
+	// when the pool's namespace is not one it shares pools from.
+	PoolConditionShared = "Shared"
+
 	// Execution conditions.
 
 	// ExecutionConditionWaitingForSandbox is True while no pod of the pool is free.
@@ -86,6 +91,20 @@ const (
 	// ReasonSuspendAfterIdleTimeout: sessionSuspendAfter is not shorter than
 	// the idle timeout, so no Session lives long enough to be suspended.
 	ReasonSuspendAfterIdleTimeout = "SuspendAfterIdleTimeout"
+	// Shared pools. ReasonSharing, ReasonSharingNotAllowed: the pool's
+	// Shared condition. ReasonPoolNotShared: the Execution or Session names
+	// a pool of another namespace that is not shared (no spec.sharing, or
+	// the manager does not share pools from there). ReasonNamespaceNotAdmitted:
+	// the shared pool's namespaceSelector does not pick its namespace.
+	// ReasonTenantLimitReached: its namespace holds sharing's maxPods or
+	// maxSessions of the pool; it waits. ReasonTenantQueueFull: maxWaiting
+	// of its namespace's Executions wait already; it failed.
+	ReasonSharing              = "Sharing"
+	ReasonSharingNotAllowed    = "SharingNotAllowed"
+	ReasonPoolNotShared        = "PoolNotShared"
+	ReasonNamespaceNotAdmitted = "NamespaceNotAdmitted"
+	ReasonTenantLimitReached   = "TenantLimitReached"
+	ReasonTenantQueueFull      = "TenantQueueFull"
 	// ReasonCodeSourceChanged: after a manager restart the run had not reached
 	// the sandbox, and spec.codeFrom now holds other code than what started.
 	ReasonCodeSourceChanged  = "CodeSourceChanged"

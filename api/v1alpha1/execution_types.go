@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Language of an Execution's code.
@@ -67,13 +68,48 @@ const (
 	MaxResultBytes = 65536
 )
 
-// PoolReference names a SandboxPool in the Execution's own namespace.
+// PoolReference names a SandboxPool: in the object's own namespace, or a
+// shared pool (spec.sharing) in a namespace the platform owns.
 type PoolReference struct {
 	// name of the SandboxPool.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +required
 	Name string `json:"name"`
+
+	// namespace of a shared SandboxPool whose spec.sharing admits this
+	// object's namespace. Unset: the pool is in this object's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="poolRef.namespace must be a namespace name (lowercase letters, digits and '-')"
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Key returns the pool's name and namespace for an object in namespace own.
+func (r PoolReference) Key(own string) types.NamespacedName {
+	if r.Namespace != "" {
+		return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+	}
+	return types.NamespacedName{Namespace: own, Name: r.Name}
+}
+
+// Shared reports whether the reference crosses namespaces from own.
+func (r PoolReference) Shared(own string) bool { return r.Namespace != "" && r.Namespace != own }
+
+// String is "name" for a pool of the object's namespace, "namespace/name" otherwise.
+func (r PoolReference) String() string {
+	if r.Namespace != "" {
+		return r.Namespace + "/" + r.Name
+	}
+	return r.Name
+}
+
+// PoolKey is the Execution's pool.
+func (ex *Execution) PoolKey() types.NamespacedName { return ex.Spec.PoolRef.Key(ex.Namespace) }
+
+// PodKey is the Execution's pod (status.podName), which lives in its pool's namespace.
+func (ex *Execution) PodKey() types.NamespacedName {
+	return types.NamespacedName{Namespace: ex.PoolKey().Namespace, Name: ex.Status.PodName}
 }
 
 // KeyReference names a key of a ConfigMap or Secret in the Execution's namespace.
@@ -127,7 +163,8 @@ type EnvVar struct {
 // +kubebuilder:validation:XValidation:rule="has(self.code) != has(self.codeFrom)",message="exactly one of spec.code or spec.codeFrom must be set"
 // +kubebuilder:validation:XValidation:rule="has(self.code) == has(oldSelf.code) && has(self.codeFrom) == has(oldSelf.codeFrom) && has(self.timeout) == has(oldSelf.timeout) && has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env) && has(self.session) == has(oldSelf.session) && has(self.owner) == has(oldSelf.owner)",message="spec is immutable except cancel and ttlSecondsAfterFinished: create a new Execution instead"
 type ExecutionSpec struct {
-	// poolRef names the SandboxPool, in this namespace, whose pod runs the code.
+	// poolRef names the SandboxPool whose pod runs the code: one in this
+	// namespace, or a shared pool of another namespace that admits this one.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
 	// +required
 	PoolRef PoolReference `json:"poolRef"`

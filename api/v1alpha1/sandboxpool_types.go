@@ -164,6 +164,99 @@ type SandboxPoolSpec struct {
 	// pool keeps spec.replicas idle pods.
 	// +optional
 	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
+
+	// sharing lets Executions and Sessions of other namespaces use this pool
+	// (their spec.poolRef names this pool and its namespace): one warm pool
+	// for many tenants. The pool's pods stay in this namespace, which the
+	// platform owns: the manager honours sharing only in the namespaces it is
+	// told to (--shared-pool-namespaces), since whoever controls this
+	// namespace can read every tenant's code. A pod runs one tenant's code
+	// only: a used pod is deleted, or with FreshInterpreter reuse goes back
+	// to the same namespace's work only. Unset: the pool serves its own namespace.
+	// +optional
+	Sharing *PoolSharing `json:"sharing,omitempty"`
+}
+
+// PoolSharing says which namespaces share a pool, and how much of it each may hold.
+type PoolSharing struct {
+	// namespaceSelector picks the tenant namespaces by their labels (which
+	// tenants cannot change). An empty selector admits every namespace.
+	// +required
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+
+	// limits apply to each tenant namespace that tenants does not name.
+	// +kubebuilder:default={}
+	// +optional
+	Limits TenantLimits `json:"limits,omitempty"`
+
+	// tenants gives namespaces a weight and limits of their own.
+	// +listType=map
+	// +listMapKey=namespace
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	Tenants []TenantPolicy `json:"tenants,omitempty"`
+}
+
+// TenantLimits bound what one namespace holds of a shared pool. Unset: no
+// bound beyond the pool's own.
+type TenantLimits struct {
+	// maxPods is how many of the pool's pods the namespace holds at once:
+	// its running Executions and its Sessions. Beyond it, its work waits
+	// (WaitingForSandbox, reason TenantLimitReached) while others are served.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxPods *int32 `json:"maxPods,omitempty"`
+
+	// maxSessions is how many Sessions of the namespace hold a pod of the pool at once.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxSessions *int32 `json:"maxSessions,omitempty"`
+
+	// maxWaiting is how many of the namespace's Executions may wait for a
+	// pod of the pool; one more fails at once (reason TenantQueueFull)
+	// rather than wait behind them.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxWaiting *int32 `json:"maxWaiting,omitempty"`
+}
+
+// TenantPolicy is one namespace's share of a shared pool.
+type TenantPolicy struct {
+	// namespace the policy is for.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Namespace string `json:"namespace"`
+
+	// weight of the namespace when pods are shared out among the waiting
+	// namespaces: a namespace of weight 2 gets pods as if it held half of
+	// what it holds. Default 1.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
+
+	// limits of this namespace; a field left unset takes the pool's
+	// sharing.limits.
+	// +kubebuilder:default={}
+	// +optional
+	Limits TenantLimits `json:"limits,omitempty"`
+}
+
+// TenantUsage is what one namespace holds of a shared pool.
+type TenantUsage struct {
+	// namespace of the tenant.
+	Namespace string `json:"namespace"`
+	// pods it holds: running Executions and Sessions.
+	Pods int32 `json:"pods"`
+	// sessions of it that hold a pod.
+	Sessions int32 `json:"sessions"`
+	// waiting is how many of its Executions and Sessions wait for a pod.
+	Waiting int32 `json:"waiting"`
 }
 
 // PoolLLM picks the model that Executions' code may ask.
@@ -491,6 +584,13 @@ type SandboxPoolStatus struct {
 	// autoscaling is the last decision of spec.autoscaling.
 	// +optional
 	Autoscaling *PoolAutoscalingStatus `json:"autoscaling,omitempty"`
+
+	// tenants is what each namespace using a shared pool holds and waits for,
+	// those holding the most first (at most 100).
+	// +listType=map
+	// +listMapKey=namespace
+	// +optional
+	Tenants []TenantUsage `json:"tenants,omitempty"`
 
 	// conditions: Ready (the pool has its idle replicas), Degraded (pods
 	// cannot start, with a reason such as ImagePullBackOff) and

@@ -78,7 +78,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.context) == has(oldSelf.context) && has(self.env) == has(oldSelf.env) && has(self.owner) == has(oldSelf.owner)",message="spec is immutable except close, idleTimeout and maxLifetime: create a new Session instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.access) || self.access != 'Owner' || has(self.owner)",message="spec.access Owner binds the Session to spec.owner: set spec.owner to your user name (kubectl auth whoami)"
 type SessionSpec struct {
-	// poolRef names the SandboxPool, in the Session's namespace, whose pod the Session leases.
+	// poolRef names the SandboxPool whose pod the Session leases: one in the
+	// Session's namespace, or a shared pool of another namespace that admits this one.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
 	PoolRef PoolReference `json:"poolRef"`
 
@@ -245,6 +246,7 @@ type SessionSnapshot struct {
 // +kubebuilder:resource:shortName=ses,categories=warmpool
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a Session's name must be at most 63 characters: it labels the Session's pod"
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="Pool Namespace",type=string,JSONPath=`.spec.poolRef.namespace`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.podName`
 // +kubebuilder:printcolumn:name="Last activity",type=date,JSONPath=`.status.lastActivityTime`
@@ -274,4 +276,12 @@ type SessionList struct {
 
 func init() {
 	SchemeBuilder.Register(&Session{}, &SessionList{})
+}
+
+// PoolKey is the Session's pool.
+func (s *Session) PoolKey() types.NamespacedName { return s.Spec.PoolRef.Key(s.Namespace) }
+
+// PodKey is the Session's pod (status.podName), which lives in its pool's namespace.
+func (s *Session) PodKey() types.NamespacedName {
+	return types.NamespacedName{Namespace: s.PoolKey().Namespace, Name: s.Status.PodName}
 }

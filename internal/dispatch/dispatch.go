@@ -12,7 +12,8 @@
 // initial lists, and the claims on the pods say who runs where.
 //
 // The order: Executions and Sessions of a pool take fresh pods first come,
-// first served (creation time, then name). A Session takes one pod for its
+// first served (creation time, then name) within their namespace, and
+// shared fairly among the namespaces of a shared pool (fairshare.go). A Session takes one pod for its
 // whole life (its lease); the Executions naming the Session run one at a time
 // in creation order on that pod, and wait while the Session has none.
 package dispatch
@@ -44,6 +45,12 @@ type Placement struct {
 	// NeedsFreshPod: it waits for a fresh pod (an Execution without a
 	// session, or a Session).
 	NeedsFreshPod bool
+	// TenantLimit, when it waits for a fresh pod of a shared pool: its
+	// namespace holds the pods (or Sessions) its limit allows.
+	TenantLimit bool
+	// OverWaitingLimit: more of its namespace's Executions wait for the
+	// shared pool before it than the namespace's maxWaiting.
+	OverWaitingLimit bool
 }
 
 // Dispatcher holds the queues of every pool. Its methods are safe for
@@ -71,6 +78,10 @@ type Dispatcher struct {
 	// Claims this manager did not see arrive (running before a restart) are
 	// not told. Called without the dispatcher's lock.
 	OnClaimed func(pool types.NamespacedName, warm bool)
+	// Admitted reports whether namespace ns may use pool, a pool of another
+	// namespace (tenancy: a shared pool whose selector picks ns). Work of a
+	// namespace not admitted waits and gets no pod. Nil: none is.
+	Admitted func(pool *sandboxv1alpha1.SandboxPool, ns string) bool
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*pool
@@ -97,6 +108,7 @@ type entry struct {
 	// lease: the entry is a Session waiting for its pod, not an Execution.
 	lease   bool
 	pool    *pool
+	// session is the key (sessionKey) of the session it runs in or leases for.
 	session string
 	created time.Time
 	state   state
@@ -113,7 +125,8 @@ type podInfo struct {
 	rv          string
 	current     bool // built from the pool's current template
 	idle        bool // a fresh pod free to claim
-	session     string
+	session     string    // sessionKey of the session that holds it
+	tenant      string    // the namespace whose code it ran (lease.Tenant)
 	sessionUID  types.UID // the Session object that holds it ("" before Session objects)
 	sessionFree bool      // a session pod free for the session's next Execution
 	claimedBy   types.UID
@@ -149,8 +162,9 @@ type pool struct {
 	key        types.NamespacedName
 	hash       string
 	obj        *sandboxv1alpha1.SandboxPool // nil until seen, and once deleted
-	queue      entryHeap
-	sessions   map[string]*session
+	tenants    map[string]*tenantQueue // waiting for a fresh pod, by namespace
+	waiting    int                     // entries in tenants
+	sessions   map[string]*session     // by sessionKey
 	pods       map[string]*podInfo
 	idle       map[string]*podInfo
 	lastDemand int
@@ -218,7 +232,8 @@ func (d *Dispatcher) deliver(w wakes) {
 func (d *Dispatcher) pool(key types.NamespacedName) *pool {
 	p := d.pools[key]
 	if p == nil {
-		p = &pool{key: key, sessions: map[string]*session{}, pods: map[string]*podInfo{}, idle: map[string]*podInfo{}}
+		p = &pool{key: key, sessions: map[string]*session{}, pods: map[string]*podInfo{}, idle: map[string]*podInfo{},
+			tenants: map[string]*tenantQueue{}}
 		d.pools[key] = p
 	}
 	return p
@@ -226,10 +241,13 @@ func (d *Dispatcher) pool(key types.NamespacedName) *pool {
 
 // gc drops a pool that holds nothing any more.
 func (d *Dispatcher) gc(p *pool) {
-	if len(p.pods) == 0 && len(p.sessions) == 0 && p.queue.Len() == 0 && p.hash == "" {
+	if len(p.pods) == 0 && len(p.sessions) == 0 && p.waiting == 0 && p.hash == "" {
 		delete(d.pools, p.key)
 	}
 }
+
+// sessionKey tells apart the sessions of different namespaces in a shared pool.
+func sessionKey(ns, name string) string { return ns + "/" + name }
 
 func (p *pool) session(name string) *session {
 	s := p.sessions[name]
@@ -315,13 +333,14 @@ func (d *Dispatcher) UpdateSession(ses *sandboxv1alpha1.Session) {
 func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 	var w wakes
 	e := d.execs[ses.UID]
-	p := d.pool(types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name})
+	p := d.pool(ses.PoolKey())
+	key := sessionKey(ses.Namespace, ses.Name)
 	ready := ses.Status.Phase == sandboxv1alpha1.SessionReady && ses.DeletionTimestamp == nil
-	if s := p.sessions[ses.Name]; s != nil || ready {
-		s = p.session(ses.Name)
+	if s := p.sessions[key]; s != nil || ready {
+		s = p.session(key)
 		if s.ready != ready || s.uid != ses.UID || s.named != ses.Status.PodName {
 			s.ready, s.uid, s.named = ready, ses.UID, ses.Status.PodName
-			if pi := p.pods[s.named]; pi != nil && pi.session == ses.Name && s.owns(pi) {
+			if pi := p.pods[s.named]; pi != nil && pi.session == key && s.owns(pi) {
 				s.pod = s.named
 			} else if s.named != "" && s.pod != s.named {
 				s.pod = "" // its pod's own event sets it
@@ -342,9 +361,9 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		}
 	case e == nil:
 		e = &entry{uid: ses.UID, name: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Name}, lease: true,
-			pool: p, session: ses.Name, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+			pool: p, session: key, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
 		d.execs[ses.UID] = e
-		p.session(ses.Name).uid = ses.UID
+		p.session(key).uid = ses.UID
 		e.claim = true
 		w.claims = append(w.claims, e)
 		d.enqueue(e, &w)
@@ -376,9 +395,12 @@ func (d *Dispatcher) DeleteExecution(uid types.UID) {
 
 // newEntry tracks an Execution, in no queue yet.
 func (d *Dispatcher) newEntry(ex *sandboxv1alpha1.Execution) *entry {
-	p := d.pool(types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name})
+	p := d.pool(ex.PoolKey())
 	e := &entry{uid: ex.UID, name: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Name}, pool: p,
-		session: ex.Spec.Session, created: ex.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+		created: ex.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+	if ex.Spec.Session != "" {
+		e.session = sessionKey(ex.Namespace, ex.Spec.Session)
+	}
 	d.execs[ex.UID] = e
 	return e
 }
@@ -404,7 +426,7 @@ func (d *Dispatcher) enqueue(e *entry, w *wakes) {
 		s.lease = e
 		d.syncSession(p, s, w)
 	case e.session == "":
-		heap.Push(&p.queue, queued{e, &e.poolIdx})
+		p.push(e)
 	default:
 		s := p.session(e.session)
 		heap.Push(&s.queue, queued{e, &e.sessionIdx})
@@ -440,7 +462,7 @@ func (d *Dispatcher) remove(e *entry, w *wakes) {
 func (d *Dispatcher) unqueue(e *entry) {
 	p := e.pool
 	if e.poolIdx >= 0 {
-		heap.Remove(&p.queue, e.poolIdx)
+		p.unpush(e)
 	}
 	if e.sessionIdx >= 0 {
 		heap.Remove(&p.session(e.session).queue, e.sessionIdx)
@@ -530,7 +552,11 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	pi.rv = pod.ResourceVersion
 	pi.current = p.hash == "" || pod.Labels[sandboxpod.LabelTemplateHash] == p.hash
 	pi.claimedBy = lease.ClaimedBy(pod)
-	pi.session = lease.Session(pod)
+	pi.tenant = lease.Tenant(pod)
+	pi.session = ""
+	if name := lease.Session(pod); name != "" {
+		pi.session = sessionKey(pi.tenant, name)
+	}
 	pi.sessionUID = lease.SessionUID(pod)
 	usable := d.Usable == nil || (p.obj != nil && d.Usable(p.obj, pod))
 	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
@@ -652,9 +678,9 @@ func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
 	if l := s.lease; l != nil && l.state == waiting {
 		switch {
 		case pi != nil && l.poolIdx >= 0:
-			heap.Remove(&p.queue, l.poolIdx)
+			p.unpush(l)
 		case pi == nil && l.poolIdx < 0:
-			heap.Push(&p.queue, queued{l, &l.poolIdx})
+			p.push(l)
 		}
 	}
 	if s.running != "" || pi == nil || !pi.sessionFree || pi.assignedTo != nil {
@@ -671,16 +697,24 @@ func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
 	s.running = next.uid
 }
 
-// fill hands the pool's idle pods to the head of its queue.
+// fill hands the pool's idle pods to the heads of its queues (fairshare.go).
 func (d *Dispatcher) fill(p *pool, w *wakes) {
-	for p.queue.Len() > 0 && len(p.idle) > 0 {
-		e := heap.Pop(&p.queue).(*entry)
-		if e.lease {
-			p.session(e.session).running = e.uid
+	if p.waiting > 0 && len(p.idle) > 0 {
+		shares := d.shares(p, false)
+		for len(p.idle) > 0 {
+			e, pi := p.next(shares)
+			if e == nil {
+				break
+			}
+			p.unpush(e)
+			shares[e.name.Namespace].take(e.lease)
+			if e.lease {
+				p.session(e.session).running = e.uid
+			}
+			d.assign(p, e, pi, w)
 		}
-		d.assign(p, e, p.pickIdle(), w)
 	}
-	if n := p.queue.Len(); n != p.lastDemand {
+	if n := d.demand(p); n != p.lastDemand {
 		p.lastDemand = n
 		w.pools = append(w.pools, p.key)
 	}
@@ -693,13 +727,25 @@ func (d *Dispatcher) assign(p *pool, e *entry, pi *podInfo, w *wakes) {
 	w.wake(e)
 }
 
-// pickIdle returns an idle pod built from the current template if there is
-// one, else any; the lowest name among equals, so choices are reproducible.
-// Linear in the idle pods, which are the pool's warm replicas: few.
-func (p *pool) pickIdle() *podInfo {
+// pickIdle returns an idle pod that may run namespace ns's code: one that
+// already ran ns's (a reused pod of a shared pool) before a fresh one, one
+// built from the current template before an older one, and the lowest name
+// among equals, so choices are reproducible. Linear in the idle pods, which
+// are the pool's warm replicas: few.
+func (p *pool) pickIdle(ns string) *podInfo {
 	var best *podInfo
+	rank := func(pi *podInfo) (bool, bool) { return pi.tenant == ns, pi.current }
 	for _, pi := range p.idle {
-		if best == nil || (pi.current && !best.current) || (pi.current == best.current && pi.name < best.name) {
+		if pi.tenant != "" && pi.tenant != ns {
+			continue
+		}
+		if best == nil {
+			best = pi
+			continue
+		}
+		mine, cur := rank(pi)
+		bmine, bcur := rank(best)
+		if (mine && !bmine) || (mine == bmine && ((cur && !bcur) || (cur == bcur && pi.name < best.name))) {
 			best = pi
 		}
 	}
@@ -762,6 +808,12 @@ func (d *Dispatcher) placement(e *entry) Placement {
 		if e.lease && e.state == waiting {
 			pl.SessionPod = s.pod // the pod it waits to adopt
 		}
+		if pl.NeedsFreshPod && e.pool.shared() && e.poolIdx >= 0 {
+			pl.OverWaitingLimit = e.pool.overWaitingLimit(e)
+			if sh := d.shares(e.pool, false)[e.name.Namespace]; sh != nil && sh.admitted {
+				pl.TenantLimit = !sh.mayTake(e.lease)
+			}
+		}
 		return pl
 	}
 	pl.SessionPod = s.pod
@@ -799,7 +851,7 @@ func (d *Dispatcher) Demand(key types.NamespacedName) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if p := d.pools[key]; p != nil {
-		return p.queue.Len()
+		return d.demand(p)
 	}
 	return 0
 }
@@ -837,7 +889,7 @@ func (d *Dispatcher) Waiting(key types.NamespacedName) int {
 	if p == nil {
 		return 0
 	}
-	n := p.queue.Len()
+	n := p.waiting
 	for _, s := range p.sessions {
 		n += s.queue.Len()
 		if s.lease != nil && s.lease.poolIdx < 0 && s.lease.state == waiting {
@@ -862,8 +914,12 @@ func (d *Dispatcher) OldestWaiting(key types.NamespacedName) time.Time {
 			oldest = t
 		}
 	}
-	if p.queue.Len() > 0 {
-		consider(p.queue[0].e.created)
+	for _, q := range p.tenants {
+		for _, h := range []*entry{q.runs.peek(), q.leases.peek()} {
+			if h != nil {
+				consider(h.created)
+			}
+		}
 	}
 	for _, s := range p.sessions {
 		if s.queue.Len() > 0 {

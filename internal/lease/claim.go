@@ -30,10 +30,36 @@ func ClaimedBy(pod *corev1.Pod) types.UID {
 // Session returns the session that holds the pod, if any.
 func Session(pod *corev1.Pod) string { return pod.Labels[sandboxpod.LabelSession] }
 
+// Tenant returns the namespace whose code the pod ran: its tenant label, or
+// for a used pod without one (claimed before shared pools) its own
+// namespace; "" for a pod that never ran code, which any namespace the pool
+// admits may take.
+func Tenant(pod *corev1.Pod) string {
+	if t := pod.Labels[sandboxpod.LabelTenant]; t != "" {
+		return t
+	}
+	if pod.Annotations[sandboxpod.AnnotationUsed] != "" || Session(pod) != "" || ClaimedBy(pod) != "" {
+		return pod.Namespace
+	}
+	return ""
+}
+
+// ServesTenant reports whether pod may run code of namespace ns: it never
+// ran any, or only ns's. A pod never runs two namespaces' code.
+func ServesTenant(pod *corev1.Pod, ns string) bool {
+	t := Tenant(pod)
+	return t == "" || t == ns
+}
+
+// markTenant records on pod the namespace whose code it is about to run.
+func markTenant(pod *corev1.Pod, ns string) {
+	pod.Labels[sandboxpod.LabelTenant] = ns
+}
+
 // Claimable reports whether ex may take pod (as read): an idle fresh pod, or its own
 // session's pod while no other Execution runs on it.
 func Claimable(pod *corev1.Pod, ex *sandboxv1alpha1.Execution) bool {
-	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) {
+	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) || !ServesTenant(pod, ex.Namespace) {
 		return false
 	}
 	if s := Session(pod); s != "" {
@@ -53,6 +79,7 @@ func Claim(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1a
 		pod.Annotations = map[string]string{}
 	}
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	markTenant(pod, ex.Namespace)
 	if ex.Spec.Session != "" {
 		pod.Labels[sandboxpod.LabelSession] = ex.Spec.Session
 	}

@@ -37,7 +37,7 @@ func SessionUID(pod *corev1.Pod) types.UID {
 // by anyone who may create pods, a UID cannot.
 func HeldBy(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
 	uid := SessionUID(pod)
-	return Session(pod) == ses.Name && (uid == "" || uid == ses.UID) &&
+	return Session(pod) == ses.Name && Tenant(pod) == ses.Namespace && (uid == "" || uid == ses.UID) &&
 		(ses.Status.PodUID == "" || ses.Status.PodUID == pod.UID)
 }
 
@@ -45,7 +45,7 @@ func HeldBy(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
 // fresh pod, or its own pod that no run holds (left by a manager that stopped
 // between the claim and the Session's status).
 func ClaimableForSession(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
-	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) || ClaimedBy(pod) != "" {
+	if sandboxpod.IsTerminal(pod) || !sandboxpod.IsReady(pod) || ClaimedBy(pod) != "" || !ServesTenant(pod, ses.Namespace) {
 		return false
 	}
 	if Session(pod) != "" {
@@ -67,6 +67,7 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 		pod.Annotations = map[string]string{}
 	}
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	markTenant(pod, ses.Namespace)
 	pod.Labels[sandboxpod.LabelSession] = ses.Name
 	pod.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
 	pod.Annotations[sandboxpod.AnnotationUsed] = "true"

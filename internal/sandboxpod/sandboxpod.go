@@ -29,6 +29,10 @@ const (
 	LabelTemplateHash = "sandbox.warmpool.dev/template-hash"
 	// LabelSession names the session that holds the pod.
 	LabelSession = "sandbox.warmpool.dev/session"
+	// LabelTenant is the namespace whose code the pod ran (written with its
+	// first claim, never changed): in a shared pool the pod serves that
+	// namespace alone from then on.
+	LabelTenant = "sandbox.warmpool.dev/tenant"
 
 	// AnnotationSessionUID is the UID of the Session object whose pod it is: a
 	// later Session of the same name is another Session and never adopts it.

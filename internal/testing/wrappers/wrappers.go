@@ -279,6 +279,7 @@ func (w *PodWrapper) ClaimedBy(ex *sandboxv1alpha1.Execution) *PodWrapper {
 		w.Annotations = map[string]string{}
 	}
 	w.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	w.Labels[sandboxpod.LabelTenant] = ex.Namespace
 	if ex.Spec.Session != "" {
 		w.Labels[sandboxpod.LabelSession] = ex.Spec.Session
 	}
@@ -387,5 +388,39 @@ func (w *PodWrapper) HeldBy(ses *sandboxv1alpha1.Session) *PodWrapper {
 	}
 	w.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
 	w.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	w.Labels[sandboxpod.LabelTenant] = ses.Namespace
+	return w
+}
+
+// Tenant marks the pod as having run namespace ns's code (an idle reused pod
+// of a shared pool).
+func (w *PodWrapper) Tenant(ns string) *PodWrapper {
+	w.Labels[sandboxpod.LabelTenant] = ns
+	return w
+}
+
+// Shared shares the pool with the namespaces labelled with selector, each
+// within limits.
+func (w *PoolWrapper) Shared(selector map[string]string, limits sandboxv1alpha1.TenantLimits) *PoolWrapper {
+	w.Spec.Sharing = &sandboxv1alpha1.PoolSharing{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: selector}, Limits: limits}
+	return w
+}
+
+// TenantWeight gives namespace ns a weight on the shared pool.
+func (w *PoolWrapper) TenantWeight(ns string, weight int32) *PoolWrapper {
+	w.Spec.Sharing.Tenants = append(w.Spec.Sharing.Tenants, sandboxv1alpha1.TenantPolicy{Namespace: ns, Weight: weight})
+	return w
+}
+
+// SharedPool points the Execution at pool name of namespace ns.
+func (w *ExecutionWrapper) SharedPool(ns, name string) *ExecutionWrapper {
+	w.Spec.PoolRef = sandboxv1alpha1.PoolReference{Namespace: ns, Name: name}
+	return w
+}
+
+// SharedPool points the Session at pool name of namespace ns.
+func (w *SessionWrapper) SharedPool(ns, name string) *SessionWrapper {
+	w.Spec.PoolRef = sandboxv1alpha1.PoolReference{Namespace: ns, Name: name}
 	return w
 }

@@ -1,0 +1,193 @@
+package dispatch
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/wrappers"
+)
+
+// A shared pool "python" in namespace "platform", used by tenants "big" and
+// "small" (admitted) and "outsider" (not).
+const platform = "platform"
+
+var sharedKey = types.NamespacedName{Namespace: platform, Name: "python"}
+
+func sharedDispatcher(t *testing.T, limits sandboxv1alpha1.TenantLimits, weights map[string]int32) (*Dispatcher, *[]types.NamespacedName) {
+	t.Helper()
+	var woke []types.NamespacedName
+	d := New(func(n types.NamespacedName) { woke = append(woke, n) }, func(types.NamespacedName) {})
+	d.WakeSession = func(n types.NamespacedName) { woke = append(woke, n) }
+	d.Admitted = func(_ *sandboxv1alpha1.SandboxPool, ns string) bool { return ns == "big" || ns == "small" }
+	pool := wrappers.Pool(platform, "python").Shared(map[string]string{"tenant": "yes"}, limits)
+	for ns, w := range weights {
+		pool.TenantWeight(ns, w)
+	}
+	obj := pool.Obj()
+	obj.UID, obj.Generation = "pool-uid", 1
+	d.UpdatePool(obj)
+	return d, &woke
+}
+
+func tenantEx(ns, name string, sec int) *sandboxv1alpha1.Execution {
+	return wrappers.Execution(ns, name).SharedPool(platform, "python").UID(ns + "-" + name).
+		Created(t0.Add(time.Duration(sec) * time.Millisecond)).Obj()
+}
+
+func sharedPod(name string) *wrappers.PodWrapper { return wrappers.Pod(platform, name, "python") }
+
+// placed returns which of the tenants' Executions got a pod.
+func placed(d *Dispatcher, exs []*sandboxv1alpha1.Execution) []string {
+	var out []string
+	for _, e := range exs {
+		if d.Place(e).Pod != "" {
+			out = append(out, e.Namespace+"/"+e.Name)
+		}
+	}
+	return out
+}
+
+func TestSmallTenantIsNotQueuedBehindABurst(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
+	var exs []*sandboxv1alpha1.Execution
+	for i := range 1000 {
+		e := tenantEx("big", fmt.Sprintf("b%04d", i), i)
+		exs = append(exs, e)
+		d.UpdateExecution(e)
+	}
+	small := tenantEx("small", "s", 5000) // arrives after the whole burst
+	exs = append(exs, small)
+	d.UpdateExecution(small)
+
+	// The burst holds two pods already.
+	d.UpdatePod(sharedPod("p1").Obj())
+	d.UpdatePod(sharedPod("p2").Obj())
+	if got := placed(d, exs); !slices.Equal(got, []string{"big/b0000", "small/s"}) {
+		t.Fatalf("placed %v, want the burst's first and the small tenant's run (it holds no pod, the burst one)", got)
+	}
+	if got := d.Demand(sharedKey); got != 999 {
+		t.Errorf("demand %d, want the 999 still waiting: the pool grows for every tenant", got)
+	}
+}
+
+func TestWeightsShareOutPods(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, map[string]int32{"big": 3})
+	var exs []*sandboxv1alpha1.Execution
+	for i := range 20 {
+		for _, ns := range []string{"big", "small"} {
+			e := tenantEx(ns, fmt.Sprintf("e%02d", i), i)
+			exs = append(exs, e)
+			d.UpdateExecution(e)
+		}
+	}
+	for i := range 8 {
+		d.UpdatePod(sharedPod(fmt.Sprintf("p%d", i)).Obj())
+	}
+	n := map[string]int{}
+	for _, e := range exs {
+		if d.Place(e).Pod != "" {
+			n[e.Namespace]++
+		}
+	}
+	if n["big"] != 6 || n["small"] != 2 {
+		t.Errorf("pods %v, want big 6 and small 2 (weight 3 against 1)", n)
+	}
+}
+
+func TestTenantLimitsHoldItsWorkNotOthers(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{MaxPods: ptr.To[int32](2), MaxWaiting: ptr.To[int32](3)}, nil)
+	var exs []*sandboxv1alpha1.Execution
+	for i := range 5 {
+		e := tenantEx("big", fmt.Sprintf("b%d", i), i)
+		exs = append(exs, e)
+		d.UpdateExecution(e)
+	}
+	small := tenantEx("small", "s", 100)
+	exs = append(exs, small)
+	d.UpdateExecution(small)
+	for i := range 4 {
+		d.UpdatePod(sharedPod(fmt.Sprintf("p%d", i)).Obj())
+	}
+	if got := placed(d, exs); !slices.Equal(got, []string{"big/b0", "big/b1", "small/s"}) {
+		t.Fatalf("placed %v, want two of big (its maxPods) and small's", got)
+	}
+	if pl := d.Place(exs[2]); !pl.TenantLimit || pl.OverWaitingLimit {
+		t.Errorf("b2: %+v, want waiting on its namespace's limit, within maxWaiting", pl)
+	}
+	// b2, b3 and b4 wait: three, the limit. A sixth is one too many.
+	extra := tenantEx("big", "b5", 200)
+	d.UpdateExecution(extra)
+	if pl := d.Place(extra); !pl.OverWaitingLimit {
+		t.Errorf("b5: %+v, want over maxWaiting (3 of its namespace wait before it)", pl)
+	}
+	if pl := d.Place(exs[4]); pl.OverWaitingLimit {
+		t.Errorf("b4: %+v, want within maxWaiting", pl)
+	}
+	if got := d.Demand(sharedKey); got != 0 {
+		t.Errorf("demand %d, want 0: big may not hold more pods, so more pods would idle", got)
+	}
+	if got := d.Tenants(sharedKey); len(got) != 2 || got[0] != (sandboxv1alpha1.TenantUsage{Namespace: "big", Pods: 2, Waiting: 4}) ||
+		got[1] != (sandboxv1alpha1.TenantUsage{Namespace: "small", Pods: 1}) {
+		t.Errorf("tenants %+v, want big holding 2 with 4 waiting, then small holding 1", got)
+	}
+}
+
+func TestNamespaceNotAdmittedGetsNoPod(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
+	out := tenantEx("outsider", "o", 0)
+	d.UpdateExecution(out)
+	d.UpdatePod(sharedPod("p1").Obj())
+	if pl := d.Place(out); pl.Pod != "" {
+		t.Fatalf("outsider got %q: its namespace is not admitted", pl.Pod)
+	}
+	if got := d.Demand(sharedKey); got != 0 {
+		t.Errorf("demand %d, want 0: the pool does not grow for a namespace it does not admit", got)
+	}
+	in := tenantEx("small", "s", 1)
+	d.UpdateExecution(in)
+	if pl := d.Place(in); pl.Pod != "p1" {
+		t.Errorf("small: %+v, want p1 (control: the pod was free)", pl)
+	}
+}
+
+func TestReusedPodServesOnlyItsTenant(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
+	d.UpdatePod(sharedPod("used-by-big").Tenant("big").Obj())
+	s := tenantEx("small", "s", 0)
+	d.UpdateExecution(s)
+	if pl := d.Place(s); pl.Pod != "" {
+		t.Fatalf("small got %q, a pod that ran big's code", pl.Pod)
+	}
+	b := tenantEx("big", "b", 1)
+	d.UpdateExecution(b)
+	if pl := d.Place(b); pl.Pod != "used-by-big" {
+		t.Errorf("big: %+v, want its own reused pod", pl)
+	}
+	d.UpdatePod(sharedPod("fresh").Obj())
+	if pl := d.Place(s); pl.Pod != "fresh" {
+		t.Errorf("small: %+v, want the fresh pod", pl)
+	}
+}
+
+func TestSessionsOfTwoTenantsWithOneName(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
+	bigSes := wrappers.Session("big", "s").SharedPool(platform, "python").UID("big-s").ReadyOn("pod-big").Obj()
+	smallSes := wrappers.Session("small", "s").SharedPool(platform, "python").UID("small-s").ReadyOn("pod-small").Obj()
+	d.UpdateSession(bigSes)
+	d.UpdateSession(smallSes)
+	d.UpdatePod(sharedPod("pod-big").HeldBy(bigSes).Obj())
+	d.UpdatePod(sharedPod("pod-small").HeldBy(smallSes).Obj())
+	for _, ns := range []string{"big", "small"} {
+		run := wrappers.Execution(ns, "r").SharedPool(platform, "python").Session("s").UID(ns + "-r").Created(t0).Obj()
+		d.UpdateExecution(run)
+		if pl := d.Place(run); pl.Pod != "pod-"+ns {
+			t.Errorf("%s's run of Session s: %+v, want pod-%s, its own Session's", ns, pl, ns)
+		}
+	}
+}
