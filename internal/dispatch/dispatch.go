@@ -106,8 +106,8 @@ type entry struct {
 	uid  types.UID
 	name types.NamespacedName
 	// lease: the entry is a Session waiting for its pod, not an Execution.
-	lease   bool
-	pool    *pool
+	lease bool
+	pool  *pool
 	// session is the key (sessionKey) of the session it runs in or leases for.
 	session string
 	created time.Time
@@ -123,8 +123,8 @@ type podInfo struct {
 	name        string
 	pod         *corev1.Pod // as last seen: judged again when its pool changes
 	rv          string
-	current     bool // built from the pool's current template
-	idle        bool // a fresh pod free to claim
+	current     bool      // built from the pool's current template
+	idle        bool      // a fresh pod free to claim
 	session     string    // sessionKey of the session that holds it
 	tenant      string    // the namespace whose code it ran (lease.Tenant)
 	sessionUID  types.UID // the Session object that holds it ("" before Session objects)
@@ -162,9 +162,9 @@ type pool struct {
 	key        types.NamespacedName
 	hash       string
 	obj        *sandboxv1alpha1.SandboxPool // nil until seen, and once deleted
-	tenants    map[string]*tenantQueue // waiting for a fresh pod, by namespace
-	waiting    int                     // entries in tenants
-	sessions   map[string]*session     // by sessionKey
+	tenants    map[string]*tenantQueue      // waiting for a fresh pod, by namespace
+	waiting    int                          // entries in tenants
+	sessions   map[string]*session          // by sessionKey
 	pods       map[string]*podInfo
 	idle       map[string]*podInfo
 	lastDemand int
