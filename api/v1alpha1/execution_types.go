@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -95,6 +97,15 @@ func (r PoolReference) Key(own string) types.NamespacedName {
 
 // Shared reports whether the reference crosses namespaces from own.
 func (r PoolReference) Shared(own string) bool { return r.Namespace != "" && r.Namespace != own }
+
+// ParsePoolReference reads "name" (a pool of the object's own namespace) or
+// "namespace/name" (a shared pool), the form clients and the data plane take.
+func ParsePoolReference(s string) PoolReference {
+	if ns, name, ok := strings.Cut(s, "/"); ok {
+		return PoolReference{Namespace: ns, Name: name}
+	}
+	return PoolReference{Name: s}
+}
 
 // String is "name" for a pool of the object's namespace, "namespace/name" otherwise.
 func (r PoolReference) String() string {

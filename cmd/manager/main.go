@@ -29,6 +29,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
 var (
@@ -53,6 +54,7 @@ func main() {
 		agentPort            int
 		managerNamespace     string
 		agentKeysSecret      string
+		sharedPoolNamespaces string
 		leaseDuration        time.Duration
 		renewDeadline        time.Duration
 		retryPeriod          time.Duration
@@ -95,6 +97,9 @@ func main() {
 	flag.StringVar(&agentKeysSecret, "agent-keys-secret", agentkeys.DefaultSecret,
 		"Secret in the manager's namespace with the keys agent tokens are signed with (created when missing).")
 	opts := zap.Options{Development: false}
+	flag.StringVar(&sharedPoolNamespaces, "shared-pool-namespaces", strings.Join(tenancy.DefaultSharedNamespaces, ","),
+		"Comma-separated namespaces whose SandboxPools may be shared with other namespaces (spec.sharing). "+
+			"Whoever controls such a namespace can read every tenant's code: list only namespaces the platform team owns. \"\": none.")
 	flag.StringVar(&snapshots.Store.Endpoint, "snapshot-store-endpoint", "",
 		"host:port of the S3-compatible object store suspended Sessions' snapshots go to; empty: no Session is suspended. "+
 			"Credentials come from the environment: WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID and WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY.")
@@ -139,7 +144,10 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := controller.Config{Mode: controller.Mode(mode), ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
-		Resolver: runner.PodIPResolver{Port: agentPort}}
+		Resolver: runner.PodIPResolver{Port: agentPort}, SharedPoolNamespaces: tenancy.ParseNamespaces(sharedPoolNamespaces)}
+	if cfg.SharedPoolNamespaces == nil {
+		cfg.SharedPoolNamespaces = tenancy.Namespaces{} // "" is none, not the default
+	}
 	if snapshots.Store.Enabled() {
 		snapshots.Store.AccessKeyID = os.Getenv("WARMPOOL_SNAPSHOT_STORE_ACCESS_KEY_ID")
 		snapshots.Store.SecretAccessKey = os.Getenv("WARMPOOL_SNAPSHOT_STORE_SECRET_ACCESS_KEY")

@@ -10,6 +10,7 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/internal/runner"
 )
 
@@ -45,6 +46,8 @@ type Runtime struct {
 	// Autoscalers keep each pool's demand record: the dispatcher records
 	// every claim in it, the pool reconciler decides replicas from it.
 	Autoscalers *pool.Autoscalers
+	// Tenancy says which namespaces may use which pools (shared pools).
+	Tenancy *tenancy.Gate
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
@@ -73,6 +76,12 @@ func newRuntime(cfg Config) *Runtime {
 	d.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
 		return lease.MayServe(pool, p, rt.Keys) == nil
 	}
+	shared := cfg.SharedPoolNamespaces
+	if shared == nil {
+		shared = tenancy.DefaultSharedNamespaces
+	}
+	rt.Tenancy = &tenancy.Gate{Namespaces: shared}
+	d.Admitted = rt.Tenancy.Admitted
 	rt.Dispatcher = d
 	return rt
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +25,7 @@ import (
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/servingcert"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
+	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
 // DataPlaneCertSecret, in the manager's namespace, holds the data plane's
@@ -74,6 +76,10 @@ type Config struct {
 	// Snapshots configures the store suspended Sessions go to; nil: none,
 	// and no Session is suspended.
 	Snapshots *Snapshots
+	// SharedPoolNamespaces are the namespaces whose pools may be shared with
+	// other namespaces (spec.sharing); nil: tenancy.DefaultSharedNamespaces,
+	// empty: none.
+	SharedPoolNamespaces tenancy.Namespaces
 	// Clock decides the time policies of every reconciler (nil: the wall
 	// clock): the autoscaler's windows and delays, idle timeouts, lifetimes,
 	// TTLs, backoffs. Waits for real I/O (an agent's answer, the kubelet's
@@ -142,6 +148,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}
 	rt := newRuntime(cfg)
 	keys := rt.Keys
+	rt.Tenancy.Labels = tenancy.FromClient(mgr.GetClient())
 
 	// Both parts sign their calls to agents. Only the controllers create
 	// the keys Secret when there is none: the data plane waits for it, and
@@ -169,6 +176,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 // setupControllers registers the indexes and the reconcilers, each given
 // what it uses of the runtime. They run on the leader only.
 func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Runtime, poolEvents chan event.GenericEvent) error {
+	// Shared pools read tenants' namespace labels from the cache, under the
+	// dispatcher's lock: start that informer now, not at its first read.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Namespace{}); err != nil {
+		return fmt.Errorf("namespace informer: %w", err)
+	}
 	if err := index.Setup(ctx, mgr); err != nil {
 		return err
 	}
@@ -184,6 +196,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
 		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes, SnapshotStore: storeName,
+		Tenancy: rt.Tenancy,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -195,11 +208,11 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		return err
 	}
 	if err := (&execution.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Keys: keys, Dispatcher: rt.Dispatcher,
-		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
+		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, Tenancy: rt.Tenancy}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
-		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store}).SetupWithManager(mgr)
+		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Tenancy: rt.Tenancy}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They
@@ -214,7 +227,10 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 	models := &modelendpoint.Endpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
 	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
 		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Models: models, Informers: mgr.GetCache(),
-		Log: mgr.GetLogger().WithName("dataplane")}
+		Log: mgr.GetLogger().WithName("dataplane"),
+		// The data plane's role may get namespaces, not watch them: it reads
+		// a tenant's labels only for a one-call run on a shared pool.
+		Tenancy: &tenancy.Gate{Namespaces: rt.Tenancy.Namespaces, Labels: tenancy.FromClient(mgr.GetAPIReader())}}
 	// A replica without keys is not ready: the data plane's Service sends
 	// callers only to replicas that can sign their calls to agents.
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {

@@ -178,13 +178,13 @@ func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name stri
 		return nil, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf("Session %s is %s%s: %s", name, phase, why, nextStep(phase))
 	}
 	pod := &corev1.Pod{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Status.PodName}, pod)
+	err := r.Get(ctx, ses.PodKey(), pod)
 	gone := err != nil || !lease.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil
 	if !gone {
 		// The pod under the name the Session's status gives must be one its
 		// pool owns: anyone who may create pods can reuse a deleted pod's name.
 		pool := &sandboxv1alpha1.SandboxPool{}
-		if perr := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ses.Spec.PoolRef.Name}, pool); perr != nil ||
+		if perr := r.Get(ctx, ses.PoolKey(), pool); perr != nil ||
 			lease.MayServe(pool, pod, s.Keys) != nil {
 			gone = true
 		}
@@ -233,7 +233,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		req.ID = uuid.NewString()
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := s.Client.Get(r.Context(), types.NamespacedName{Namespace: t.ses.Namespace, Name: t.ses.Spec.PoolRef.Name}, pool); err != nil {
+	if err := s.Client.Get(r.Context(), t.ses.PoolKey(), pool); err != nil {
 		pool = nil // the agent's own defaults and limits apply (it was started with the pool's)
 	}
 	if msg := checkExec(r, pool, &req); msg != "" {

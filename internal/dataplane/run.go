@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
@@ -84,9 +86,19 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := s.Client.Get(r.Context(), types.NamespacedName{Namespace: ns, Name: req.Pool}, pool); err != nil {
+	ref := sandboxv1alpha1.ParsePoolReference(req.Pool)
+	if err := s.Client.Get(r.Context(), ref.Key(ns), pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("SandboxPool %q not found in namespace %s", req.Pool, ns))
+			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("SandboxPool %q not found in namespace %s", ref.Name, ref.Key(ns).Namespace))
+			return
+		}
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+		return
+	}
+	if err := s.Tenancy.Admit(r.Context(), pool, ns); err != nil {
+		var refused *tenancy.Refusal
+		if errors.As(err, &refused) {
+			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refused.Message)
 			return
 		}
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
@@ -174,7 +186,7 @@ func (s *Server) mayCreateAndRun(ctx context.Context, caller user.Info, ns strin
 func oneCallSession(ns, name, owner string, req *sessions.RunRequest) *sandboxv1alpha1.Session {
 	ses := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 		Annotations: map[string]string{sandboxv1alpha1.AnnotationRun: req.ID}},
-		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.PoolReference{Name: req.Pool}, Owner: owner}}
+		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.ParsePoolReference(req.Pool), Owner: owner}}
 	if req.OwnerOnly {
 		ses.Spec.Access = sandboxv1alpha1.SessionAccessOwner
 	}

@@ -46,6 +46,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
 // Group and Version of the data plane's API.
@@ -81,6 +82,9 @@ type Server struct {
 	APIReader client.Reader
 	// Runner signs the calls to the pods' agents.
 	Runner *runner.Runner
+	// Tenancy refuses a one-call run a shared pool does not admit, at once
+	// (nil: pools of the caller's namespace only).
+	Tenancy *tenancy.Gate
 	// KeysLoaded reports whether the agent signing keys are loaded; until
 	// then every Session request is answered 503, so a caller retries
 	// instead of reading a failed call to its agent as a broken sandbox.

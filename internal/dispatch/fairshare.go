@@ -222,6 +222,9 @@ func (d *Dispatcher) Tenants(key types.NamespacedName) []sandboxv1alpha1.TenantU
 	}
 	var out []sandboxv1alpha1.TenantUsage
 	for ns, s := range d.shares(p, true) {
+		if !s.admitted {
+			continue // its work waits with a reason of its own; it is no tenant
+		}
 		u := sandboxv1alpha1.TenantUsage{Namespace: ns, Pods: int32(s.pods), Sessions: int32(s.sessions)}
 		if q := p.tenants[ns]; q != nil {
 			u.Waiting = int32(q.len())

@@ -414,7 +414,7 @@ func (p *plugin) runExecution(ctx context.Context, c client.WithWatch, ns, code 
 	ex := &sandboxv1alpha1.Execution{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "run-"},
 		Spec: sandboxv1alpha1.ExecutionSpec{
-			PoolRef:  sandboxv1alpha1.PoolReference{Name: o.pool},
+			PoolRef:  sandboxv1alpha1.ParsePoolReference(o.pool),
 			Code:     &code,
 			Language: sandboxv1alpha1.Language(o.language),
 			Context:  contextText,

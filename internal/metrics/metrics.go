@@ -141,6 +141,13 @@ var (
 		Name: "warmpool_pool_oldest_pending_created_timestamp_seconds",
 		Help: "Creation time (Unix seconds) of a SandboxPool's oldest Execution or Session waiting for a pod; absent when none waits.",
 	}, []string{"namespace", "pool"})
+	// PoolTenant counts, on a shared pool, what each tenant namespace holds
+	// and waits for. The tenant label is bounded by the namespaces the
+	// pool's selector admits (at most 100 per pool are reported, as in status).
+	PoolTenant = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "warmpool_pool_tenant_pods",
+		Help: "Of a shared SandboxPool, the pods a tenant namespace holds (state=\"held\"), its Sessions holding a pod (state=\"sessions\") and its Executions and Sessions waiting (state=\"waiting\").",
+	}, []string{"namespace", "pool", "tenant", "state"})
 	// PoolPending counts a pool's Executions waiting for a pod.
 	PoolPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_pending_executions", Help: "Executions waiting for a pod of a SandboxPool.",
@@ -185,7 +192,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, PoolTenant, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
@@ -221,4 +228,5 @@ func ForgetPool(namespace, pool string) {
 	}
 	PoolDesiredReplicas.DeleteLabelValues(namespace, pool)
 	PoolWarmHitRatio.DeleteLabelValues(namespace, pool)
+	PoolTenant.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "pool": pool})
 }

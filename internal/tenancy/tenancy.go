@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,4 +148,28 @@ func PolicyFor(pool *sandboxv1alpha1.SandboxPool, ns string) Policy {
 		}
 	}
 	return out
+}
+
+// Gate is the manager's tenancy rule: the namespaces it shares pools from and
+// how it reads a namespace's labels.
+type Gate struct {
+	Namespaces Namespaces
+	Labels     Labels
+}
+
+// Admit is Namespaces.Admit with the gate's labels.
+func (g *Gate) Admit(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, ns string) error {
+	if g == nil { // no gate: no pool is shared
+		return Namespaces(nil).Admit(ctx, nil, pool, ns)
+	}
+	return g.Namespaces.Admit(ctx, g.Labels, pool, ns)
+}
+
+// Admitted reports whether ns may use pool; a namespace whose labels cannot
+// be read is not.
+func (g *Gate) Admitted(pool *sandboxv1alpha1.SandboxPool, ns string) bool {
+	// The dispatcher asks under its lock: never wait long for a cache.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return g.Admit(ctx, pool, ns) == nil
 }

@@ -133,11 +133,12 @@ type Options struct {
 	SuspendAfter *time.Duration
 }
 
-// Create makes a Session of pool in namespace (name ending in "-": a
+// Create makes a Session of pool ("name", or "namespace/name" for a shared
+// pool of another namespace) in namespace (name ending in "-": a
 // generated name with that prefix) and waits until it is Ready.
 func (c *Client) Create(ctx context.Context, namespace, name, pool string, o *Options) (*Session, error) {
 	obj := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: namespace},
-		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.PoolReference{Name: pool}}}
+		Spec: sandboxv1alpha1.SessionSpec{PoolRef: sandboxv1alpha1.ParsePoolReference(pool)}}
 	if strings.HasSuffix(name, "-") {
 		obj.GenerateName = name
 	} else {

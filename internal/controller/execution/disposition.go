@@ -31,7 +31,7 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 		return nil
 	}
 	pod := &corev1.Pod{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}, pod); err != nil {
+	if err := r.Get(ctx, ex.PodKey(), pod); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if lease.ClaimedBy(pod) != ex.UID {

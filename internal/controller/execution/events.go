@@ -18,6 +18,7 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/index"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -60,7 +61,7 @@ func (r *Reconciler) sessionExecutions(ctx context.Context, o client.Object) []c
 	}
 	var list sandboxv1alpha1.ExecutionList
 	if err := r.List(ctx, &list, client.InNamespace(ses.Namespace),
-		client.MatchingFields{index.ActiveSession: index.SessionKey(ses.Spec.PoolRef.Name, ses.Name)}); err != nil {
+		client.MatchingFields{index.ActiveSession: index.SessionKey(ses.Spec.PoolRef.String(), ses.Name)}); err != nil {
 		return nil
 	}
 	out := make([]ctrl.Request, 0, len(list.Items))
@@ -88,7 +89,8 @@ func (r *Reconciler) podEvents() handler.EventHandler {
 	// A claimed pod that changes (ends, is deleted, is released) wakes its Execution.
 	wakeClaimer := func(pod *corev1.Pod, q wakeup.Queue) {
 		if name := pod.Annotations[sandboxpod.AnnotationClaimedBy]; name != "" {
-			q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}})
+			// The Execution is in the namespace whose code the pod runs (a shared pool's pods are elsewhere).
+			q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: lease.Tenant(pod), Name: name}})
 		}
 	}
 	return handler.Funcs{

@@ -24,6 +24,7 @@ import (
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -45,12 +46,21 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 		return ctrl.Result{}, nil
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool); err != nil {
+	if err := r.Get(ctx, ex.PoolKey(), pool); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
 		r.waiting(ex, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
-			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ex.Spec.PoolRef.Name, ex.Namespace))
+			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ex.Spec.PoolRef.Name, ex.PoolKey().Namespace))
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
+	if err := r.Tenancy.Admit(ctx, pool, ex.Namespace); err != nil {
+		var refused *tenancy.Refusal
+		if !errors.As(err, &refused) {
+			return ctrl.Result{}, err
+		}
+		// It waits: the platform may yet label the namespace or share the pool.
+		r.waiting(ex, refused.Reason, refused.Message)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
 	if limit := sandboxpod.MaxTimeout(pool); timeoutOf(ex, pool) > limit {
@@ -68,7 +78,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 		}
 	}
 	// Claimed earlier, but the Running status was lost: carry on with that pod.
-	if pod, err := r.claimedPod(ctx, ex.Namespace, ex.UID); err != nil || pod != nil {
+	if pod, err := r.claimedPod(ctx, ex.PoolKey().Namespace, ex.UID); err != nil || pod != nil {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -107,6 +117,13 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 			return ctrl.Result{RequeueAfter: waitBackstop}, nil
 		}
 	}
+	if pl.OverWaitingLimit {
+		limit := tenancy.PolicyFor(pool, ex.Namespace).MaxWaiting
+		r.fail(ex, sandboxv1alpha1.ReasonTenantQueueFull, fmt.Sprintf(
+			"%d Executions of namespace %s wait for a pod of the shared pool %s already, its limit (spec.sharing maxWaiting): try again when fewer wait",
+			limit, ex.Namespace, ex.Spec.PoolRef.String()), "")
+		return ctrl.Result{}, nil
+	}
 	if pl.Pod == "" {
 		r.waitingFor(ex, pool, pl)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
@@ -125,6 +142,11 @@ func (r *Reconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sandboxv1al
 		return
 	case ex.Spec.Session != "":
 		r.waiting(ex, sandboxv1alpha1.ReasonSessionPending, fmt.Sprintf("waiting for the pod of Session %s", ex.Spec.Session))
+		return
+	case pl.TenantLimit:
+		r.waiting(ex, sandboxv1alpha1.ReasonTenantLimitReached, fmt.Sprintf(
+			"namespace %s holds as many pods of the shared pool %s as it may (spec.sharing maxPods %d): waiting for one of them to be freed",
+			ex.Namespace, ex.Spec.PoolRef.String(), tenancy.PolicyFor(pool, ex.Namespace).MaxPods))
 		return
 	}
 	// Why the pool has no pod for it, from the pool's own status. No queue
@@ -153,7 +175,7 @@ func (r *Reconciler) waitingFor(ex *sandboxv1alpha1.Execution, pool *sandboxv1al
 func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
 	ses *sandboxv1alpha1.Session, podName string, next *afterWrite) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: podName}, pod); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: podName}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}

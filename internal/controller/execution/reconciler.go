@@ -33,6 +33,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -55,6 +56,8 @@ type Reconciler struct {
 	Keys *agentauth.Keyring
 	// Dispatcher decides which waiting Execution gets which free pod.
 	Dispatcher *dispatch.Dispatcher
+	// Tenancy says whether the Execution's namespace may use its pool (a shared pool of another namespace).
+	Tenancy *tenancy.Gate
 	// Models answers the code's llm_query calls with the pool's ModelEndpoint.
 	Models *modelendpoint.Endpoints
 	// Clock is injected so the time policies are tested without sleeping.

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -52,7 +51,7 @@ func reconcilerDeadline(start, since time.Time, timeout, grace time.Duration) ti
 
 func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
 	pool := &sandboxv1alpha1.SandboxPool{}
-	poolErr := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool)
+	poolErr := r.Get(ctx, ex.PoolKey(), pool)
 	if poolErr != nil && !apierrors.IsNotFound(poolErr) {
 		return ctrl.Result{}, poolErr
 	}
@@ -224,7 +223,7 @@ func deleteIfOurs(ours bool) sandboxv1alpha1.PodDisposition {
 // when the cache does not show it claimed by ex: the pod informer can lag
 // behind the Execution informer (a run can end before the claim is in the cache).
 func (r *Reconciler) runningPod(ctx context.Context, ex *sandboxv1alpha1.Execution) (*corev1.Pod, error) {
-	key := types.NamespacedName{Namespace: ex.Namespace, Name: ex.Status.PodName}
+	key := ex.PodKey()
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, key, pod)
 	if err == nil && !sandboxpod.IsTerminal(pod) && lease.ClaimedBy(pod) == ex.UID {

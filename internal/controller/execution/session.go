@@ -40,10 +40,10 @@ func (r *Reconciler) sessionGate(ctx context.Context, ex *sandboxv1alpha1.Execut
 	if err != nil {
 		return nil, ctrl.Result{}, true, err
 	}
-	if ses.Spec.PoolRef.Name != ex.Spec.PoolRef.Name {
+	if ses.PoolKey() != ex.PoolKey() {
 		r.fail(ex, sandboxv1alpha1.ReasonSessionPoolMismatch, fmt.Sprintf(
 			"Session %s leases a pod of pool %s, not %s: name that pool in spec.poolRef, or use another session",
-			ses.Name, ses.Spec.PoolRef.Name, ex.Spec.PoolRef.Name), "")
+			ses.Name, ses.Spec.PoolRef.String(), ex.Spec.PoolRef.String()), "")
 		return nil, ctrl.Result{}, true, nil
 	}
 	if ses.Spec.Access == sandboxv1alpha1.SessionAccessOwner && ex.Spec.Owner != ses.Spec.Owner {
@@ -134,7 +134,7 @@ func (r *Reconciler) createSession(ctx context.Context, ex *sandboxv1alpha1.Exec
 func (r *Reconciler) sessionLost(ctx context.Context, ex *sandboxv1alpha1.Execution) (lost string, live *corev1.Pod, err error) {
 	var history sandboxv1alpha1.ExecutionList
 	if err := r.List(ctx, &history, client.InNamespace(ex.Namespace),
-		client.MatchingFields{index.Session: index.SessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}); err != nil {
+		client.MatchingFields{index.Session: index.SessionKey(ex.Spec.PoolRef.String(), ex.Spec.Session)}); err != nil {
 		return "", nil, fmt.Errorf("list executions of session %s: %w", ex.Spec.Session, err)
 	}
 	for i := range history.Items {
@@ -147,12 +147,13 @@ func (r *Reconciler) sessionLost(ctx context.Context, ex *sandboxv1alpha1.Execut
 		return "", nil, nil
 	}
 	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ex.Namespace), client.MatchingLabels{
-		sandboxpod.LabelPool: ex.Spec.PoolRef.Name, sandboxpod.LabelSession: ex.Spec.Session}); err != nil {
+	pool := ex.PoolKey()
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(pool.Namespace), client.MatchingLabels{
+		sandboxpod.LabelPool: pool.Name, sandboxpod.LabelSession: ex.Spec.Session}); err != nil {
 		return "", nil, fmt.Errorf("list pods of session %s: %w", ex.Spec.Session, err)
 	}
 	for i := range pods.Items {
-		if !sandboxpod.IsTerminal(&pods.Items[i]) {
+		if !sandboxpod.IsTerminal(&pods.Items[i]) && lease.Tenant(&pods.Items[i]) == ex.Namespace {
 			return "", &pods.Items[i], nil
 		}
 	}
@@ -168,7 +169,7 @@ func (r *Reconciler) sessionLost(ctx context.Context, ex *sandboxv1alpha1.Execut
 func (r *Reconciler) sessionPredecessors(ctx context.Context, ex *sandboxv1alpha1.Execution) ([]*sandboxv1alpha1.Execution, error) {
 	var list sandboxv1alpha1.ExecutionList
 	if err := r.List(ctx, &list, client.InNamespace(ex.Namespace),
-		client.MatchingFields{index.ActiveSession: index.SessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}); err != nil {
+		client.MatchingFields{index.ActiveSession: index.SessionKey(ex.Spec.PoolRef.String(), ex.Spec.Session)}); err != nil {
 		return nil, fmt.Errorf("list executions of session %s: %w", ex.Spec.Session, err)
 	}
 	var out []*sandboxv1alpha1.Execution

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -18,7 +17,7 @@ import (
 // ttlSecondsAfterFinished, else its pool's executionDefaults one.
 func (r *Reconciler) ttlOf(ctx context.Context, ex *sandboxv1alpha1.Execution) time.Duration {
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}, pool); err != nil {
+	if err := r.Get(ctx, ex.PoolKey(), pool); err != nil {
 		return ttl.Of(ex.Spec.TTLSecondsAfterFinished, nil)
 	}
 	return ttl.Of(ex.Spec.TTLSecondsAfterFinished, pool.Spec.ExecutionDefaults.TTLSecondsAfterFinished)

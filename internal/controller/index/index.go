@@ -30,7 +30,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	fi := mgr.GetFieldIndexer()
 	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, Session, func(o client.Object) []string {
 		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" {
-			return []string{SessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}
+			return []string{SessionKey(ex.Spec.PoolRef.String(), ex.Spec.Session)}
 		}
 		return nil
 	}); err != nil {
@@ -38,7 +38,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, ActiveSession, func(o client.Object) []string {
 		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" && !ex.Status.Phase.IsFinished() {
-			return []string{SessionKey(ex.Spec.PoolRef.Name, ex.Spec.Session)}
+			return []string{SessionKey(ex.Spec.PoolRef.String(), ex.Spec.Session)}
 		}
 		return nil
 	}); err != nil {

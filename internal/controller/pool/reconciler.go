@@ -53,6 +53,7 @@ import (
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
 // maxCreatesPerReconcile bounds one reconcile's burst of pod creations.
@@ -79,6 +80,8 @@ type Reconciler struct {
 	KeyEvents chan event.GenericEvent
 	// Dispatcher knows each pool's waiting Executions: its demand for pods.
 	Dispatcher *dispatch.Dispatcher
+	// Tenancy says which pools may be shared (the Shared condition).
+	Tenancy *tenancy.Gate
 	// Clock dates the autoscaler's claims and decisions: its rate windows,
 	// scale-down delay and steps (the wall clock when nil).
 	Clock clock.PassiveClock
@@ -349,9 +352,9 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 			// behind its first, is deleted here, after a grace that covers the
 			// cache's lag behind a Session that has just claimed it.
 			ses := &sandboxv1alpha1.Session{}
-			key := types.NamespacedName{Namespace: p.Namespace, Name: s}
+			key := types.NamespacedName{Namespace: lease.Tenant(p), Name: s}
 			err := r.Get(ctx, key, ses)
-			if err == nil && ses.Spec.PoolRef.Name == pool.Name && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
+			if err == nil && ses.PoolKey() == client.ObjectKeyFromObject(pool) && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
 				(ses.Status.PodName == "" || ses.Status.PodName == p.Name) {
 				out.busy = append(out.busy, p)
 				continue
@@ -478,7 +481,9 @@ func (r *Reconciler) orphans(ctx context.Context, busy []*corev1.Pod) ([]*corev1
 			continue
 		}
 		ex := &sandboxv1alpha1.Execution{}
-		err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		// The Execution is in the namespace whose code the pod runs.
+		key := types.NamespacedName{Namespace: lease.Tenant(p), Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}
+		err := r.Get(ctx, key, ex)
 		if err == nil && ex.UID == uid {
 			// Both are final once set, so a cache that lags cannot mislead this.
 			if (ex.Status.PodName != "" && ex.Status.PodName != p.Name) || (ex.Status.Phase.IsFinished() && ex.Status.PodName == "") {
@@ -490,7 +495,7 @@ func (r *Reconciler) orphans(ctx context.Context, busy []*corev1.Pod) ([]*corev1
 			return nil, err
 		}
 		// Not in the cache: make sure around it before deleting a busy pod.
-		err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Annotations[sandboxpod.AnnotationClaimedBy]}, ex)
+		err = r.APIReader.Get(ctx, key, ex)
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && ex.UID != uid):
 			out = append(out, p)
@@ -598,6 +603,11 @@ func (r *Reconciler) status(pool *sandboxv1alpha1.SandboxPool, pods poolPods, pe
 	meta.SetStatusCondition(&st.Conditions, deg)
 	meta.SetStatusCondition(&st.Conditions, pods.limit.condition(pool.Generation))
 	setSuspendCondition(&st, pool, r.SnapshotStore)
+	var shares tenancy.Namespaces
+	if r.Tenancy != nil {
+		shares = r.Tenancy.Namespaces
+	}
+	setSharing(&st, pool, shares, r.Dispatcher.Tenants(client.ObjectKeyFromObject(pool)))
 	return st
 }
 
@@ -620,6 +630,7 @@ func (r *Reconciler) recordMetrics(pool *sandboxv1alpha1.SandboxPool, status *sa
 		}
 		metrics.PoolCondition.WithLabelValues(pool.Namespace, pool.Name, c.Type).Set(v)
 	}
+	recordTenants(pool, status)
 	setTimestamp(metrics.PoolOldestWarming, pool, oldestCreated(pods.warming, pods.staleWarm))
 	setTimestamp(metrics.PoolOldestPending, pool, r.Dispatcher.OldestWaiting(client.ObjectKeyFromObject(pool)))
 	if ratio, ok := r.Autoscalers.warmHitRatio(client.ObjectKeyFromObject(pool)); ok {
@@ -719,8 +730,7 @@ func (r *Reconciler) podsSeen() handler.EventHandler {
 func sessionEndHandler() handler.EventHandler {
 	enqueue := func(o client.Object, q wakeup.Queue) {
 		if ses, ok := o.(*sandboxv1alpha1.Session); ok {
-			q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}},
-				lease.OrphanSessionPodGrace)
+			q.AddAfter(ctrl.Request{NamespacedName: ses.PoolKey()}, lease.OrphanSessionPodGrace)
 		}
 	}
 	return handler.Funcs{
@@ -735,7 +745,7 @@ func sessionEndHandler() handler.EventHandler {
 			// At once as well: a deleted Session's pod is freed as soon as
 			// the API server confirms the Session is gone (classify).
 			if ses, ok := e.Object.(*sandboxv1alpha1.Session); ok {
-				q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}})
+				q.Add(ctrl.Request{NamespacedName: ses.PoolKey()})
 			}
 			enqueue(e.Object, q)
 		},
@@ -775,7 +785,7 @@ func demandHandler() handler.EventHandler {
 			if !ok {
 				return
 			}
-			q.AddAfter(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Spec.PoolRef.Name}}, DemandDebounce)
+			q.AddAfter(ctrl.Request{NamespacedName: ex.PoolKey()}, DemandDebounce)
 		},
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
+	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -81,7 +82,9 @@ type Reconciler struct {
 	Resolver runner.Resolver
 	// Dispatcher is shared with the Execution reconciler: one queue per pool.
 	Dispatcher *dispatch.Dispatcher
-	Clock      clock.PassiveClock
+	// Tenancy says whether the Session's namespace may use its pool (a shared pool of another namespace).
+	Tenancy *tenancy.Gate
+	Clock   clock.PassiveClock
 	// Keys admit the pods a Session may lease (lease.Admits).
 	Keys lease.Keys
 
@@ -131,12 +134,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
 	start := time.Now() // a measurement (metrics.SessionLease), not a decision: not r.Clock
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonPoolNotFound, fmt.Sprintf(
-			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ses.Spec.PoolRef.Name, ses.Namespace))
+			"SandboxPool %q not found in namespace %s: create it, or fix spec.poolRef", ses.Spec.PoolRef.Name, ses.PoolKey().Namespace))
+	}
+	if err := r.Tenancy.Admit(ctx, pool, ses.Namespace); err != nil {
+		var refused *tenancy.Refusal
+		if !errors.As(err, &refused) {
+			return ctrl.Result{}, err
+		}
+		return r.pending(ctx, ses, refused.Reason, refused.Message)
 	}
 	// A Session with a snapshot is resuming: it restores it on the pod it
 	// leases, before its Ready status (suspend.go).
@@ -155,6 +165,12 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonResuming, fmt.Sprintf(
 			"resuming: waiting for an idle pod of pool %s to restore its snapshot on", pool.Name))
 	}
+	if pl.Pod == "" && pl.TenantLimit {
+		p := tenancy.PolicyFor(pool, ses.Namespace)
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonTenantLimitReached, fmt.Sprintf(
+			"namespace %s holds as many pods (spec.sharing maxPods %d) or Sessions (maxSessions %d) of the shared pool %s as it may: waiting for one to be freed",
+			ses.Namespace, p.MaxPods, p.MaxSessions, ses.Spec.PoolRef.String()))
+	}
 	if pl.Pod == "" {
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
 			"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
@@ -167,7 +183,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		snap = r.fetch(fetchCtx, ses)
 	}
 	pod := &corev1.Pod{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: pl.Pod}, pod); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: pl.Pod}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
@@ -294,8 +310,9 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 // is not).
 func (r *Reconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ses.Namespace), client.MatchingLabels{
-		sandboxpod.LabelPool: ses.Spec.PoolRef.Name, sandboxpod.LabelSession: ses.Name}); err != nil {
+	pool := ses.PoolKey()
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(pool.Namespace), client.MatchingLabels{
+		sandboxpod.LabelPool: pool.Name, sandboxpod.LabelSession: ses.Name}); err != nil {
 		return nil, fmt.Errorf("list pods of session %s: %w", ses.Name, err)
 	}
 	for i := range pods.Items {
@@ -413,7 +430,7 @@ func podDown(pod *corev1.Pod, down time.Duration, agentErr error) string {
 // Ready. A pod that stays not Ready loses the Session.
 func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Session, name string) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: name}, pod)
+	err := r.Get(ctx, types.NamespacedName{Namespace: ses.PoolKey().Namespace, Name: name}, pod)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
@@ -452,7 +469,7 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, gone)
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
 		pool = nil // deleted: the Session keeps its pod until it ends
 	}
 	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil && !now.Before(ses.Status.ReadyTime.Add(m.Duration)) {
@@ -544,7 +561,7 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 // sessionPod returns a Ready Session's pod, or why it is gone. A pod the
 // cache does not show is looked up around it before the Session is lost.
 func (r *Reconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, string, error) {
-	key := types.NamespacedName{Namespace: ses.Namespace, Name: ses.Status.PodName}
+	key := ses.PodKey()
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, key, pod)
 	if err == nil && lease.HeldBy(pod, ses) && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
@@ -672,7 +689,7 @@ func (r *Reconciler) free(ctx context.Context, ses *sandboxv1alpha1.Session) (ct
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
-	reuse := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool) == nil &&
+	reuse := r.Get(ctx, ses.PoolKey(), pool) == nil &&
 		pool.Spec.ReusePolicy == sandboxv1alpha1.ReuseFreshInterpreter &&
 		(ses.Status.Phase == sandboxv1alpha1.SessionClosed || ses.Status.Phase == sandboxv1alpha1.SessionSuspended)
 	// An Execution of the Session that was given the pod just before the
@@ -756,8 +773,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // due.
 func sessionPodEvents() handler.TypedEventHandler[client.Object, ctrl.Request] {
 	enqueue := func(pod client.Object, q wakeup.Queue) {
-		if s := pod.GetLabels()[sandboxpod.LabelSession]; s != "" {
-			q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: pod.GetNamespace(), Name: s}})
+		if p, ok := pod.(*corev1.Pod); ok && lease.Session(p) != "" {
+			// The Session is in the namespace whose code the pod runs (a shared pool's pods are elsewhere).
+			q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Namespace: lease.Tenant(p), Name: lease.Session(p)}})
 		}
 	}
 	return handler.Funcs{

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -245,7 +244,7 @@ func snapshotStatus(key string, size int64, m *snapshot.Manifest, at metav1.Time
 func (r *Reconciler) suspended(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
 		pool = nil
 	}
 	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil && !now.Before(ses.Status.ReadyTime.Add(m.Duration)) {

@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -20,7 +19,7 @@ import (
 // its own ttlSecondsAfterFinished, else its pool's sessionTTLSecondsAfterFinished.
 func (r *Reconciler) sessionTTLOf(ctx context.Context, ses *sandboxv1alpha1.Session) time.Duration {
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ses.Namespace, Name: ses.Spec.PoolRef.Name}, pool); err != nil {
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
 		return ttl.Of(ses.Spec.TTLSecondsAfterFinished, nil)
 	}
 	return ttl.Of(ses.Spec.TTLSecondsAfterFinished, pool.Spec.SessionTTLSecondsAfterFinished)
