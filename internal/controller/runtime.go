@@ -10,8 +10,8 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
-	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
 // Runtime is the machinery the manager's parts share, built once by

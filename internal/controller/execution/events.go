@@ -17,8 +17,8 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller/index"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
-	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
