@@ -468,6 +468,7 @@ func (c *chart) args(t *templater, ctr *yaml.Node, k deploymentKind) error {
 	if k.values == managerDeployment.values {
 		items = append(items, t.block(func(int) []string { return snapshotArgs }))
 	}
+	items = append(items, t.block(func(int) []string { return sharedPoolArgs }))
 	items = append(items, t.block(func(int) []string {
 		return []string{"{{- range .Values." + k.values + ".extraArgs }}", "- {{ . | quote }}", "{{- end }}"}
 	}))
@@ -492,6 +493,17 @@ var snapshotArgs = []string{
 	"- --snapshot-key-secret={{ . }}",
 	"{{- end }}",
 	"{{- end }}",
+	"{{- end }}",
+}
+
+// sharedPoolArgs name the namespaces pools may be shared from (values:
+// sharedPools), to both Deployments (the data plane refuses one-call runs on
+// pools that do not admit the caller's namespace); the manager's default,
+// warmpool-shared, needs no flag.
+var sharedPoolArgs = []string{
+	`{{- $shared := join "," .Values.sharedPools.namespaces }}`,
+	`{{- if ne $shared "warmpool-shared" }}`,
+	`- --shared-pool-namespaces={{ $shared }}`,
 	"{{- end }}",
 }
 

@@ -264,6 +264,20 @@ func args(t *testing.T, objs map[string]object) []string {
 	return out
 }
 
+// deploymentArgs returns the args of Deployment name's first container.
+func deploymentArgs(t *testing.T, objs map[string]object, name string) []string {
+	t.Helper()
+	d := objs["apps/v1/Deployment/"+namespace+"/"+name]
+	if d == nil {
+		t.Fatalf("no Deployment %s", name)
+	}
+	var out []string
+	for _, a := range dig(d, "spec", "template", "spec", "containers", 0).(object)["args"].([]any) {
+		out = append(out, a.(string))
+	}
+	return out
+}
+
 func ofKind(objs map[string]object, kind string) []object {
 	var out []object
 	for _, o := range objs {
@@ -303,6 +317,24 @@ func TestValues(t *testing.T) {
 		check: func(t *testing.T, objs map[string]object) {
 			if c := container(t, objs); c["image"] != "warmpool.dev/manager@sha256:0123" {
 				t.Errorf("image %v", c["image"])
+			}
+		},
+	}, {
+		name:   "shared pools",
+		values: "sharedPools: {namespaces: [platform-a, platform-b]}",
+		check: func(t *testing.T, objs map[string]object) {
+			for _, d := range []string{"warmpool-controller-manager", "warmpool-data-plane"} {
+				if a := deploymentArgs(t, objs, d); !slices.Contains(a, "--shared-pool-namespaces=platform-a,platform-b") {
+					t.Errorf("%s args %v: want --shared-pool-namespaces=platform-a,platform-b", d, a)
+				}
+			}
+		},
+	}, {
+		name:   "no shared pools",
+		values: "sharedPools: {namespaces: []}",
+		check: func(t *testing.T, objs map[string]object) {
+			if a := deploymentArgs(t, objs, "warmpool-controller-manager"); !slices.Contains(a, "--shared-pool-namespaces=") {
+				t.Errorf("args %v: want --shared-pool-namespaces= (none)", a)
 			}
 		},
 	}, {

@@ -91,6 +91,12 @@ manager:
   tolerations: []
   affinity: {}
 
+# Shared pools (a SandboxPool's spec.sharing): the namespaces whose pools may serve other
+# namespaces. Whoever controls such a namespace can read every tenant's code: list only namespaces
+# the platform team owns (create them yourself). [] shares no pool (docs/tenancy.md).
+sharedPools:
+  namespaces: [warmpool-shared]
+
 # Suspended Sessions (a pool's sessionSuspendAfter): their state goes to an S3-compatible object
 # store, sealed with a key the controllers keep. Without an endpoint no Session is suspended, and
 # pools that ask for it say so (condition SessionSuspend, reason NoSnapshotStore).

@@ -72,7 +72,7 @@ func (p *plugin) listSessions(cmd *cobra.Command, all bool, output string) error
 		if s.Status.LastActivityTime != nil {
 			last = p.age(s.Status.LastActivityTime.Time)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s", s.Name, s.Spec.PoolRef.Name, phase, pod, s.Status.Runs, last, p.age(s.CreationTimestamp.Time))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s", s.Name, s.Spec.PoolRef.String(), phase, pod, s.Status.Runs, last, p.age(s.CreationTimestamp.Time))
 		if output == outputWide {
 			idle, owner, access, reason := "pool's", dash(s.Spec.Owner), dash(string(s.Spec.Access)), "-"
 			if s.Spec.IdleTimeout != nil {

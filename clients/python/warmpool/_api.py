@@ -77,6 +77,13 @@ def request_json(api, method, path, query=None, body=None, timeout=None):
     return json.loads(data) if data else None
 
 
+def pool_ref(pool):
+    """The poolRef of ``pool``: "name" (the object's own namespace) or
+    "namespace/name" (a shared pool of the platform's namespace)."""
+    ns, sep, name = pool.partition("/")
+    return {"namespace": ns, "name": name} if sep else {"name": pool}
+
+
 def whoami(api):
     """The user kube-apiserver authenticates ``api`` as (a SelfSubjectReview,
     which every authenticated user may make; ``kubectl auth whoami``), asked

@@ -45,7 +45,7 @@ def run(code, pool, namespace=None, *, timeout=None, context=None, envs=None, se
         return _run_once(api, namespace, code, pool, timeout=timeout, context=context, envs=envs, name=name,
                          wait=request_timeout, on_stdout=on_stdout, on_stderr=on_stderr, on_llm_query=on_llm_query,
                          on_rlm_query=on_rlm_query)
-    spec = {"poolRef": {"name": pool}, "code": code}
+    spec = {"poolRef": _api.pool_ref(pool), "code": code}
     if timeout is not None:
         spec["timeout"] = f"{timeout}s"
     if context is not None:

@@ -95,7 +95,8 @@ class Sandbox:
     def create(cls, pool, namespace=None, *, name=None, timeout=None, max_lifetime=None, context=None,
                context_json=False, envs=None, owner_only=False, snapshot=None, suspend_after=None, request_timeout=60, kubeconfig=None,
                kube_context=None, api_client=None):
-        """Lease a warm interpreter of ``pool`` and wait until it is Ready.
+        """Lease a warm interpreter of ``pool`` ("name", or "namespace/name" for a
+        shared pool) and wait until it is Ready.
 
         ``timeout``: seconds without a run after which the Session closes (its
         idle timeout; default the pool's). ``max_lifetime``: seconds after
@@ -118,7 +119,7 @@ class Sandbox:
         namespace = namespace or default_ns
         name = name or "sandbox-"
         meta = {"generateName": name} if name.endswith("-") else {"name": name}
-        spec = {"poolRef": {"name": pool}}
+        spec = {"poolRef": _api.pool_ref(pool)}
         me = _api.whoami(api) if owner_only else _api.owner(api)
         if me:
             spec["owner"] = me

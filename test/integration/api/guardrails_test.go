@@ -208,6 +208,10 @@ spec:
     egress:
     - cidr: 0.0.0.0/0
       ports: [{port: 443}]`, "spec.network.egress is not allowed in this namespace (guard rails)"),
+		Entry("sharing the pool with other namespaces", `
+  image: warmpool.dev/repl:1
+  sharing:
+    namespaceSelector: {}`, "spec.sharing is not allowed in this namespace (guard rails): tenant namespaces do not share"),
 	)
 
 	It("lets a pool from before the namespace was enforced be changed, but not further outside the rails", func() {

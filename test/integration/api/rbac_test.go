@@ -282,8 +282,8 @@ var _ = Describe("Tenant RBAC", func() {
 			expectForbidden(bob.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "theirs"}, &sandboxv1alpha1.Execution{}), "viewer reads B")
 		})
 
-		It("lets an Execution name only a pool of its own namespace", func() {
-			By("the CRD's poolRef has a name and nothing else, and keeps no unknown fields")
+		It("lets an Execution name a pool of another namespace only as a reference the manager judges", func() {
+			By("the CRD's poolRef has a name and a namespace, and keeps no unknown fields")
 			crd := &unstructured.Unstructured{}
 			crd.SetAPIVersion("apiextensions.k8s.io/v1")
 			crd.SetKind("CustomResourceDefinition")
@@ -301,13 +301,15 @@ var _ = Describe("Tenant RBAC", func() {
 					keys = append(keys, k)
 				}
 				slices.Sort(keys)
-				Expect(keys).To(Equal([]string{"name"}), "a namespace in poolRef would let an Execution use another tenant's pool")
+				// A namespace names a shared pool; the manager serves the reference
+				// only when that pool shares with this namespace (envtest sharedpool_test.go).
+				Expect(keys).To(Equal([]string{"name", "namespace"}))
 				for _, s := range []map[string]any{schema, spec, poolRef} {
 					Expect(s).NotTo(HaveKey("x-kubernetes-preserve-unknown-fields"))
 				}
 			}
 
-			By("a poolRef naming B is refused with strict field validation, and pruned without")
+			By("a poolRef naming B is stored as written, immutable; one naming no namespace is refused")
 			manifest := `
 apiVersion: sandbox.warmpool.dev/v1alpha1
 kind: Execution
@@ -317,16 +319,16 @@ spec:
   poolRef: {name: python, namespace: ` + nsB + `}
   code: print(1)
 `
-			err := alice.Create(ctx, fromYAML(nsA, manifest), client.FieldValidation("Strict"))
-			Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "want 400 for an unknown field, got %v", err)
-			Expect(err.Error()).To(ContainSubstring(`unknown field "spec.poolRef.namespace"`))
-
-			Expect(alice.Create(ctx, fromYAML(nsA, manifest))).To(Succeed())
-			stored := &unstructured.Unstructured{}
-			stored.SetGroupVersionKind(sandboxv1alpha1.GroupVersion.WithKind("Execution"))
+			Expect(alice.Create(ctx, fromYAML(nsA, manifest), client.FieldValidation("Strict"))).To(Succeed())
+			stored := &sandboxv1alpha1.Execution{}
 			Expect(alice.Get(ctx, client.ObjectKey{Namespace: nsA, Name: "cross"}, stored)).To(Succeed())
-			poolRef, _, _ := unstructured.NestedMap(stored.Object, "spec", "poolRef")
-			Expect(poolRef).To(Equal(map[string]any{"name": "python"}), "the stored Execution names a pool of its own namespace only")
+			Expect(stored.Spec.PoolRef).To(Equal(sandboxv1alpha1.PoolReference{Name: "python", Namespace: nsB}))
+			stored.Spec.PoolRef.Namespace = nsA
+			Expect(alice.Update(ctx, stored)).To(MatchError(ContainSubstring("spec.poolRef is immutable")))
+
+			bad := strings.Replace(manifest, "namespace: "+nsB, "namespace: Not_A-Namespace", 1)
+			bad = strings.Replace(bad, "name: cross", "name: bad", 1)
+			Expect(alice.Create(ctx, fromYAML(nsA, bad))).To(MatchError(ContainSubstring("poolRef.namespace must be a namespace name")))
 		})
 	})
 })

@@ -32,7 +32,7 @@ export class WarmpoolSandbox extends RemoteSandbox {
 
   constructor(config: SandboxConfig, bridges: SandboxBridges, name?: string, leased = false) {
     super(config, bridges);
-    if (!config.pool) throw new SandboxError("the warmpool backend needs a pool (config.pool: a SandboxPool's name)");
+    if (!config.pool) throw new SandboxError("the warmpool backend needs a pool (config.pool: a SandboxPool's name, or namespace/name for a shared pool)");
     this.name = name ?? sessionName();
     this.leased = leased;
   }
