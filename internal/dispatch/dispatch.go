@@ -699,8 +699,9 @@ func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
 
 // fill hands the pool's idle pods to the heads of its queues (fairshare.go).
 func (d *Dispatcher) fill(p *pool, w *wakes) {
-	if p.waiting > 0 && len(p.idle) > 0 {
-		shares := d.shares(p, false)
+	var shares map[string]*share
+	if p.waiting > 0 {
+		shares = d.shares(p, false) // also what the demand below counts against
 		for len(p.idle) > 0 {
 			e, pi := p.next(shares)
 			if e == nil {
@@ -714,7 +715,7 @@ func (d *Dispatcher) fill(p *pool, w *wakes) {
 			d.assign(p, e, pi, w)
 		}
 	}
-	if n := d.demand(p); n != p.lastDemand {
+	if n := p.demand(shares); n != p.lastDemand {
 		p.lastDemand = n
 		w.pools = append(w.pools, p.key)
 	}
@@ -851,7 +852,7 @@ func (d *Dispatcher) Demand(key types.NamespacedName) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if p := d.pools[key]; p != nil {
-		return d.demand(p)
+		return p.demand(d.shares(p, false))
 	}
 	return 0
 }

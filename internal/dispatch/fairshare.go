@@ -164,19 +164,14 @@ func (p *pool) next(shares map[string]*share) (*entry, *podInfo) {
 
 // demand is the number of waiting entries that could take a fresh pod now
 // (admitted, within their tenant's limits): what the pool should add.
-func (d *Dispatcher) demand(p *pool) int {
-	if !p.shared() {
-		if q := p.tenants[p.key.Namespace]; q != nil {
-			return q.len()
-		}
-		return 0
-	}
+// shares are the pool's (shares(p, false)).
+func (p *pool) demand(shares map[string]*share) int {
 	n := 0
-	for ns, s := range d.shares(p, false) {
-		if !s.admitted {
+	for ns, s := range shares {
+		q := p.tenants[ns]
+		if !s.admitted || q == nil {
 			continue
 		}
-		q := p.tenants[ns]
 		w := q.runs.Len()
 		if s.policy.MaxSessions < 0 {
 			w += q.leases.Len()
