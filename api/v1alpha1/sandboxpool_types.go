@@ -189,6 +189,16 @@ type PoolSharing struct {
 	// +optional
 	Limits TenantLimits `json:"limits,omitempty"`
 
+	// reservedIdlePods are idle pods kept for namespaces that hold none of
+	// the pool's pods: a namespace that holds pods takes an idle one only
+	// while more than this many are idle. One namespace's burst then leaves
+	// warm pods for the first runs of the others, while the pool adds pods
+	// for the burst. 0 (the default): every idle pod goes to whoever waits.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	ReservedIdlePods int32 `json:"reservedIdlePods,omitempty"`
+
 	// tenants gives namespaces a weight and limits of their own.
 	// +listType=map
 	// +listMapKey=namespace

@@ -13,8 +13,9 @@ import (
 // A pool's waiting work is queued per tenant namespace: its own namespace
 // and, for a shared pool, every namespace that uses it. A free pod goes to
 // the admitted tenant that holds the fewest pods for its weight (pods held /
-// weight; the oldest waiting first among equals), within the tenant's limits,
-// and within the tenant first come, first served. So one namespace's burst
+// weight; the oldest waiting first among equals), within the tenant's limits
+// (and, for a tenant that holds pods, while more than the pool's
+// reservedIdlePods are idle), and within the tenant first come, first served. So one namespace's burst
 // of a thousand waits behind another namespace's single run only for that
 // run's turn, never for the whole burst; a pool of one namespace serves it
 // in creation order, as before.
@@ -84,6 +85,14 @@ func (s *share) take(lease bool) {
 	}
 }
 
+// reservedIdle is how many idle pods only namespaces holding none may take.
+func (p *pool) reservedIdle() int {
+	if !p.shared() {
+		return 0
+	}
+	return int(p.obj.Spec.Sharing.ReservedIdlePods)
+}
+
 // shared reports whether the pool's own namespace may not be the only one
 // it serves: then tenants are counted.
 func (p *pool) shared() bool { return p.obj != nil && p.obj.Spec.Sharing != nil }
@@ -148,7 +157,7 @@ func (p *pool) next(shares map[string]*share) (*entry, *podInfo) {
 				head = h
 			}
 		}
-		if head == nil {
+		if head == nil || (s.pods > 0 && len(p.idle) <= p.reservedIdle()) {
 			continue
 		}
 		score := float64(s.pods) / float64(max(s.policy.Weight, 1))

@@ -191,3 +191,31 @@ func TestSessionsOfTwoTenantsWithOneName(t *testing.T) {
 		}
 	}
 }
+
+func TestReservedIdlePodsWaitForNamespacesHoldingNone(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
+	pool := wrappers.Pool(platform, "python").Shared(map[string]string{"tenant": "yes"}, sandboxv1alpha1.TenantLimits{}).Obj()
+	pool.Spec.Sharing.ReservedIdlePods = 2
+	pool.UID, pool.Generation = "pool-uid", 2
+	d.UpdatePool(pool)
+	for i := range 4 {
+		d.UpdatePod(sharedPod(fmt.Sprintf("p%d", i)).Obj())
+	}
+	var burst []*sandboxv1alpha1.Execution
+	for i := range 10 {
+		e := tenantEx("big", fmt.Sprintf("b%d", i), i)
+		burst = append(burst, e)
+		d.UpdateExecution(e)
+	}
+	if got := placed(d, burst); !slices.Equal(got, []string{"big/b0", "big/b1"}) {
+		t.Fatalf("placed %v, want two of the burst: the last two idle pods are kept for namespaces holding none", got)
+	}
+	small := tenantEx("small", "s", 100)
+	d.UpdateExecution(small)
+	if pl := d.Place(small); pl.Pod == "" {
+		t.Errorf("small: %+v, want a reserved idle pod", pl)
+	}
+	if got := d.Demand(sharedKey); got != 8 {
+		t.Errorf("demand %d, want the 8 of the burst still waiting: the pool grows for them", got)
+	}
+}

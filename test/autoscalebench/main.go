@@ -109,6 +109,9 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", time.Minute, "the first phase's demand before the trace, not measured")
 	covers := flag.String("covers", "1", "variants of the rate × T rule: seconds of cover in start-up times (1: T itself)")
 	targets := flag.String("targets", "0.99", "variants of the autoscaler: targetWarmRatio")
+	tenants := flag.Int("tenants", 0, "instead: N tenant namespaces' bursty traces, N pools per namespace against one shared pool (first -envtest-delays)")
+	fairness := flag.Bool("fairness", false, "instead: a small tenant's waits on a shared pool alone and during another tenant's burst (first -envtest-delays)")
+	burst := flag.Int("burst", 200, "the big tenant's burst of -fairness")
 	flag.Parse()
 	quietKlog()
 	logf.SetLogger(logr.Discard()) // the manager's and the kubelet's logs (envtest) stay off the report
@@ -140,8 +143,22 @@ func main() {
 			fail(err)
 		}
 		o.image, o.runtimeClass = "warmpool.dev/repl:test", "gvisor"
-		if err := onEnvtest(delay, o); err != nil {
+		var run runner = runOn
+		switch {
+		case *tenants > 0:
+			run = func(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) error {
+				return runTenants(cfg, scheme, label, o, *tenants)
+			}
+		case *fairness:
+			run = func(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) error {
+				return runFairness(cfg, scheme, label, o, *burst)
+			}
+		}
+		if err := onEnvtest(delay, o, run); err != nil {
 			fail(err)
+		}
+		if *tenants > 0 || *fairness {
+			return // one delay is enough: these compare pools, not start-up times
 		}
 	}
 }
@@ -162,13 +179,15 @@ func fail(err error) {
 	}
 }
 
-func onEnvtest(delay time.Duration, o options) error {
+type runner func(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) error
+
+func onEnvtest(delay time.Duration, o options, run runner) error {
 	s, err := stack.Start(stack.Options{PodStartDelay: delay})
 	if err != nil {
 		return fmt.Errorf("start warmpool on envtest: %w", err)
 	}
 	defer s.Stop()
-	return runOn(s.Env.Config, s.Env.Scheme, "envtest-"+delay.String(), o)
+	return run(s.Env.Config, s.Env.Scheme, "envtest-"+delay.String(), o)
 }
 
 type strategy struct {
@@ -200,7 +219,7 @@ func runOn(cfg *rest.Config, scheme *runtime.Scheme, label string, o options) er
 	rec := newRecorder(time.Now)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	if err := watch(wctx, cfg, scheme, ns.Name, rec); err != nil {
+	if err := watch(wctx, cfg, scheme, rec, ns.Name); err != nil {
 		return err
 	}
 
@@ -417,9 +436,13 @@ func (b *bench) replay(ctx context.Context, group []strategy, samples [][]sample
 	return nil
 }
 
-// watch feeds rec from informers on the namespace's pods and Executions.
-func watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, ns string, rec *recorder) error {
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+// watch feeds rec from informers on the namespaces' pods and Executions.
+func watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, rec *recorder, namespaces ...string) error {
+	in := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		in[ns] = cache.Config{}
+	}
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: in})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,9 @@ type recorder struct {
 	pods   map[types.UID]*podState
 	claims map[string]*claim // by Execution name
 	pools  map[string]*poolState
+	// groupOf names the pool a pod is counted in, from its pool label (nil:
+	// the label itself): -tenants counts twenty pools' pods as one.
+	groupOf func(pool string) string
 }
 
 type podState struct {
@@ -128,6 +131,9 @@ func (r *recorder) onPod(pod *corev1.Pod, gone bool) {
 	pool := pod.Labels[sandboxpod.LabelPool]
 	if pool == "" {
 		return
+	}
+	if r.groupOf != nil {
+		pool = r.groupOf(pool)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -307,4 +313,19 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(q*float64(len(sorted))+0.999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// coldAt lists when (seconds after start) the claims of pool that found no
+// warm pod were made.
+func (r *recorder) coldAt(pool string, start time.Time) []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []float64
+	for _, c := range r.claims {
+		if c.pool == pool && c.phase >= 0 && !c.warm {
+			out = append(out, c.created.Sub(start).Seconds())
+		}
+	}
+	sort.Float64s(out)
+	return out
 }
