@@ -147,11 +147,42 @@ func parseOutcomes(out string) map[string]outcome {
 // returns the outcomes and the pod the code ran in.
 func probeFromSandbox(ns, pool, name string, targets map[string]target) (map[string]outcome, string) {
 	GinkgoHelper()
+	return probeAs(wrappers.Execution(ns, name).Pool(pool), targets)
+}
+
+// probeAs runs the probe as the code of the Execution w builds.
+func probeAs(w *wrappers.ExecutionWrapper, targets map[string]target) (map[string]outcome, string) {
+	GinkgoHelper()
 	ctxJSON, err := json.Marshal(targets)
 	Expect(err).NotTo(HaveOccurred())
-	ex := execute(wrappers.Execution(ns, name).Pool(pool).Timeout(time.Minute).JSONContext(string(ctxJSON)).Code(probeScript).Obj())
+	ex := execute(w.Timeout(time.Minute).JSONContext(string(ctxJSON)).Code(probeScript).Obj())
 	Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
 	return parseOutcomes(ex.Status.Stdout), ex.Status.PodName
+}
+
+// agentToken signs a token for pod p's agent with the manager's keys.
+func agentToken(p corev1.Pod) string {
+	GinkgoHelper()
+	secret := &corev1.Secret{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: "warmpool-agent-keys"}, secret)).To(Succeed())
+	keys, err := agentauth.ParseKeyring(secret.Data)
+	Expect(err).NotTo(HaveOccurred())
+	tok, err := keys.Token(string(p.UID), p.Labels[sandboxpod.LabelAgentKey])
+	Expect(err).NotTo(HaveOccurred())
+	return tok
+}
+
+// agentStatus calls pod p's agent from this machine (the node, which the
+// pools' policies admit for the kubelet's probes) and returns the HTTP status.
+func agentStatus(p corev1.Pod, token string) int {
+	GinkgoHelper()
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s:%d/v1/variables/x", p.Status.PodIP, sandboxpod.AgentPort), nil)
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
 
 // probeFromPod runs the probe in an ordinary pod that no policy selects: the
@@ -233,6 +264,22 @@ func managerPodIP() string {
 	return ""
 }
 
+// bindRole binds user to the ClusterRole role in namespace.
+func bindRole(namespace, user, role string) {
+	GinkgoHelper()
+	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	})).To(Succeed())
+}
+
+// can is `kubectl auth can-i` as user: "yes" or "no".
+func can(user, verb, resource, namespace string, extra ...string) string {
+	out, _ := kubectlOut(append([]string{"auth", "can-i", verb, resource, "-n", namespace, "--as", user}, extra...)...)
+	return strings.TrimSpace(out)
+}
+
 // idlePod returns a Ready, unclaimed pod of the pool.
 func idlePod(pool *sandboxv1alpha1.SandboxPool) corev1.Pod {
 	GinkgoHelper()
@@ -257,7 +304,13 @@ func agentURL(p corev1.Pod) string {
 // namespace of its own without any NetworkPolicy, as restricted as a sandbox.
 func startControlPod() (ns, name string) {
 	GinkgoHelper()
-	ns, name = newNamespace(), "control"
+	ns = newNamespace()
+	return ns, startProbePod(ns, "control")
+}
+
+// startProbePod runs such a pod in namespace ns (what any tenant may create there).
+func startProbePod(ns, name string) string {
+	GinkgoHelper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{
@@ -278,7 +331,7 @@ func startControlPod() (ns, name string) {
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
 		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
 	}).WithTimeout(2 * time.Minute).Should(Succeed())
-	return ns, name
+	return name
 }
 
 var _ = Describe("isolation of hostile code", Ordered, ContinueOnFailure, func() {
@@ -372,25 +425,11 @@ print(json.dumps({'env': found, 'paths': [p for p in paths if os.path.exists(p)]
 		Expect(strings.TrimSpace(ex.Status.Stdout)).To(Equal(`{"env": {}, "paths": []}`))
 
 		By("from the node (which the policy admits, for the kubelet's probes): a token for pod A opens A and not B")
-		secret := &corev1.Secret{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "warmpool-system", Name: "warmpool-agent-keys"}, secret)).To(Succeed())
-		keys, err := agentauth.ParseKeyring(secret.Data)
-		Expect(err).NotTo(HaveOccurred())
 		a, b := idlePod(poolA), idlePod(otherPool)
-		tokA, err := keys.Token(string(a.UID), a.Labels[sandboxpod.LabelAgentKey])
-		Expect(err).NotTo(HaveOccurred())
-		call := func(p corev1.Pod, token string) int {
-			req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s:%d/v1/variables/x", p.Status.PodIP, sandboxpod.AgentPort), nil)
-			Expect(err).NotTo(HaveOccurred())
-			req.Header.Set("Authorization", "Bearer "+token)
-			resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-			Expect(err).NotTo(HaveOccurred())
-			_ = resp.Body.Close()
-			return resp.StatusCode
-		}
-		Expect(call(a, tokA)).NotTo(Equal(http.StatusUnauthorized), "pod A's own token opens pod A")
-		Expect(call(b, tokA)).To(Equal(http.StatusUnauthorized), "pod A's token must not open pod B")
-		Expect(call(b, "")).To(Equal(http.StatusUnauthorized))
+		tokA := agentToken(a)
+		Expect(agentStatus(a, tokA)).NotTo(Equal(http.StatusUnauthorized), "pod A's own token opens pod A")
+		Expect(agentStatus(b, tokA)).To(Equal(http.StatusUnauthorized), "pod A's token must not open pod B")
+		Expect(agentStatus(b, "")).To(Equal(http.StatusUnauthorized))
 	})
 
 	It("lets a pool with an egress allowlist reach exactly what it allows", func() {
@@ -439,19 +478,8 @@ print(json.dumps({'env': found, 'paths': [p for p in paths if os.path.exists(p)]
 	})
 
 	It("separates tenants through the aggregated edit and view roles", func() {
-		bind := func(namespace, user, role string) {
-			Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + role},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
-			})).To(Succeed())
-		}
-		bind(ns, "alice", "edit")
-		bind(ns, "bob", "view")
-		can := func(user, verb, resource, namespace string, extra ...string) string {
-			out, _ := kubectlOut(append([]string{"auth", "can-i", verb, resource, "-n", namespace, "--as", user}, extra...)...)
-			return strings.TrimSpace(out)
-		}
+		bindRole(ns, "alice", "edit")
+		bindRole(ns, "bob", "view")
 		// The cluster's aggregation controller folds our roles into edit and view.
 		Eventually(func() string { return can("alice", "create", "executions.sandbox.warmpool.dev", ns) }).
 			WithTimeout(time.Minute).Should(Equal("yes"))
