@@ -107,3 +107,36 @@ func TestRecorderCountsIdleSecondsWarmClaimsAndWaits(t *testing.T) {
 		t.Errorf("start-ups %v", got)
 	}
 }
+
+func TestTenantArrivalsAreSeededWithOneBurstEach(t *testing.T) {
+	const n, total = 20, 120 * time.Second
+	a, b := tenantArrivals(n, 3, total, true), tenantArrivals(n, 3, total, true)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("the same seed drew different arrivals")
+	}
+	bursts := map[int]int{}
+	for i, x := range a {
+		if i > 0 && x.at < a[i-1].at {
+			t.Fatalf("arrival %d out of order", i)
+		}
+		if x.at >= total {
+			t.Fatalf("an arrival at %s, past the trace's %s", x.at, total)
+		}
+		if x.phase == 1 {
+			bursts[x.tenant]++
+		}
+	}
+	// 0.8/s for 10 s: 8 expected per tenant; 20 tenants, 160 ± 4·sqrt(160).
+	sum := 0
+	for _, c := range bursts {
+		sum += c
+	}
+	if len(bursts) < n-1 || math.Abs(float64(sum)-160) > 4*math.Sqrt(160) {
+		t.Errorf("%d tenants burst, %d burst arrivals: want about 160 over (almost) every tenant", len(bursts), sum)
+	}
+	for _, x := range tenantArrivals(n, 3, 20*time.Second, false) {
+		if x.phase != 0 {
+			t.Fatalf("a warm-up arrival in phase %d: the warm-up is steady", x.phase)
+		}
+	}
+}

@@ -48,11 +48,17 @@ func tenantPhases(total, burst time.Duration, steady, burstRate float64, rng *ra
 		{"steady", steady, (total - at - burst).Seconds()}}
 }
 
-func tenantArrivals(n int, seed int64, total time.Duration) []tenantArrival {
+// tenantArrivals draws the n tenants' traces; without burst, the steady rate
+// alone (the warm-up).
+func tenantArrivals(n int, seed int64, total time.Duration, burst bool) []tenantArrival {
 	rng := rand.New(rand.NewSource(seed))
 	var out []tenantArrival
 	for i := range n {
-		for _, a := range generate(tenantPhases(total, 10*time.Second, 0.02, 0.8, rng), seed+int64(i)+1) {
+		phases := []phase{{"steady", 0.02, total.Seconds()}}
+		if burst {
+			phases = tenantPhases(total, 10*time.Second, 0.02, 0.8, rng)
+		}
+		for _, a := range generate(phases, seed+int64(i)+1) {
 			out = append(out, tenantArrival{tenant: i, at: a.At, phase: a.Phase})
 		}
 	}
@@ -190,7 +196,7 @@ func runTenants(cfg *rest.Config, scheme *runtime.Scheme, label string, o option
 		return err
 	}
 	total := 120 * time.Second
-	arrivals := tenantArrivals(n, o.seed, total)
+	arrivals := tenantArrivals(n, o.seed, total, true)
 	fmt.Printf("\n== %s: %d tenants, each steady 0.02/s with one 10 s burst at 0.8/s at a seeded moment, %s; %d claims, seed %d; scale-down delay %s\n",
 		label, n, total, len(arrivals), o.seed, o.scaleDownDelay)
 
@@ -226,7 +232,7 @@ func runTenants(cfg *rest.Config, scheme *runtime.Scheme, label string, o option
 			}
 		}
 		if o.warmup > 0 {
-			warm := tenantArrivals(n, o.seed+1000, o.warmup)
+			warm := tenantArrivals(n, o.seed+1000, o.warmup, false)
 			for i := range warm {
 				warm[i].phase = -1
 			}

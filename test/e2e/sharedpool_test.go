@@ -147,17 +147,20 @@ var _ = Describe("a pool shared by two tenants", Ordered, ContinueOnFailure, fun
 	})
 
 	It("keeps a tenant from the shared pods: no rights on them, no network path, no other tenant's Session", func() {
-		By("RBAC: alice may list and exec into pods of her namespace (the control), none of the shared pool's")
-		Expect(can("alice", "list", "pods", a)).To(Equal("yes"))
-		Expect(can("alice", "create", "pods", a, "--subresource", "exec")).To(Equal("yes"))
-		for _, verb := range []string{"list", "get", "watch"} {
-			Expect(can("alice", verb, "pods", shared)).To(Equal("no"), "alice %s pods in %s", verb, shared)
-		}
-		Expect(can("alice", "create", "pods", shared, "--subresource", "exec")).To(Equal("no"))
-		Expect(can("alice", "get", "sandboxpools.sandbox.warmpool.dev", shared)).To(Equal("no"))
+		By("RBAC: each tenant may list and exec into pods of its namespace (the control), none of the shared pool's")
 		victim := idlePod(pool)
-		_, err := kubectlOut("-n", shared, "exec", victim.Name, "--as", "alice", "--", "true")
-		Expect(err).To(HaveOccurred(), "alice exec'd into a shared pod")
+		for user, own := range map[string]string{"alice": a, "bob": b} {
+			Expect(can(user, "list", "pods", own)).To(Equal("yes"))
+			Expect(can(user, "create", "pods", own, "--subresource", "exec")).To(Equal("yes"))
+			for _, verb := range []string{"list", "get", "watch"} {
+				Expect(can(user, verb, "pods", shared)).To(Equal("no"), "%s %s pods in %s", user, verb, shared)
+			}
+			Expect(can(user, "create", "pods", shared, "--subresource", "exec")).To(Equal("no"))
+			Expect(can(user, "get", "sandboxpools.sandbox.warmpool.dev", shared)).To(Equal("no"))
+			out, err := kubectlOut("-n", shared, "exec", victim.Name, "--as", user, "--", "true")
+			Expect(err).To(HaveOccurred(), "%s exec'd into a shared pod", user)
+			Expect(out).To(ContainSubstring("forbidden"))
+		}
 
 		By("the data plane: alice runs in her Session on the shared pool (the control); bob gets 403 on it")
 		aliceC, bobC := sessionsAs("alice"), sessionsAs("bob")
@@ -172,6 +175,11 @@ var _ = Describe("a pool shared by two tenants", Ordered, ContinueOnFailure, fun
 		bs, err := bobC.Create(ctx, b, "mine-", shared+"/"+pool.Name, nil)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = bs.Close(context.Background()) })
+		res, err = bs.Run(ctx, sessions.ExecRequest{Code: "print('bob')"})
+		Expect(err).NotTo(HaveOccurred(), "bob runs in his own Session (the control)")
+		Expect(res.Stdout).To(Equal("bob\n"))
+		_, err = aliceC.Open(b, bs.Name).Run(ctx, sessions.ExecRequest{Code: "print(1)"})
+		Expect(sessions.IsStatus(err, http.StatusForbidden)).To(BeTrue(), "alice ran in bob's Session: %v", err)
 		alicePod, bobPod := sessionPod(as), sessionPod(bs)
 		Expect(alicePod.Labels).To(HaveKeyWithValue(sandboxpod.LabelTenant, a))
 		Expect(bobPod.Labels).To(HaveKeyWithValue(sandboxpod.LabelTenant, b))
@@ -193,6 +201,8 @@ var _ = Describe("a pool shared by two tenants", Ordered, ContinueOnFailure, fun
 		if self != idle.Name { // its own pod is no crossing (no policy applies to a pod's traffic to itself)
 			Expect(fromCode["idle-shared-agent"]).To(beBlocked(), "a's code reached another shared pod: %s", fromCode["idle-shared-agent"])
 		}
+		fromB, _ := probeAs(ref(wrappers.Execution(b, "probe")), map[string]target{"alice-session-agent": {Kind: "http", URL: agentURL(alicePod)}})
+		Expect(fromB["alice-session-agent"]).To(beBlocked(), "b's code reached alice's Session: %s", fromB["alice-session-agent"])
 
 		By("the tokens: one signed for alice's pod opens it and not bob's")
 		tok := agentToken(alicePod)
