@@ -190,10 +190,11 @@ type PoolSharing struct {
 	Limits TenantLimits `json:"limits,omitempty"`
 
 	// reservedIdlePods are idle pods kept for namespaces that hold none of
-	// the pool's pods: a namespace that holds pods takes an idle one only
-	// while more than this many are idle. One namespace's burst then leaves
-	// warm pods for the first runs of the others, while the pool adds pods
-	// for the burst. 0 (the default): every idle pod goes to whoever waits.
+	// the pool's pods and wait for no more than this many: any other
+	// namespace takes an idle pod only while more than this many are idle.
+	// One namespace's burst then leaves warm pods for the first runs of the
+	// others, while the pool adds pods for the burst. 0 (the default): every
+	// idle pod goes to whoever waits.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	// +optional

@@ -56,7 +56,7 @@ type Runtime struct {
 
 func newRuntime(cfg Config) *Runtime {
 	rt := &Runtime{Keys: &agentauth.Keyring{}, Resolver: cfg.Resolver, Clock: cfg.Clock,
-		executionWakes: &wakeup.Source{}, sessionWakes: &wakeup.Source{},
+		executionWakes: &wakeup.Source{Priority: wakeup.High}, sessionWakes: &wakeup.Source{Priority: wakeup.High},
 		// A burst of Executions becomes one pool reconcile.
 		poolWakes: &wakeup.Source{Delay: pool.DemandDebounce}}
 	if rt.Resolver == nil {

@@ -14,8 +14,8 @@ import (
 // and, for a shared pool, every namespace that uses it. A free pod goes to
 // the admitted tenant that holds the fewest pods for its weight (pods held /
 // weight; the oldest waiting first among equals), within the tenant's limits
-// (and, for a tenant that holds pods, while more than the pool's
-// reservedIdlePods are idle), and within the tenant first come, first served. So one namespace's burst
+// (and, unless it holds none and waits for no more than the pool's
+// reservedIdlePods, while more than those are idle), and within the tenant first come, first served. So one namespace's burst
 // of a thousand waits behind another namespace's single run only for that
 // run's turn, never for the whole burst; a pool of one namespace serves it
 // in creation order, as before.
@@ -83,6 +83,13 @@ func (s *share) take(lease bool) {
 	if lease {
 		s.sessions++
 	}
+}
+
+// mayTakeReserved: the reserved idle pods are for a namespace that holds
+// none of the pool's pods and whose waiting work they can cover; not for
+// one whose burst holds none for a moment between two of its runs.
+func mayTakeReserved(s *share, q *tenantQueue, reserve int) bool {
+	return s.pods == 0 && q.len() <= reserve
 }
 
 // reservedIdle is how many idle pods only namespaces holding none may take.
@@ -157,7 +164,7 @@ func (p *pool) next(shares map[string]*share) (*entry, *podInfo) {
 				head = h
 			}
 		}
-		if head == nil || (s.pods > 0 && len(p.idle) <= p.reservedIdle()) {
+		if head == nil || (len(p.idle) <= p.reservedIdle() && !mayTakeReserved(s, q, p.reservedIdle())) {
 			continue
 		}
 		score := float64(s.pods) / float64(max(s.policy.Weight, 1))

@@ -218,4 +218,24 @@ func TestReservedIdlePodsWaitForNamespacesHoldingNone(t *testing.T) {
 	if got := d.Demand(sharedKey); got != 8 {
 		t.Errorf("demand %d, want the 8 of the burst still waiting: the pool grows for them", got)
 	}
+
+	// The burst's two runs end: it holds no pod, but eight of its runs wait,
+	// more than the reserve covers: the reserved pod is still not its.
+	used := []string{d.Place(burst[0]).Pod, d.Place(burst[1]).Pod, d.Place(small).Pod}
+	for _, e := range append(burst[:2:2], small) {
+		done := e.DeepCopy()
+		done.Status.Phase = sandboxv1alpha1.PhaseSucceeded
+		d.UpdateExecution(done)
+	}
+	for _, name := range used { // each used pod is deleted (reusePolicy Never)
+		d.DeletePod(sharedPod(name).Obj())
+	}
+	if got := placed(d, burst[2:]); len(got) != 0 {
+		t.Fatalf("placed %v on the last idle pod, which is reserved", got)
+	}
+	d.UpdatePod(sharedPod("p-new").Obj())
+	d.UpdatePod(sharedPod("p-new2").Obj())
+	if got := placed(d, burst[2:]); !slices.Equal(got, []string{"big/b2"}) {
+		t.Errorf("placed %v, want one more of the burst once three pods are idle (the control)", got)
+	}
 }

@@ -329,3 +329,18 @@ func (r *recorder) coldAt(pool string, start time.Time) []float64 {
 	sort.Float64s(out)
 	return out
 }
+
+// slowestAt is when (seconds after start) the claim of pool that waited
+// longest for its pod was made.
+func (r *recorder) slowestAt(pool string, start time.Time) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var at float64
+	var longest time.Duration
+	for _, c := range r.claims {
+		if c.pool == pool && c.phase >= 0 && !c.served.IsZero() && c.served.Sub(c.created) > longest {
+			longest, at = c.served.Sub(c.created), c.created.Sub(start).Seconds()
+		}
+	}
+	return at
+}

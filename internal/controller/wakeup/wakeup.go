@@ -10,10 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
 
 // Queue is a controller's work queue.
 type Queue = workqueue.TypedRateLimitingInterface[ctrl.Request]
+
+// High is the Priority of the wake-ups of Executions and Sessions.
+const High = 10
 
 // Source is a source of reconcile requests for code outside the informers
 // (the runner, the dispatcher). Waking never blocks and never drops a
@@ -22,6 +26,13 @@ type Queue = workqueue.TypedRateLimitingInterface[ctrl.Request]
 type Source struct {
 	// Delay postpones each request, so a burst becomes one reconcile.
 	Delay time.Duration
+	// Priority puts the requests ahead of the informers' (priority 0) in a
+	// controller's priority queue: a wake-up is work that can go on now (a
+	// pod was chosen, a run ended), where a burst of new objects only has
+	// each say that it waits. Without it a burst of a thousand Executions
+	// delays another namespace's run, whose pod is ready, by a thousand
+	// reconciles.
+	Priority int
 
 	mu      sync.Mutex
 	queue   Queue
@@ -54,6 +65,10 @@ func (w *Source) Wake(key types.NamespacedName) {
 }
 
 func (w *Source) add(key types.NamespacedName) {
+	if pq, ok := w.queue.(priorityqueue.PriorityQueue[ctrl.Request]); ok && w.Priority != 0 {
+		pq.AddWithOpts(priorityqueue.AddOpts{After: w.Delay, Priority: &w.Priority}, ctrl.Request{NamespacedName: key})
+		return
+	}
 	if w.Delay > 0 {
 		w.queue.AddAfter(ctrl.Request{NamespacedName: key}, w.Delay)
 		return
