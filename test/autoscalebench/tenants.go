@@ -66,7 +66,7 @@ func tenantArrivals(n int, seed int64, total time.Duration, burst bool) []tenant
 	return out
 }
 
-// tenantSetup is the namespaces of a -tenants or -fairness run.
+// tenantSetup is the namespaces of a -tenants or -fairness run, watched into rec.
 type tenantSetup struct {
 	c       client.Client
 	rec     *recorder
@@ -77,11 +77,13 @@ type tenantSetup struct {
 func newTenantSetup(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, rec *recorder, n int) (*tenantSetup, func(), error) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, nil, err
+		return nil, func() {}, err
 	}
 	t := &tenantSetup{c: c, rec: rec, shared: tenancy.DefaultSharedNamespaces[0]}
 	var made []string
+	wctx, stop := context.WithCancel(ctx)
 	cleanup := func() {
+		stop()
 		for _, ns := range made {
 			_ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		}
@@ -98,6 +100,9 @@ func newTenantSetup(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 		}
 		made = append(made, ns.Name)
 		t.tenants = append(t.tenants, ns.Name)
+	}
+	if err := watch(wctx, cfg, scheme, rec, made...); err != nil {
+		return nil, cleanup, err
 	}
 	return t, cleanup, nil
 }
@@ -182,17 +187,8 @@ func runTenants(cfg *rest.Config, scheme *runtime.Scheme, label string, o option
 		return pool
 	}
 	t, cleanup, err := newTenantSetup(ctx, cfg, scheme, rec, n)
-	defer func() {
-		if cleanup != nil {
-			cleanup()
-		}
-	}()
+	defer cleanup()
 	if err != nil {
-		return err
-	}
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if err := watch(wctx, cfg, scheme, rec, append([]string{t.shared}, t.tenants...)...); err != nil {
 		return err
 	}
 	total := 120 * time.Second
@@ -290,17 +286,8 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 	ctx := context.Background()
 	rec := newRecorder(time.Now)
 	t, cleanup, err := newTenantSetup(ctx, cfg, scheme, rec, 2)
-	defer func() {
-		if cleanup != nil {
-			cleanup()
-		}
-	}()
+	defer cleanup()
 	if err != nil {
-		return err
-	}
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if err := watch(wctx, cfg, scheme, rec, append([]string{t.shared}, t.tenants...)...); err != nil {
 		return err
 	}
 	small, big := t.tenants[0], t.tenants[1]
