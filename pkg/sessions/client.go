@@ -654,6 +654,13 @@ func (c *Client) RunOnce(ctx context.Context, namespace string, req RunRequest, 
 	return res, s, nil
 }
 
+// replicaGone reports an answer of the API server's proxy that it could not
+// reach the data-plane replica it chose (502, 503), given before a stream began.
+func replicaGone(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == http.StatusBadGateway || e.Code == http.StatusServiceUnavailable)
+}
+
 // errStreamCut marks a run's stream that ended before its result.
 var errStreamCut = errors.New("stream cut")
 
@@ -686,7 +693,13 @@ func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*
 			// It runs: attach to it (the same ID attaches, never runs again).
 			exec := req.ExecRequest
 			exec.Stream = true
-			return s.RunStream(ctx, exec, h)
+			res, aerr := s.RunStream(ctx, exec, h)
+			if !replicaGone(aerr) {
+				return res, aerr
+			}
+			// The attach went to the replica that is going away (the
+			// aggregator still lists it for a moment): nothing streamed yet,
+			// so ask again through another one.
 		case err == nil && info.Result != nil:
 			return info.Result, nil
 		case IsStatus(err, http.StatusNotFound) && time.Now().After(unknownUntil):
