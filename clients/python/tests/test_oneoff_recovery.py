@@ -18,6 +18,7 @@ class _Wire:
 
     def __init__(self, runs_error, state):
         self.runs_error, self.state, self.sent = runs_error, state, []
+        self.attach_errors = []
 
     def request(self, api, method, path, query=None, body=None, **_):
         sub = "runs" if "/runs/" in path else path.rsplit("/", 1)[-1]
@@ -30,6 +31,8 @@ class _Wire:
                 raise state
             return Stream([], json.dumps(state).encode())
         if sub == "exec":  # an attach: the run's events from the start, as the agent replays them
+            if self.attach_errors:
+                raise self.attach_errors.pop(0)
             return Stream((GOLDEN / "output-and-result.ndjson").read_bytes().splitlines(keepends=True))
         raise AssertionError(f"unexpected {method} {path}")
 
@@ -85,3 +88,13 @@ def test_a_refusal_before_the_run_is_not_run_and_asks_nothing(wire):
     with pytest.raises(warmpool.NotRunError):
         _run()
     assert [s for _, s, _ in w.sent] == ["runs"]
+
+
+def test_an_attach_that_reaches_the_gone_replica_is_asked_again(wire):
+    w = wire(urllib3.exceptions.ProtocolError("connection reset"), [{"id": "x", "running": True}])
+    w.attach_errors = [warmpool.APIError(503, "", "error trying to reach service: dial tcp: connection refused")]
+    ex = _run()
+    assert ex.ok and ex.text == "42" and ex.stdout == "out\n"
+    attach = [b for m, sub, b in w.sent if sub == "exec"]
+    runs = [b for m, sub, b in w.sent if sub == "runs"]
+    assert len(attach) == 2 and all(a["id"] == runs[0]["id"] for a in attach), "attached again by the same ID, never sent anew"

@@ -175,7 +175,15 @@ def _lookup(sb, req, handlers, cause):
             if info.get("running"):
                 # It runs: the same ID attaches to it, and never runs it again.
                 exec_req = {k: v for k, v in req.items() if k not in ("pool", "waitMillis")}
-                resp = _api.request(sb._api, "POST", sb._path("exec"), body=exec_req, accept="application/x-ndjson")
+                try:
+                    resp = _api.request(sb._api, "POST", sb._path("exec"), body=exec_req, accept="application/x-ndjson")
+                except errors.APIError as e:
+                    if e.status not in (502, 503):
+                        raise
+                    # The API server's proxy still chose the replica that went
+                    # away; nothing streamed: ask again through another one.
+                    time.sleep(0.1)
+                    continue
                 return sb._read_stream(resp, req["id"], *handlers)
             if info.get("result") is not None:
                 return Execution.from_result(info["result"])
