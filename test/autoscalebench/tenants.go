@@ -29,8 +29,8 @@ import (
 // them all: the same arrivals, one after the other, each with its warm-up.
 //
 // -fairness: a small tenant's waits on a shared pool alone, then while a
-// big tenant's burst of -burst Executions waits, with and without a limit
-// on the big tenant's pods.
+// big tenant's burst of -burst Executions waits: without a limit on the big
+// tenant's pods, with one, and with one and reserved idle pods.
 
 const tenantLabel = "autoscalebench.warmpool.dev/tenant"
 
@@ -107,7 +107,7 @@ func newTenantSetup(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 	return t, cleanup, nil
 }
 
-func (t *tenantSetup) pool(ns, name string, o options) *wrappers.PoolWrapper {
+func benchPool(ns, name string, o options) *wrappers.PoolWrapper {
 	return wrappers.Pool(ns, name).Image(o.image).RuntimeClass(o.runtimeClass)
 }
 
@@ -198,9 +198,9 @@ func runTenants(cfg *rest.Config, scheme *runtime.Scheme, label string, o option
 
 	own := make([]*sandboxv1alpha1.SandboxPool, n)
 	for i, ns := range t.tenants {
-		own[i] = t.pool(ns, fmt.Sprintf("own-%02d", i), o).Replicas(1).Autoscaling(1, 10, o.scaleDownDelay).Obj()
+		own[i] = benchPool(ns, fmt.Sprintf("own-%02d", i), o).Replicas(1).Autoscaling(1, 10, o.scaleDownDelay).Obj()
 	}
-	shared := t.pool(t.shared, "shared", o).Replicas(1).Autoscaling(1, int32(2*n), o.scaleDownDelay).
+	shared := benchPool(t.shared, "shared", o).Replicas(1).Autoscaling(1, int32(2*n), o.scaleDownDelay).
 		Shared(map[string]string{tenantLabel: "yes"}, sandboxv1alpha1.TenantLimits{}).Obj()
 
 	type run struct {
@@ -316,7 +316,7 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 	for i, c := range cases {
 		// Autoscaled: the big tenant's runs churn through warm pods (each used
 		// pod is deleted), and only more warm pods keep some idle for others.
-		pool := t.pool(t.shared, "shared", o).Replicas(4).Autoscaling(4, poolMax, o.scaleDownDelay).MaxPods(poolMax).
+		pool := benchPool(t.shared, "shared", o).Replicas(4).Autoscaling(4, poolMax, o.scaleDownDelay).MaxPods(poolMax).
 			Shared(map[string]string{tenantLabel: "yes"}, sandboxv1alpha1.TenantLimits{}).Obj()
 		pool.Spec.Sharing.ReservedIdlePods = c.reserve
 		if c.limit != nil {
