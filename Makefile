@@ -20,6 +20,8 @@ KIND_VERSION ?= v0.30.0
 # Prometheus v3.16.0 (its Go module is versioned v0.316.0): promtool checks the
 # alerts and the dashboard's queries; the e2e suite scrapes the manager with it.
 PROMETHEUS_VERSION ?= v0.316.0
+# kwok plays the nodes and kubelets of the scale runs (test/scale).
+KWOK_VERSION ?= v0.8.0
 # Helm renders and installs the chart generated from config/ (make helm).
 HELM_VERSION ?= v4.3.1
 # charts/warmpool's own version (SemVer); its appVersion is IMG_MANAGER's tag.
@@ -35,6 +37,7 @@ KIND ?= $(LOCALBIN)/kind
 PROMTOOL ?= $(LOCALBIN)/promtool
 HELM ?= $(LOCALBIN)/helm
 PROMETHEUS ?= $(LOCALBIN)/prometheus
+KWOK ?= $(LOCALBIN)/kwok
 # No kubectl is assumed on the machine: it is built from Go modules and cached, on first use
 # (once per make run). `make demo` and `make kind-up` build it as one of their numbered steps
 # instead, and are given KUBECTL only when you set it (KUBECTL_IF_SET).
@@ -119,6 +122,21 @@ CHAOS_FAULT_SECONDS ?= 60
 test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUTIONS, CHAOS_SEED), invariants checked.
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_SECONDS=$(CHAOS_FAULT_SECONDS) $(GO) test ./test/chaos/ -count=1 -v -timeout 30m
+
+# The scale runs (docs/scale.md): envtest's kube-apiserver and etcd, the real kube-scheduler,
+# kwok's simulated nodes, a stand-in agent fleet and the manager binary. SCALE_ARGS picks the
+# scenario; test-scale is CI's short gate (agent-sandbox's, translated: 75 claims/s, p99 <= 500 ms).
+SCALE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s
+SCALE_GATE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s -gate-p99 500ms
+
+.PHONY: scale
+scale: kwok ## Run a scale scenario on simulated nodes (SCALE_ARGS; docs/scale.md).
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
+		$(GO) run ./test/scale -kwok $(KWOK) -kube-scheduler "$$(K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kube-scheduler)/kube-scheduler" $(SCALE_ARGS)
+
+.PHONY: test-scale
+test-scale: ## CI's scale gate: Sessions at 75/s on a pool of 1,050 on 100 simulated nodes, p99 create → Ready <= 500 ms.
+	$(MAKE) scale SCALE_ARGS="$(SCALE_GATE_ARGS)"
 
 AUTOSCALE_BENCH_ARGS ?= -trace full -envtest-delays 2s,10s -plot-dir docs
 
@@ -275,6 +293,11 @@ $(KIND): | $(LOCALBIN)
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
+
+.PHONY: kwok
+kwok: $(KWOK)
+$(KWOK): | $(LOCALBIN)
+	$(call go-install-tool,$(KWOK),sigs.k8s.io/kwok/cmd/kwok,$(KWOK_VERSION),about 2 min cold)
 
 .PHONY: helm-tool
 helm-tool: $(HELM)

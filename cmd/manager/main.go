@@ -60,6 +60,8 @@ func main() {
 		retryPeriod          time.Duration
 		mode                 string
 		snapshots            controller.Snapshots
+		apiQPS               float64
+		apiBurst             int
 	)
 	flag.StringVar(&mode, "mode", string(controller.ModeAll),
 		"Which parts to run: all; controllers (the reconcilers, under --leader-elect); data-plane (the Sessions data plane "+
@@ -82,6 +84,10 @@ func main() {
 		"Serve metrics over HTTPS with authentication and authorization by the API server.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics over HTTP/2 too; off by default because of the HTTP/2 rapid reset CVEs.")
+	flag.Float64Var(&apiQPS, "kube-api-qps", defaultAPIQPS,
+		"Requests per second the manager's client may send to kube-apiserver, sustained (client-go's token bucket; "+
+			"the API server's priority and fairness still applies).")
+	flag.IntVar(&apiBurst, "kube-api-burst", defaultAPIBurst, "Requests the manager's client may send at once above --kube-api-qps.")
 	var dataPlane dataplane.Options
 	flag.IntVar(&dataPlane.Port, "data-plane-port", 0,
 		"Port of the Sessions data plane (data.warmpool.dev, behind an APIService); 0 serves none.")
@@ -157,7 +163,9 @@ func main() {
 		dataPlane.AlternateDNS = []string{"warmpool-data-plane." + managerNamespace + ".svc"}
 		cfg.DataPlane = &dataPlane
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig := ctrl.GetConfigOrDie()
+	restConfig.QPS, restConfig.Burst = float32(apiQPS), apiBurst
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controller.CacheOptions(cfg.KeysSecret()),
 		Metrics:                       metricsOpts,
@@ -201,6 +209,14 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// The client's default rate: client-go's (5/s) or controller-runtime's
+// (20/s, burst 30) hold back a manager that serves claims at 75/s, each a few
+// writes (docs/scale.md measured it).
+const (
+	defaultAPIQPS   = 20
+	defaultAPIBurst = 30
+)
 
 // ownNamespace is the manager's namespace: $POD_NAMESPACE (the Deployment sets
 // it from the downward API), else the service account's, else warmpool-system.

@@ -69,6 +69,13 @@ var (
 		Help:    "Time the Session controller took to lease a pod to a Session: from the reconcile that found one to the Ready status stored.",
 		Buckets: []float64{0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10},
 	})
+	// SessionReady is how long a new Session waited for its pod, as the
+	// manager saw it (the comparable of a claim's latency on other systems).
+	SessionReady = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_session_ready_seconds",
+		Help:    "Time from the manager's first sight of a new Session (its watch event) to its first Ready status stored: the queue, the lease and the agent's answer.",
+		Buckets: []float64{0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
 	// SessionSuspend and SessionResume time the two halves of a suspend:
 	// from the reconcile that decided it to the status stored.
 	SessionSuspend = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -192,7 +199,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, PoolTenant, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, PoolTenant, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)

@@ -96,6 +96,9 @@ type Reconciler struct {
 	// suspendFailed: when a Session whose suspend failed may be tried again.
 	mu            sync.Mutex
 	statusWritten map[types.UID]time.Time
+	// seen: when the informer delivered each new Session that is not Ready
+	// yet (metrics.SessionReady).
+	seen map[types.UID]time.Time
 	suspendFailed map[types.UID]time.Time
 }
 
@@ -290,6 +293,12 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionLease.Observe(time.Since(start).Seconds())
+	r.mu.Lock()
+	if t, ok := r.seen[ses.UID]; ok {
+		metrics.SessionReady.Observe(time.Since(t).Seconds())
+		delete(r.seen, ses.UID)
+	}
+	r.mu.Unlock()
 	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
 		"interpreterMs", ms(interpreted.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming)
 	if resuming {
@@ -753,6 +762,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.statusWritten = map[types.UID]time.Time{}
+	r.seen = map[types.UID]time.Time{}
 	r.suspendFailed = map[types.UID]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Session{}).
@@ -809,7 +819,13 @@ func podPair(e event.UpdateEvent) (old, cur *corev1.Pod, ok bool) {
 func (r *Reconciler) sessionEvents() handler.TypedEventHandler[client.Object, ctrl.Request] {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ wakeup.Queue) {
-			r.Dispatcher.UpdateSession(e.Object.(*sandboxv1alpha1.Session))
+			ses := e.Object.(*sandboxv1alpha1.Session)
+			r.Dispatcher.UpdateSession(ses)
+			if ses.Status.Phase == "" && ses.DeletionTimestamp == nil {
+				r.mu.Lock()
+				r.seen[ses.UID] = time.Now() // a measurement (metrics.SessionReady), not a decision
+				r.mu.Unlock()
+			}
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ wakeup.Queue) {
 			r.Dispatcher.UpdateSession(e.ObjectNew.(*sandboxv1alpha1.Session))
@@ -819,6 +835,7 @@ func (r *Reconciler) sessionEvents() handler.TypedEventHandler[client.Object, ct
 				r.Dispatcher.DeleteSession(ses)
 				r.mu.Lock()
 				delete(r.statusWritten, ses.UID) // a Session deleted while Ready
+				delete(r.seen, ses.UID)
 				r.mu.Unlock()
 			}
 		},

@@ -57,7 +57,11 @@ func assets() (string, error) {
 // deploy does.
 // The API server's aggregation layer is configured as on a real control
 // plane, so that tests can register the data plane as an APIService.
-func Start() (*Env, error) {
+func Start() (*Env, error) { return StartWith(nil) }
+
+// StartWith is Start with kube-apiserver flags of the caller's on top of
+// envtest's (the scale runs set the limits a large cluster's API server has).
+func StartWith(apiServerFlags map[string]string) (*Env, error) {
 	dir, err := assets()
 	if err != nil {
 		return nil, err
@@ -74,6 +78,9 @@ func Start() (*Env, error) {
 	}
 	if err := enableAggregation(env); err != nil {
 		return nil, fmt.Errorf("front-proxy certificates for envtest: %w", err)
+	}
+	for k, v := range apiServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	cfg, err := env.Start()
 	if err != nil {
