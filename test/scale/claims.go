@@ -257,7 +257,7 @@ func claims(ctx context.Context, e *env) (*report, error) {
 	req := apiRequests(before, after)
 	rep.Tables = append(rep.Tables, apiTable("The manager's requests to kube-apiserver during the run", req, secs, float64(len(lat)), "per Session"))
 	rep.Tables = append(rep.Tables, table{Title: "The manager process during the run", Header: []string{"CPU (cores, average)", "RSS at the end", "peak RSS"},
-		Rows: [][]string{{fmt.Sprintf("%.2f", (u1.cpu - u0.cpu).Seconds()/secs), mib(u1.rss), mib(u1.hwm)}}})
+		Rows: [][]string{{fmt.Sprintf("%.2f", (u1.cpu-u0.cpu).Seconds()/secs), mib(u1.rss), mib(u1.hwm)}}})
 	rep.Values["manager_cpu_cores"] = (u1.cpu - u0.cpu).Seconds() / secs
 	rep.Values["manager_rss_bytes"] = float64(u1.rss)
 

@@ -260,4 +260,3 @@ func (m *manager) profile(ctx context.Context, kind, path string, secs int) erro
 	_, err = io.Copy(f, resp.Body)
 	return err
 }
-

@@ -33,7 +33,9 @@ func newReport(scenario string) *report {
 
 func (r *report) param(k string, v any) { r.Params[k] = fmt.Sprint(v) }
 
-func (r *report) note(format string, args ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, args...)) }
+func (r *report) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
 
 func (r *report) markdown() string {
 	var b strings.Builder

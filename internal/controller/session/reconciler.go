@@ -98,7 +98,7 @@ type Reconciler struct {
 	statusWritten map[types.UID]time.Time
 	// seen: when the informer delivered each new Session that is not Ready
 	// yet (metrics.SessionReady).
-	seen map[types.UID]time.Time
+	seen          map[types.UID]time.Time
 	suspendFailed map[types.UID]time.Time
 }
 
