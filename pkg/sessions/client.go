@@ -681,25 +681,41 @@ func (e *NotRunError) Unwrap() error { return e.Err }
 // there (a request the gone replica had sent, in flight).
 const recoverGrace = time.Second
 
+// recoverTimeout bounds the search for a run whose answer was lost; askTimeout
+// bounds one question on the way (and an attach's wait for its response to
+// begin). The API server's proxy may still send a question to the replica
+// that went away, whose address then answers nothing at all: such a question
+// hangs until its own deadline, and the next one goes to a replica that
+// serves.
+var (
+	recoverTimeout = time.Minute
+	askTimeout     = 5 * time.Second
+)
+
+// errNoAnswer: an attach whose response did not begin within askTimeout.
+var errNoAnswer = errors.New("no answer in time")
+
 // recoverRun finds out what became of a one-call run whose answer was lost.
 func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
 	unknownUntil := time.Now().Add(recoverGrace)
+	var last error
 	for {
-		info, err := s.RunInfo(ctx, req.ID)
+		actx, acancel := context.WithTimeout(ctx, askTimeout)
+		info, err := s.RunInfo(actx, req.ID)
+		acancel()
 		switch {
 		case err == nil && info.Running:
 			// It runs: attach to it (the same ID attaches, never runs again).
-			exec := req.ExecRequest
-			exec.Stream = true
-			res, aerr := s.RunStream(ctx, exec, h)
-			if !replicaGone(aerr) {
+			res, aerr := s.attach(ctx, req.ExecRequest, h)
+			if !replicaGone(aerr) && !errors.Is(aerr, errNoAnswer) {
 				return res, aerr
 			}
 			// The attach went to the replica that is going away (the
 			// aggregator still lists it for a moment): nothing streamed yet,
 			// so ask again through another one.
+			err = aerr
 		case err == nil && info.Result != nil:
 			return info.Result, nil
 		case IsStatus(err, http.StatusNotFound) && time.Now().After(unknownUntil):
@@ -714,12 +730,38 @@ func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*
 			}
 			return nil, fmt.Errorf("the answer of run %s was lost and its Session %s ended: whether the code ran is unknown: %w", req.ID, s.Name, err)
 		}
+		if err != nil {
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("the answer of run %s was lost, and asking about it failed: %w", req.ID, ctx.Err())
+			return nil, fmt.Errorf("the answer of run %s was lost, and asking about it failed for %s (last: %v): %w", req.ID, recoverTimeout, last, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// attach streams a run that is running, by its ID, to h. A response that does
+// not begin within askTimeout is given up (errNoAnswer): no replica had the
+// request, most likely (one that has it answers at once, before the run's
+// output), and the caller asks again.
+func (s *Session) attach(ctx context.Context, exec ExecRequest, h Handlers) (*Result, error) {
+	exec.Stream = true
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(askTimeout, func() { cancel(errNoAnswer) })
+	resp, err := s.do(actx, http.MethodPost, "exec", nil, jsonBody(exec), "application/json", "application/x-ndjson")
+	if !timer.Stop() {
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		return nil, errNoAnswer
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return s.readStream(actx, resp.Body, exec.ID, h)
 }
 
 // End ends the Session (spec.close) rather than deleting it: its pod goes

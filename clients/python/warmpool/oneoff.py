@@ -104,7 +104,11 @@ def _execution(obj):
 # a gone data-plane replica had sent), and how long the lookup of a run whose
 # answer was lost may take.
 _RECOVER_GRACE = 1.0
-_RECOVER_TIMEOUT = 15.0
+_RECOVER_TIMEOUT = 60.0
+# One question about the run: the API server's proxy may still send it to
+# the replica that went away, whose address then answers nothing; the next
+# question goes elsewhere.
+_ASK_TIMEOUT = 5.0
 
 
 def _run_once(api, namespace, code, pool, *, timeout, context, envs, name, wait, on_stdout, on_stderr, on_llm_query,
@@ -159,7 +163,8 @@ def _lookup(sb, req, handlers, cause):
     give_up = time.monotonic() + _RECOVER_TIMEOUT
     while time.monotonic() < give_up:
         try:
-            info = _api.request_json(sb._api, "GET", sb._path("executions"), query={"id": req["id"]})
+            info = _api.request_json(sb._api, "GET", sb._path("executions"), query={"id": req["id"]},
+                                     timeout=_ASK_TIMEOUT)
         except errors.APIError as e:
             if e.status == 404 and time.monotonic() > unknown_until:
                 raise errors.NotRunError(sb.name, cause) from None

@@ -245,10 +245,8 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-ru.done:
 	case <-r.Context().Done():
-		// A streamed run whose caller went away is interrupted, as the agent does.
-		if stream && ru.cancel != nil {
-			ru.cancel(errInterrupted)
-		}
+		// As the agent: a caller that goes away does not stop the code, and
+		// can attach again by ID.
 		return
 	}
 	if !stream {
