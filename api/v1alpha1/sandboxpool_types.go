@@ -35,7 +35,7 @@ type SandboxPoolSpec struct {
 	// Busy pods do not count. This is what `kubectl scale` and autoscalers change.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	Replicas int32 `json:"replicas"`
 
@@ -496,13 +496,13 @@ type PoolAutoscaling struct {
 	// zero, and its first claim then waits for a pod to start.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	MinReplicas int32 `json:"minReplicas"`
 
 	// maxReplicas is the most idle pods kept, whatever the demand.
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:validation:Maximum=10000
 	// +required
 	MaxReplicas int32 `json:"maxReplicas"`
 

@@ -32,12 +32,16 @@ func (e *env) client() (client.Client, *rest.Config, error) {
 
 // warmPool creates a pool of size warm pods in namespace and waits until
 // they are idle; it returns how long that took.
-func (e *env) warmPool(ctx context.Context, c client.Client, ns, name string, size int) (time.Duration, error) {
+func (e *env) warmPool(ctx context.Context, c client.Client, ns, name string, size int, maxPods bool) (time.Duration, error) {
 	start := time.Now()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); client.IgnoreAlreadyExists(err) != nil {
 		return 0, err
 	}
-	if err := c.Create(ctx, wrappers.Pool(ns, name).Replicas(int32(size)).Obj()); err != nil {
+	pool := wrappers.Pool(ns, name).Replicas(int32(size))
+	if maxPods {
+		pool = pool.MaxPods(int32(size))
+	}
+	if err := c.Create(ctx, pool.Obj()); err != nil {
 		return 0, fmt.Errorf("create pool %s/%s: %w", ns, name, err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -163,6 +167,7 @@ func claims(ctx context.Context, e *env) (*report, error) {
 	rep.param("rate (Sessions/s, Poisson)", o.rate)
 	rep.param("duration", o.duration)
 	rep.param("seed", o.seed)
+	rep.param("pods started during the claims (the pool refills)", !o.noRefill)
 	m, err := e.startManager("manager", true)
 	if err != nil {
 		return nil, err
@@ -173,7 +178,7 @@ func claims(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	const ns, pool = "scale-claims", "python"
-	fillTime, err := e.warmPool(ctx, c, ns, pool, o.warm)
+	fillTime, err := e.warmPool(ctx, c, ns, pool, o.warm, o.noRefill)
 	if err != nil {
 		return nil, fmt.Errorf("fill the pool of %d: %w", o.warm, err)
 	}
@@ -194,6 +199,7 @@ func claims(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	u0, _ := procUsage(m.cmd.Process.Pid)
+	cpu0 := processCPU()
 	go e.profiles(ctx, m, "load", int(o.duration.Seconds())+2)
 	t0 := time.Now()
 	started, errs := offer(ctx, at, func(ctx context.Context, i int) error {
@@ -219,6 +225,7 @@ func claims(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	u1, _ := procUsage(m.cmd.Process.Pid)
+	cpu1 := processCPU()
 	elapsed := time.Since(t0)
 
 	sw.mu.Lock()
@@ -258,6 +265,7 @@ func claims(ctx context.Context, e *env) (*report, error) {
 	rep.Tables = append(rep.Tables, apiTable("The manager's requests to kube-apiserver during the run", req, secs, float64(len(lat)), "per Session"))
 	rep.Tables = append(rep.Tables, table{Title: "The manager process during the run", Header: []string{"CPU (cores, average)", "RSS at the end", "peak RSS"},
 		Rows: [][]string{{fmt.Sprintf("%.2f", (u1.cpu-u0.cpu).Seconds()/secs), mib(u1.rss), mib(u1.hwm)}}})
+	rep.Tables = append(rep.Tables, cpuTable("CPU by process during the run (the machine has 2 cores)", cpu0, cpu1, secs))
 	rep.Values["manager_cpu_cores"] = (u1.cpu - u0.cpu).Seconds() / secs
 	rep.Values["manager_rss_bytes"] = float64(u1.rss)
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +137,9 @@ func startCluster(ctx context.Context, o clusterOptions) (c *cluster, err error)
 		return c, err
 	}
 	rc.QPS, rc.Burst = 2000, 4000
+	// As kube's own components (and controller-runtime for built-in types):
+	// protobuf costs the API server less to encode than JSON.
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	if c.cs, err = kubernetes.NewForConfig(rc); err != nil {
 		return c, err
 	}
@@ -201,7 +205,7 @@ func (c *cluster) addNodes(ctx context.Context, n int) error {
 	if err := <-errs; err != nil {
 		return fmt.Errorf("create nodes: %w", err)
 	}
-	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if err := c.processesAlive(); err != nil {
 			return false, err
 		}
@@ -218,7 +222,27 @@ func (c *cluster) addNodes(ctx context.Context, n int) error {
 			}
 		}
 		return ready >= n, nil
-	})
+	}); err != nil {
+		return err
+	}
+	// The API server taints a new node not-ready; the node lifecycle
+	// controller (kube-controller-manager, not run here) lifts the taint
+	// once the node reports Ready.
+	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, nd := range nodes.Items {
+		taints := slices.DeleteFunc(nd.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		if len(taints) == len(nd.Spec.Taints) {
+			continue
+		}
+		nd.Spec.Taints = taints
+		if _, err := c.cs.CoreV1().Nodes().Update(ctx, &nd, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("lift the not-ready taint of node %s: %w", nd.Name, err)
+		}
+	}
+	return nil
 }
 
 // processesAlive fails when kwok or the scheduler exited.

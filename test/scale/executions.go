@@ -104,6 +104,7 @@ func executions(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	u0, _ := procUsage(m.cmd.Process.Pid)
+	cpu0 := processCPU()
 	go e.profiles(ctx, m, "load", int(o.duration.Seconds()))
 	start := time.Now()
 	started, errs := offer(ctx, at, func(ctx context.Context, i int) error {
@@ -129,6 +130,7 @@ func executions(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	u1, _ := procUsage(m.cmd.Process.Pid)
+	cpu1 := processCPU()
 
 	ew.mu.Lock()
 	var lat []time.Duration
@@ -169,6 +171,7 @@ func executions(ctx context.Context, e *env) (*report, error) {
 			fmt.Sprintf("%.2f", rep.Values["writes_per_execution"]), fmt.Sprintf("%.2f", rep.Values["manager_cpu_cores"])}},
 	})
 	rep.Tables = append(rep.Tables, apiTable("The manager's requests to kube-apiserver during the run", req, window.Seconds(), done, "per Execution"))
+	rep.Tables = append(rep.Tables, cpuTable("CPU by process during the run (the machine has 2 cores)", cpu0, cpu1, window.Seconds()))
 	if int(done) < len(at)-createErrs || wrong > 0 || phases[sandboxv1alpha1.PhaseSucceeded] != int(done) {
 		return rep, fmt.Errorf("%d of %d Executions ended, %d Succeeded, %d with a wrong result", int(done), len(at)-createErrs, phases[sandboxv1alpha1.PhaseSucceeded], wrong)
 	}

@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +46,7 @@ type options struct {
 	schedulerQPS int
 	managerQPS   int
 	managerBurst int
+	managerArgs  string
 
 	warm     int
 	rate     float64
@@ -51,6 +54,7 @@ type options struct {
 	gateP99  time.Duration
 	gateP50  time.Duration
 	seed     int64
+	noRefill bool
 
 	pools    int
 	poolSize int
@@ -73,12 +77,14 @@ func main() {
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 1000, "kube-scheduler --kube-api-qps (burst: twice)")
 	flag.IntVar(&o.managerQPS, "manager-qps", 0, "the manager's --kube-api-qps; 0: its default")
 	flag.IntVar(&o.managerBurst, "manager-burst", 0, "the manager's --kube-api-burst (with -manager-qps)")
+	flag.StringVar(&o.managerArgs, "manager-args", "", "more flags for the manager, space-separated (e.g. --zap-log-level=1 for its lease timings)")
 	flag.IntVar(&o.warm, "warm", 1050, "claims, failover: warm pods of the pool")
 	flag.Float64Var(&o.rate, "rate", 75, "claims, executions: arrivals per second (Poisson, open loop)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "claims, executions: how long arrivals come")
 	flag.DurationVar(&o.gateP99, "gate-p99", 0, "claims: fail when the client's create → Ready p99 is above this (0: no gate)")
 	flag.DurationVar(&o.gateP50, "gate-p50", 0, "claims: fail when the client's create → Ready p50 is above this (0: no gate)")
 	flag.Int64Var(&o.seed, "seed", 1, "seed of the arrivals")
+	flag.BoolVar(&o.noRefill, "no-refill", false, "claims: cap the pool at its warm pods (maxPods), so that no pod is started during the claims: the claim path alone")
 	flag.IntVar(&o.pools, "pools", 1000, "fill, executions: pools")
 	flag.IntVar(&o.poolSize, "pool-size", 10, "fill, executions: warm pods per pool")
 	flag.IntVar(&o.sessions, "sessions", 5000, "failover: Ready Sessions before the leader is killed")
@@ -170,7 +176,8 @@ func run(ctx context.Context, o options) (*report, error) {
 // startManager starts a manager named name with the run's settings.
 func (e *env) startManager(name string, leaderLock bool) (*manager, error) {
 	return startManager(managerOptions{binary: e.binary, kubeconfig: e.cluster.kubeconfig, dir: e.dir, name: name,
-		agentPort: sandboxpod.AgentPort, leaderLock: leaderLock, qps: e.o.managerQPS, burst: e.o.managerBurst})
+		agentPort: sandboxpod.AgentPort, leaderLock: leaderLock, qps: e.o.managerQPS, burst: e.o.managerBurst,
+		extraArgs: strings.Fields(e.o.managerArgs)})
 }
 
 // profiles saves the manager's heap and a CPU profile of secs, when asked.
@@ -181,6 +188,14 @@ func (e *env) profiles(ctx context.Context, m *manager, tag string, secs int) {
 	_ = os.MkdirAll(e.o.pprofDir, 0o755)
 	_ = m.profile(ctx, "heap", filepath.Join(e.o.pprofDir, e.o.scenario+"-"+tag+"-heap.pb.gz"), 0)
 	if secs > 0 {
+		// kube-apiserver's too, at the same time: on one machine it is what the load costs most.
+		go func() {
+			data, err := e.cluster.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+				Param("seconds", strconv.Itoa(secs)).DoRaw(ctx)
+			if err == nil {
+				_ = os.WriteFile(filepath.Join(e.o.pprofDir, e.o.scenario+"-"+tag+"-kube-apiserver-cpu.pb.gz"), data, 0o600)
+			}
+		}()
 		_ = m.profile(ctx, "profile", filepath.Join(e.o.pprofDir, e.o.scenario+"-"+tag+"-cpu.pb.gz"), secs)
 	}
 }

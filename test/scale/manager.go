@@ -260,3 +260,65 @@ func (m *manager) profile(ctx context.Context, kind, path string, secs int) erro
 	_, err = io.Copy(f, resp.Body)
 	return err
 }
+
+// processCPU is the CPU time of this process and each process started under
+// it (kube-apiserver, etcd, kwok, kube-scheduler, the manager), by command name.
+func processCPU() map[string]time.Duration {
+	self := os.Getpid()
+	parent := map[int]int{}
+	comm := map[int]string{}
+	cpu := map[int]time.Duration{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		open, closing := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+		if open < 0 || closing < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[closing+2:]))
+		ppid, _ := strconv.Atoi(f[1])
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		parent[pid], comm[pid] = ppid, string(stat[open+1:closing])
+		cpu[pid] = time.Duration(utime+stime) * time.Second / 100
+	}
+	out := map[string]time.Duration{}
+	for pid := range cpu {
+		for p := pid; p > 1; p = parent[p] {
+			if p == self {
+				name := comm[pid]
+				if pid == self {
+					name = "test harness (fleet, load, watches)"
+				}
+				out[name] += cpu[pid]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// cpuTable is the CPU each process used between two processCPU readings.
+func cpuTable(title string, before, after map[string]time.Duration, secs float64) table {
+	t := table{Title: title, Header: []string{"process", "CPU (cores, average)"}}
+	names := make([]string, 0, len(after))
+	for n := range after {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var total time.Duration
+	for _, n := range names {
+		d := after[n] - before[n]
+		total += d
+		t.Rows = append(t.Rows, []string{n, fmt.Sprintf("%.2f", d.Seconds()/secs)})
+	}
+	t.Rows = append(t.Rows, []string{"all", fmt.Sprintf("%.2f", total.Seconds()/secs)})
+	return t
+}

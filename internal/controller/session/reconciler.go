@@ -748,6 +748,9 @@ func (r *Reconciler) setReady(ses *sandboxv1alpha1.Session, status metav1.Condit
 // SetupWithManager registers the reconciler. Session events feed the
 // dispatcher; the dispatcher wakes a Session it chose a pod for; a change of
 // a Session's pod wakes the Session (lost, released by an Execution).
+// sessionWorkers is how many Sessions are reconciled at once.
+const sessionWorkers = 16
+
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("session-controller")
@@ -770,8 +773,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sandboxv1alpha1.Session{}, r.sessionEvents()).
 		Watches(&corev1.Pod{}, sessionPodEvents()).
 		// Leases and checks call agents (up to 5 s for a health check): a few
-		// slow sandboxes must not hold up every other Session.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		// slow sandboxes must not hold up every other Session. A lease waits
+		// on two writes and an agent, not on CPU: at 75 new Sessions a second
+		// four workers queued them for seconds (docs/scale.md).
+		WithOptions(controller.Options{MaxConcurrentReconciles: sessionWorkers}).
 		Named("session").
 		Complete(r)
 }
