@@ -32,6 +32,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -96,6 +99,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "scale: -kwok and -kube-scheduler are required (make scale builds and passes them)")
 		os.Exit(2)
 	}
+	ctrl.SetLogger(logr.Discard()) // the harness's own clients; the manager logs to its file
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	rep, err := run(ctx, o)
