@@ -239,6 +239,12 @@ func claims(ctx context.Context, e *env) (*report, error) {
 	sw.mu.Unlock()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p50, p90, p99 := percentile(lat, 50), percentile(lat, 90), percentile(lat, 99)
+	if o.plot != "" {
+		title := fmt.Sprintf("%d Sessions at %.0f/s on %d kwok nodes, pool of %d: p50 %s, p99 %s", len(lat), o.rate, o.nodes, o.warm, ms(p50), ms(p99))
+		if err := os.WriteFile(o.plot, []byte(cdfPlot(title, lat, o.gateP99)), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	rep.Values["offered"] = float64(len(at))
 	rep.Values["ready"] = float64(len(lat))
 	rep.Values["lost"] = float64(lost)

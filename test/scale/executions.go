@@ -22,6 +22,8 @@ type executionWatch struct {
 	ended map[string]time.Time
 	phase map[string]sandboxv1alpha1.ExecutionPhase
 	wrong int
+	// why counts the errors of the Executions that did not succeed.
+	why map[string]int
 }
 
 func (e *env) watchExecutions(ctx context.Context, want string) (*executionWatch, error) {
@@ -29,7 +31,7 @@ func (e *env) watchExecutions(ctx context.Context, want string) (*executionWatch
 	if err != nil {
 		return nil, err
 	}
-	ew := &executionWatch{ended: map[string]time.Time{}, phase: map[string]sandboxv1alpha1.ExecutionPhase{}}
+	ew := &executionWatch{ended: map[string]time.Time{}, phase: map[string]sandboxv1alpha1.ExecutionPhase{}, why: map[string]int{}}
 	ca, err := cache.New(cfg, cache.Options{Scheme: e.cluster.env.Scheme})
 	if err != nil {
 		return nil, err
@@ -53,6 +55,13 @@ func (e *env) watchExecutions(ctx context.Context, want string) (*executionWatch
 		ew.ended[key], ew.phase[key] = now, x.Status.Phase
 		if x.Status.Phase == sandboxv1alpha1.PhaseSucceeded && (x.Status.Result != want || x.Status.Stdout != "hello\n") {
 			ew.wrong++
+		}
+		if x.Status.Phase != sandboxv1alpha1.PhaseSucceeded && x.Status.Error != nil {
+			msg := x.Status.Error.Message
+			if len(msg) > 160 {
+				msg = msg[:160] + "…"
+			}
+			ew.why[x.Status.Error.Type+": "+msg]++
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }}); err != nil {
@@ -148,6 +157,9 @@ func executions(ctx context.Context, e *env) (*report, error) {
 		}
 	}
 	wrong := ew.wrong
+	for w, n := range ew.why {
+		rep.note("%d Executions ended with %s", n, w)
+	}
 	ew.mu.Unlock()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	window := last.Sub(start)
@@ -163,9 +175,16 @@ func executions(ctx context.Context, e *env) (*report, error) {
 	writes := req["POST"] + req["PUT"] + req["PATCH"] + req["DELETE"]
 	rep.Values["writes_per_execution"] = writes / done
 	rep.Values["manager_cpu_cores"] = (u1.cpu - u0.cpu).Seconds() / window.Seconds()
+	var others []string
+	for p, n := range phases {
+		if p != sandboxv1alpha1.PhaseSucceeded {
+			others = append(others, fmt.Sprintf("%d %s", n, p))
+		}
+	}
+	sort.Strings(others)
 	rep.Tables = append(rep.Tables, table{
-		Title: fmt.Sprintf("%d Executions offered at %.0f/s (achieved %.1f/s) over %d pools: %d ended (%d Succeeded, %d wrong results, %d create errors)",
-			len(at), o.rate, rep.Values["offered_rate"], o.pools, len(lat), phases[sandboxv1alpha1.PhaseSucceeded], wrong, createErrs),
+		Title: fmt.Sprintf("%d Executions offered at %.0f/s (achieved %.1f/s) over %d pools: %d ended (%d Succeeded %v, %d wrong results, %d create errors)",
+			len(at), o.rate, rep.Values["offered_rate"], o.pools, len(lat), phases[sandboxv1alpha1.PhaseSucceeded], others, wrong, createErrs),
 		Header: []string{"sustained (ended/s, first create → last end)", "create → final status p50", "p90", "p99", "max", "manager writes per Execution", "manager CPU (cores)"},
 		Rows: [][]string{{fmt.Sprintf("%.1f", rep.Values["sustained_rate"]), ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99)), ms(percentile(lat, 100)),
 			fmt.Sprintf("%.2f", rep.Values["writes_per_execution"]), fmt.Sprintf("%.2f", rep.Values["manager_cpu_cores"])}},

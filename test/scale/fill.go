@@ -85,6 +85,7 @@ func fill(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	u0, _ := procUsage(m.cmd.Process.Pid)
+	cpu0 := processCPU()
 	t0 := time.Now()
 	go e.profiles(ctx, m, "fill", 30)
 	if err := createPools(ctx, c, "tenant", o.pools, o.poolSize); err != nil {
@@ -96,6 +97,7 @@ func fill(ctx context.Context, e *env) (*report, error) {
 	}
 	filled := time.Since(t0)
 	u1, _ := procUsage(m.cmd.Process.Pid)
+	cpu1 := processCPU()
 	mid, err := m.scrape()
 	if err != nil {
 		return nil, err
@@ -127,6 +129,7 @@ func fill(ctx context.Context, e *env) (*report, error) {
 			fmt.Sprintf("%.2f", rep.Values["fill_cpu_cores"]), fmt.Sprintf("%.3f", rep.Values["steady_cpu_cores"]),
 			mib(u2.rss), mib(u2.hwm), mib(int64(rep.Values["heap_inuse_bytes"]))}},
 	})
+	rep.Tables = append(rep.Tables, cpuTable("CPU by process while filling (the machine has 2 cores)", cpu0, cpu1, filled.Seconds()))
 	rep.Tables = append(rep.Tables, apiTable("The manager's requests to kube-apiserver while filling", apiRequests(before, mid), filled.Seconds(), pods, "per pod"))
 	rep.Tables = append(rep.Tables, apiTable(fmt.Sprintf("… and in the %s after, every pool full and nothing asked", steadyWindow), apiRequests(mid, after), steadyWindow.Seconds(), pods, "per pod"))
 	return rep, nil

@@ -65,6 +65,7 @@ type options struct {
 
 	jsonOut  string
 	pprofDir string
+	plot     string
 	keep     bool
 }
 
@@ -92,6 +93,7 @@ func main() {
 	flag.IntVar(&o.poolSize, "pool-size", 10, "fill, executions: warm pods per pool")
 	flag.IntVar(&o.sessions, "sessions", 5000, "failover: Ready Sessions before the leader is killed")
 	flag.StringVar(&o.jsonOut, "json", "", "write the numbers to this file")
+	flag.StringVar(&o.plot, "plot", "", "claims: write an SVG of the create → Ready distribution here")
 	flag.StringVar(&o.pprofDir, "pprof-dir", "", "save the manager's CPU and heap profiles here")
 	flag.BoolVar(&o.keep, "keep", false, "keep the run's directory (logs, kubeconfig)")
 	flag.Parse()

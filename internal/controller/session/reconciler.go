@@ -745,12 +745,12 @@ func (r *Reconciler) setReady(ses *sandboxv1alpha1.Session, status metav1.Condit
 	ses.Status.ObservedGeneration = ses.Generation
 }
 
-// SetupWithManager registers the reconciler. Session events feed the
-// dispatcher; the dispatcher wakes a Session it chose a pod for; a change of
-// a Session's pod wakes the Session (lost, released by an Execution).
 // sessionWorkers is how many Sessions are reconciled at once.
 const sessionWorkers = 16
 
+// SetupWithManager registers the reconciler. Session events feed the
+// dispatcher; the dispatcher wakes a Session it chose a pod for; a change of
+// a Session's pod wakes the Session (lost, released by an Execution).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("session-controller")
