@@ -66,6 +66,17 @@ func (f *Fleet) Sync(pod *corev1.Pod, deleted bool) error {
 		}
 		return nil
 	}
+	if a != nil && pod.Status.PodIP != "" && a.ip != pod.Status.PodIP {
+		// kwok can give a pod a second IP when its stages run behind (a
+		// kubelet never does): the agent moves there, its state with it.
+		err := a.rebind(pod.Status.PodIP, f.Port)
+		f.mu.Unlock()
+		if err != nil {
+			f.errs.Add(1)
+			return fmt.Errorf("agent of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		return nil
+	}
 	if a != nil || pod.Status.PodIP == "" {
 		f.mu.Unlock()
 		return nil
@@ -79,7 +90,6 @@ func (f *Fleet) Sync(pod *corev1.Pod, deleted bool) error {
 		f.errs.Add(1)
 		return fmt.Errorf("agent of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	go func() { _ = a.srv.Serve(a.ln) }()
 	return nil
 }
 
@@ -139,20 +149,36 @@ func (f *Fleet) newAgent(pod *corev1.Pod) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(f.Port)))
-	if err != nil {
+	a := &Agent{verify: v.Verify, interp: newTag(), runs: map[string]*run{}}
+	a.handle = a.handler(f.count)
+	if err := a.rebind(pod.Status.PodIP, f.Port); err != nil {
 		return nil, err
 	}
-	a := &Agent{verify: v.Verify, ln: ln, interp: newTag(), runs: map[string]*run{}}
-	a.srv = &http.Server{Handler: a.handler(f.count), ReadHeaderTimeout: 10 * time.Second}
 	return a, nil
+}
+
+// rebind serves the agent at ip (and no longer where it served before).
+func (a *Agent) rebind(ip string, port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	if a.srv != nil {
+		_ = a.srv.Close()
+	}
+	a.ip = ip
+	a.srv = &http.Server{Handler: a.handle, ReadHeaderTimeout: 10 * time.Second}
+	go func(srv *http.Server) { _ = srv.Serve(ln) }(a.srv)
+	return nil
 }
 
 // Agent answers the agent API of one pod.
 type Agent struct {
 	verify func(string) error
-	ln     net.Listener
-	srv    *http.Server
+	handle http.Handler
+	// ip and srv are where it serves; the fleet's lock guards them.
+	ip  string
+	srv *http.Server
 
 	mu       sync.Mutex
 	interp   string

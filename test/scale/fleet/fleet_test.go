@@ -19,6 +19,11 @@ import (
 // agentOf starts the fleet's agent for a pod and returns the manager's
 // client of it (a token signed for the pod) and one signed for another pod.
 func agentOf(t *testing.T) (*agentclient.Client, *agentclient.Client, *Fleet) {
+	c, other, f, _ := agentAndToken(t)
+	return c, other, f
+}
+
+func agentAndToken(t *testing.T) (*agentclient.Client, *agentclient.Client, *Fleet, string) {
 	t.Helper()
 	keys, err := agentauth.ParseKeyring(map[string][]byte{agentauth.CurrentKey: []byte("k1"), "k1": agentauth.NewSeed()})
 	if err != nil {
@@ -40,14 +45,14 @@ func agentOf(t *testing.T) (*agentclient.Client, *agentclient.Client, *Fleet) {
 		t.Fatal(err)
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	token := func(uid string) *agentclient.Client {
+	token := func(uid string) string {
 		tok, err := keys.Token(uid, keyID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return agentclient.New(url, tok)
+		return tok
 	}
-	return token("uid-1"), token("uid-2"), f
+	return agentclient.New(url, token("uid-1")), agentclient.New(url, token("uid-2")), f, token("uid-1")
 }
 
 func TestAgentRunsOnceByID(t *testing.T) {
@@ -139,5 +144,27 @@ func TestAgentResetReplacesTheInterpreter(t *testing.T) {
 	}
 	if res.Status != protocol.StatusFailed || res.Error == nil || res.Error.Type != protocol.ErrorInterpreterRestarted {
 		t.Fatalf("a run naming the replaced interpreter: %+v", res)
+	}
+}
+
+// kwok may give a pod a second IP when its stages run behind: the agent
+// follows the pod there, with its runs, and no longer answers at the old one.
+func TestAgentFollowsItsPodToANewIP(t *testing.T) {
+	c, _, f, tok := agentAndToken(t)
+	ctx := context.Background()
+	if _, err := c.Execute(ctx, protocol.ExecuteRequest{ID: "before", Code: "7"}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-1"}, Status: corev1.PodStatus{PodIP: "127.0.0.2"}}
+	if err := f.Sync(pod, false); err != nil {
+		t.Fatal(err)
+	}
+	moved := agentclient.New("http://127.0.0.2:"+strconv.Itoa(f.Port), tok)
+	info, err := moved.Execution(ctx, "before")
+	if err != nil || info.Result == nil || *info.Result.Result != "7" {
+		t.Fatalf("the run before the move, asked at the new IP: %+v, %v", info, err)
+	}
+	if _, err := c.Ready(ctx); err == nil {
+		t.Fatal("the agent still answers at the pod's old IP")
 	}
 }
