@@ -363,24 +363,13 @@ func interpret(ctx context.Context, code string, res *protocol.Result) {
 	res.Stdout = stdout.String()
 }
 
-func (a *Agent) execution(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	a.mu.Lock()
-	ru, ok := a.runs[id]
-	a.mu.Unlock()
-	if !ok {
-		writeError(w, http.StatusNotFound, "no execution "+id)
-		return
-	}
-	select {
-	case <-ru.done:
-		writeJSON(w, http.StatusOK, protocol.ExecutionInfo{ID: id, Result: ru.result})
-	default:
-		writeJSON(w, http.StatusOK, protocol.ExecutionInfo{ID: id, Running: true})
-	}
-}
+func (a *Agent) execution(w http.ResponseWriter, r *http.Request) { a.report(w, r, false) }
 
-func (a *Agent) interrupt(w http.ResponseWriter, r *http.Request) {
+func (a *Agent) interrupt(w http.ResponseWriter, r *http.Request) { a.report(w, r, true) }
+
+// report answers what became of a run by its ID, interrupting it first if
+// asked and it still runs (202 then, as the agent answers).
+func (a *Agent) report(w http.ResponseWriter, r *http.Request, interrupt bool) {
 	id := r.PathValue("id")
 	a.mu.Lock()
 	ru, ok := a.runs[id]
@@ -393,8 +382,12 @@ func (a *Agent) interrupt(w http.ResponseWriter, r *http.Request) {
 	case <-ru.done:
 		writeJSON(w, http.StatusOK, protocol.ExecutionInfo{ID: id, Result: ru.result})
 	default:
-		ru.cancel(errInterrupted)
-		writeJSON(w, http.StatusAccepted, protocol.ExecutionInfo{ID: id, Running: true})
+		code := http.StatusOK
+		if interrupt {
+			ru.cancel(errInterrupted)
+			code = http.StatusAccepted
+		}
+		writeJSON(w, code, protocol.ExecutionInfo{ID: id, Running: true})
 	}
 }
 
