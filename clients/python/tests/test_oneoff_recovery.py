@@ -19,10 +19,12 @@ class _Wire:
     def __init__(self, runs_error, state):
         self.runs_error, self.state, self.sent = runs_error, state, []
         self.attach_errors = []
+        self.timeouts = []
 
-    def request(self, api, method, path, query=None, body=None, **_):
+    def request(self, api, method, path, query=None, body=None, **kw):
         sub = "runs" if "/runs/" in path else path.rsplit("/", 1)[-1]
         self.sent.append((method, sub, body))
+        self.timeouts.append((sub, kw.get("timeout")))
         if sub == "runs":
             raise self.runs_error
         if sub == "executions":
@@ -98,3 +100,16 @@ def test_an_attach_that_reaches_the_gone_replica_is_asked_again(wire):
     attach = [b for m, sub, b in w.sent if sub == "exec"]
     runs = [b for m, sub, b in w.sent if sub == "runs"]
     assert len(attach) == 2 and all(a["id"] == runs[0]["id"] for a in attach), "attached again by the same ID, never sent anew"
+
+
+def test_a_question_that_hangs_is_given_up_and_asked_again(wire):
+    # The API server's proxy sent the first question to the killed replica's
+    # address, which answered nothing: it ends at its own timeout.
+    hung = urllib3.exceptions.ReadTimeoutError(None, "/executions", "read timed out")
+    w = wire(urllib3.exceptions.ProtocolError("connection reset"),
+             [hung, {"id": "x", "result": {"id": "x", "status": "succeeded", "stdout": "out\n", "stderr": "", "result": "42"}}])
+    ex = _run()
+    assert ex.ok and ex.text == "42"
+    asked = [t for sub, t in w.timeouts if sub == "executions"]
+    assert len(asked) == 2 and all(t == oneoff._ASK_TIMEOUT for t in asked)
+    assert len([b for m, sub, b in w.sent if sub == "runs"]) == 1
