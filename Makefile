@@ -173,7 +173,7 @@ check-monitoring: promtool ## Check config/prometheus's alerts (promtool check +
 .PHONY: build
 build: manifests generate ## Build the manager and agent binaries into ./bin.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd/manager
-	CGO_ENABLED=0 $(GO) build -o $(LOCALBIN)/agent ./cmd/agent
+	CGO_ENABLED=0 $(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(LOCALBIN)/agent ./cmd/agent
 	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(LOCALBIN)/kubectl-warmpool ./cmd/kubectl-warmpool
 
 .PHONY: plugin
@@ -212,7 +212,7 @@ REPL_IMAGE_ARGS = -python $(PYTHON_FOR_IMAGE) -add $(LOCALBIN)/agent:/usr/local/
 .PHONY: images
 images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.tar, dist/manager.tar, dist/pause.tar, dist/seaweedfs.tar.
 	PYTHON_FOR_IMAGE=$(PYTHON_FOR_IMAGE) NUMPY_FOR_IMAGE=$(NUMPY_FOR_IMAGE) DATA_IMAGE=$(DATA_IMAGE) hack/image-deps.sh
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/agent ./cmd/agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(LOCALBIN)/agent ./cmd/agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/pause ./hack/pause
 	$(GO) run ./hack/imgbuild -o dist/repl.tar -tag $(IMG_REPL) $(REPL_IMAGE_ARGS) \

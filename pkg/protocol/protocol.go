@@ -11,6 +11,17 @@ import (
 	"time"
 )
 
+// Version is the version of this wire contract an agent of this build
+// speaks, reported in its Health. It changes only when a change would break a
+// manager or agent of the previous release; what a manager accepts is
+// [MinVersion, Version]. An agent that reports none predates versions: it
+// speaks 1.
+const Version = 1
+
+// MinVersion is the oldest contract a manager of this build still speaks to
+// (an agent of the previous release, whose pods outlive an upgrade).
+const MinVersion = 1
+
 // API paths.
 const (
 	PathExecute   = "/v1/execute"
@@ -282,6 +293,11 @@ type Health struct {
 	LastActivity *time.Time `json:"lastActivity,omitempty"`
 	// Sealed: a snapshot sealed the sandbox (QuerySeal); nothing runs in it.
 	Sealed bool `json:"sealed,omitempty"`
+	// Protocol is the contract version the agent speaks (Version of its
+	// build); 0 from an agent that predates versions, which speaks 1.
+	Protocol int `json:"protocol,omitempty"`
+	// Agent is the agent's build (its release, or the commit it was built from).
+	Agent string `json:"agent,omitempty"`
 }
 
 // ErrorBody is every non-2xx answer.

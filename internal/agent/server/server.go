@@ -26,6 +26,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
 	"github.com/warmpool/warmpool/internal/agent/shell"
 	"github.com/warmpool/warmpool/internal/agent/workspace"
+	"github.com/warmpool/warmpool/internal/version"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -741,15 +742,22 @@ func (s *Server) isSealed() bool {
 	return s.sealed
 }
 
+// health is what every health answer says: the workers, and which build and
+// contract version answers (the manager checks it before it calls the agent).
+func (s *Server) health(ok bool) protocol.Health {
+	return protocol.Health{OK: ok, Workers: len(s.workers), Protocol: protocol.Version, Agent: version.Get().Version}
+}
+
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, protocol.Health{OK: true, Workers: len(s.workers)})
+	writeJSON(w, http.StatusOK, s.health(true))
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	h := protocol.Health{OK: true, Workers: len(s.workers)}
+	h := s.health(true)
 	if iso := s.cfg.Isolation; iso != nil && !iso.Enforced() {
-		writeJSON(w, http.StatusServiceUnavailable, protocol.Health{Workers: len(s.workers),
-			Message: "waiting for the pool's NetworkPolicy: the sandbox still reaches " + iso.Addr()})
+		h = s.health(false)
+		h.Message = "waiting for the pool's NetworkPolicy: the sandbox still reaches " + iso.Addr()
+		writeJSON(w, http.StatusServiceUnavailable, h)
 		return
 	}
 	for i, wk := range s.workers {

@@ -89,9 +89,11 @@ func TestAuth(t *testing.T) {
 	if code, _ := raw(t, "POST", a.url+protocol.PathExecute, "Bearer "+token, body); code != 200 {
 		t.Errorf("right token: %d", code)
 	}
-	// Probes carry no token.
-	if code, _ := raw(t, "GET", a.url+protocol.PathHealthz, "", ""); code != 200 {
-		t.Errorf("healthz: %d", code)
+	// Probes carry no token, and say which build and contract version answers.
+	code, body := raw(t, "GET", a.url+protocol.PathHealthz, "", "")
+	var h protocol.Health
+	if err := json.Unmarshal([]byte(body), &h); code != 200 || err != nil || h.Protocol != protocol.Version || h.Agent == "" {
+		t.Errorf("healthz: %d %s", code, body)
 	}
 	if code, _ := raw(t, "GET", a.url+protocol.PathReadyz, "", ""); code != 200 {
 		t.Errorf("readyz: %d", code)

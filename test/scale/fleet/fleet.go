@@ -242,7 +242,8 @@ func (a *Agent) handler(count func(string)) http.Handler {
 
 func (a *Agent) health(w http.ResponseWriter, _ *http.Request) {
 	a.mu.Lock()
-	h := protocol.Health{OK: true, Python: "stand-in", Workers: 1, Busy: a.busy, Interpreter: a.interp, Runs: a.runCount, LastActivity: a.last}
+	h := protocol.Health{OK: true, Python: "stand-in", Workers: 1, Busy: a.busy, Interpreter: a.interp, Runs: a.runCount, LastActivity: a.last,
+		Protocol: protocol.Version, Agent: "scale-fleet"}
 	a.mu.Unlock()
 	writeJSON(w, http.StatusOK, h)
 }
