@@ -10,10 +10,10 @@
 //
 // Scenarios (docs/scale.md has their numbers):
 //
-//	go run ./test/scale -scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s -gate-p99 500ms
-//	go run ./test/scale -scenario fill -nodes 1000 -pools 1000 -pool-size 10
-//	go run ./test/scale -scenario executions -nodes 100 -pools 100 -pool-size 20 -rate 300 -duration 20s
-//	go run ./test/scale -scenario failover -nodes 500 -warm 10000 -sessions 5000
+//	make scale SCALE_ARGS='-scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s -gate-p99 1s'
+//	make scale SCALE_ARGS='-scenario fill -nodes 500 -pools 1000 -pool-size 10'
+//	make scale SCALE_ARGS='-scenario executions -nodes 100 -pools 100 -pool-size 10 -rate 100 -duration 20s'
+//	make scale SCALE_ARGS='-scenario failover -nodes 500 -warm 10000 -sessions 5000'
 //
 // It needs kwok and kube-scheduler (make scale builds both, pinned, from Go
 // modules) and prints a Markdown report; -json writes the numbers.
