@@ -77,7 +77,12 @@ func failover(ctx context.Context, e *env) (*report, error) {
 	}
 	defer sw.stop()
 	t1 := time.Now()
-	_, errs := offer(ctx, arrivals(o.seed, 250, time.Duration(float64(o.sessions)/250*float64(time.Second))+time.Second)[:o.sessions], func(ctx context.Context, i int) error {
+	// 250 a second, Poisson, with two seconds to spare for the count to reach o.sessions.
+	at := arrivals(o.seed, 250, time.Duration(float64(o.sessions)/250*float64(time.Second))+2*time.Second)
+	if len(at) < o.sessions {
+		return nil, fmt.Errorf("the arrivals came short of %d Sessions: try another -seed", o.sessions)
+	}
+	_, errs := offer(ctx, at[:o.sessions], func(ctx context.Context, i int) error {
 		return c.Create(ctx, wrappers.Session(fmt.Sprintf("fo-%04d", i%failoverPools), fmt.Sprintf("s-%05d", i)).Pool("python").Obj())
 	})
 	for _, err := range errs {
