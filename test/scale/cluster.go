@@ -183,26 +183,14 @@ func startCluster(ctx context.Context, o clusterOptions) (c *cluster, err error)
 
 // addNodes registers n simulated nodes and waits until kwok has made them Ready.
 func (c *cluster) addNodes(ctx context.Context, n int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 32)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kwok-node-%04d", i),
-				Annotations: map[string]string{kwokNodeAnnotation: "fake"},
-				Labels:      map[string]string{"type": "kwok", corev1.LabelHostname: fmt.Sprintf("kwok-node-%04d", i)}}}
-			if _, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := parallel(n, func(i int) error {
+		name := fmt.Sprintf("kwok-node-%04d", i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+			Labels:      map[string]string{"type": "kwok", corev1.LabelHostname: name}}}
+		_, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		return err
+	}); err != nil {
 		return fmt.Errorf("create nodes: %w", err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -243,6 +231,27 @@ func (c *cluster) addNodes(ctx context.Context, n int) error {
 		}
 	}
 	return nil
+}
+
+// parallel calls f for 0..n-1, 32 at a time, and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // processesAlive fails when kwok or the scheduler exited.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,28 +21,13 @@ const steadyWindow = 30 * time.Second
 // createPools creates n pools of size, each in a namespace of its own (a
 // tenant each), 32 at a time.
 func createPools(ctx context.Context, c client.Client, prefix string, n, size int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 32)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ns := fmt.Sprintf("%s-%04d", prefix, i)
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); client.IgnoreAlreadyExists(err) != nil {
-				errs <- err
-				return
-			}
-			if err := c.Create(ctx, wrappers.Pool(ns, "python").Replicas(int32(size)).Obj()); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return parallel(n, func(i int) error {
+		ns := fmt.Sprintf("%s-%04d", prefix, i)
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); client.IgnoreAlreadyExists(err) != nil {
+			return err
+		}
+		return c.Create(ctx, wrappers.Pool(ns, "python").Replicas(int32(size)).Obj())
+	})
 }
 
 // poolsFull waits until every pool reports size idle pods.
