@@ -75,7 +75,10 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 // changed since it was read, and then the pod is read again.
 func (r *Reconciler) deleteClaimedPod(ctx context.Context, pod *corev1.Pod, uid types.UID) error {
 	return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
-		if lease.ClaimedBy(p) != uid {
+		if lease.ClaimedBy(p) != uid || p.DeletionTimestamp != nil {
+			// Someone else's, or on its way out already: every later
+			// reconcile of the Execution comes here, and a pod that takes its
+			// grace period to go would be deleted again each time.
 			return nil
 		}
 		err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
