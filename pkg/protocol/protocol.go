@@ -13,14 +13,9 @@ import (
 
 // Version is the version of this wire contract an agent of this build
 // speaks, reported in its Health. It changes only when a change would break a
-// manager or agent of the previous release; what a manager accepts is
-// [MinVersion, Version]. An agent that reports none predates versions: it
-// speaks 1.
+// manager or agent of the previous release. An agent that reports none
+// predates versions: it speaks 1.
 const Version = 1
-
-// MinVersion is the oldest contract a manager of this build still speaks to
-// (an agent of the previous release, whose pods outlive an upgrade).
-const MinVersion = 1
 
 // API paths.
 const (

@@ -682,17 +682,21 @@ func (e *NotRunError) Unwrap() error { return e.Err }
 const recoverGrace = time.Second
 
 // recoverTimeout bounds the search for a run whose answer was lost; askTimeout
-// bounds one question on the way (and an attach's wait for its response to
-// begin). The API server's proxy may still send a question to the replica
-// that went away, whose address then answers nothing at all: such a question
-// hangs until its own deadline, and the next one goes to a replica that
-// serves.
+// bounds one question on the way. The API server's proxy may still send a
+// question to the replica that went away, whose address then answers nothing
+// at all: such a question hangs until its own deadline, and the next one goes
+// to a replica that serves. attachTimeout bounds an attach's wait for its
+// response to begin, longer: an attach given up after it reached a replica
+// counts as its caller gone, and the data plane interrupts the run, so only a
+// replica that answers nothing for that long is given up on (a starved node
+// answers a live attach late, not never).
 var (
 	recoverTimeout = time.Minute
 	askTimeout     = 5 * time.Second
+	attachTimeout  = 20 * time.Second
 )
 
-// errNoAnswer: an attach whose response did not begin within askTimeout.
+// errNoAnswer: an attach whose response did not begin within attachTimeout.
 var errNoAnswer = errors.New("no answer in time")
 
 // recoverRun finds out what became of a one-call run whose answer was lost.
@@ -742,14 +746,14 @@ func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*
 }
 
 // attach streams a run that is running, by its ID, to h. A response that does
-// not begin within askTimeout is given up (errNoAnswer): no replica had the
-// request, most likely (one that has it answers at once, before the run's
+// not begin within attachTimeout is given up (errNoAnswer): no replica had
+// the request, most likely (one that has it answers at once, before the run's
 // output), and the caller asks again.
 func (s *Session) attach(ctx context.Context, exec ExecRequest, h Handlers) (*Result, error) {
 	exec.Stream = true
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := time.AfterFunc(askTimeout, func() { cancel(errNoAnswer) })
+	timer := time.AfterFunc(attachTimeout, func() { cancel(errNoAnswer) })
 	resp, err := s.do(actx, http.MethodPost, "exec", nil, jsonBody(exec), "application/json", "application/x-ndjson")
 	if !timer.Stop() {
 		if resp != nil {

@@ -44,11 +44,13 @@ func (e *env) warmPool(ctx context.Context, c client.Client, ns, name string, si
 	if err := c.Create(ctx, pool.Obj()); err != nil {
 		return 0, fmt.Errorf("create pool %s/%s: %w", ns, name, err)
 	}
+	var pr progress
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var p sandboxv1alpha1.SandboxPool
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
 			return false, nil
 		}
+		pr.say("pool %s: %d of %d pods idle", name, p.Status.IdleReplicas, size)
 		return int(p.Status.IdleReplicas) >= size, nil
 	})
 	return time.Since(start), err
@@ -168,15 +170,11 @@ func claims(ctx context.Context, e *env) (*report, error) {
 	rep.param("duration", o.duration)
 	rep.param("seed", o.seed)
 	rep.param("pods started during the claims (the pool refills)", !o.noRefill)
-	m, err := e.startManager("manager", true)
+	m, c, cfg, err := e.managerAndClient()
 	if err != nil {
 		return nil, err
 	}
 	defer m.stop(10 * time.Second)
-	c, cfg, err := e.client()
-	if err != nil {
-		return nil, err
-	}
 	const ns, pool = "scale-claims", "python"
 	fillTime, err := e.warmPool(ctx, c, ns, pool, o.warm, o.noRefill)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -285,9 +284,8 @@ func createRuntimeClass(ctx context.Context, cs *kubernetes.Clientset) error {
 	if err := yaml.Unmarshal(data, rc); err != nil {
 		return err
 	}
-	_, err = cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
-	if err != nil {
-		return errors.Join(errors.New("create the RuntimeClass"), err)
+	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the RuntimeClass: %w", err)
 	}
 	return nil
 }

@@ -84,15 +84,11 @@ func executions(ctx context.Context, e *env) (*report, error) {
 	rep.param("warm pods per pool", o.poolSize)
 	rep.param("rate (Executions/s, Poisson)", o.rate)
 	rep.param("duration", o.duration)
-	m, err := e.startManager("manager", true)
+	m, c, _, err := e.managerAndClient()
 	if err != nil {
 		return nil, err
 	}
 	defer m.stop(10 * time.Second)
-	c, _, err := e.client()
-	if err != nil {
-		return nil, err
-	}
 	t0 := time.Now()
 	if err := createPools(ctx, c, "exec", o.pools, o.poolSize); err != nil {
 		return nil, err

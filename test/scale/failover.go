@@ -90,8 +90,10 @@ func failover(ctx context.Context, e *env) (*report, error) {
 			return nil, fmt.Errorf("create a Session: %w", err)
 		}
 	}
+	var pr progress
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
 		r, _ := sw.count()
+		pr.say("%d of %d Sessions Ready", r, o.sessions)
 		return r >= o.sessions, nil
 	}); err != nil {
 		return nil, fmt.Errorf("%d Sessions did not get Ready: %w", o.sessions, err)
@@ -139,7 +141,10 @@ func failover(ctx context.Context, e *env) (*report, error) {
 		})
 		return got, err
 	}
-	time.Sleep(3 * time.Second) // probes served by the first leader
+	// The probes are served by the first leader before it goes.
+	if _, err := firstReadyAfter(time.Now().Add(-time.Hour), time.Minute); err != nil {
+		return nil, fmt.Errorf("no new Session was Ready before the leader changed: %w", err)
+	}
 	rows := [][]string{}
 	for _, kill := range []struct {
 		name   string
@@ -179,6 +184,10 @@ func failover(ctx context.Context, e *env) (*report, error) {
 		} else {
 			b = restarted
 		}
+		// It is the standby of the next change. A standby tells nobody when
+		// its caches are synced (its /readyz answers at once): it gets 5 s.
+		// Were that short, the next takeover would include the sync, so the
+		// number errs long, never short.
 		time.Sleep(5 * time.Second)
 	}
 	stopProbes()

@@ -32,17 +32,20 @@ func createPools(ctx context.Context, c client.Client, prefix string, n, size in
 
 // poolsFull waits until every pool reports size idle pods.
 func poolsFull(ctx context.Context, c client.Client, n, size int, timeout time.Duration) error {
+	var pr progress
 	return wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var pools sandboxv1alpha1.SandboxPoolList
 		if err := c.List(ctx, &pools); err != nil {
 			return false, nil
 		}
-		full := 0
+		full, idle := 0, int32(0)
 		for _, p := range pools.Items {
+			idle += p.Status.IdleReplicas
 			if int(p.Status.IdleReplicas) >= size {
 				full++
 			}
 		}
+		pr.say("%d of %d pools full, %d of %d pods idle", full, n, idle, n*size)
 		return full >= n, nil
 	})
 }
@@ -55,15 +58,11 @@ func fill(ctx context.Context, e *env) (*report, error) {
 	rep.param("nodes", o.nodes)
 	rep.param("pools", o.pools)
 	rep.param("warm pods per pool", o.poolSize)
-	m, err := e.startManager("manager", true)
+	m, c, _, err := e.managerAndClient()
 	if err != nil {
 		return nil, err
 	}
 	defer m.stop(10 * time.Second)
-	c, _, err := e.client()
-	if err != nil {
-		return nil, err
-	}
 	before, err := m.scrape()
 	if err != nil {
 		return nil, err

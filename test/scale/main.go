@@ -33,7 +33,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
@@ -184,6 +186,21 @@ func (e *env) startManager(name string, leaderLock bool) (*manager, error) {
 	return startManager(managerOptions{binary: e.binary, kubeconfig: e.cluster.kubeconfig, dir: e.dir, name: name,
 		agentPort: sandboxpod.AgentPort, leaderLock: leaderLock, qps: e.o.managerQPS, burst: e.o.managerBurst,
 		extraArgs: strings.Fields(e.o.managerArgs)})
+}
+
+// managerAndClient starts the scenario's manager (the caller stops it) and
+// returns it with the load's client.
+func (e *env) managerAndClient() (*manager, client.Client, *rest.Config, error) {
+	m, err := e.startManager("manager", true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, cfg, err := e.client()
+	if err != nil {
+		m.stop(10 * time.Second)
+		return nil, nil, nil, err
+	}
+	return m, c, cfg, nil
 }
 
 // profiles saves the manager's heap and a CPU profile of secs, when asked.

@@ -206,17 +206,34 @@ type usage struct {
 	rss, hwm int64 // bytes
 }
 
-func procUsage(pid int) (usage, error) {
-	var u usage
+// procStat reads a process's parent, command name and CPU time from
+// /proc/PID/stat.
+func procStat(pid int) (ppid int, comm string, cpu time.Duration, err error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return u, err
+		return 0, "", 0, err
 	}
-	// Fields after the command name (which may hold spaces) in parentheses.
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	// The command name is in parentheses and may hold spaces: the fields follow the last ')'.
+	open, closing := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+	if open < 0 || closing < 0 || closing+2 > len(stat) {
+		return 0, "", 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(stat[closing+2:]))
+	if len(f) < 13 {
+		return 0, "", 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ppid, _ = strconv.Atoi(f[1])
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	u.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	return ppid, string(stat[open+1 : closing]), time.Duration(utime+stime) * time.Second / 100, nil // USER_HZ
+}
+
+func procUsage(pid int) (usage, error) {
+	var u usage
+	var err error
+	if _, _, u.cpu, err = procStat(pid); err != nil {
+		return u, err
+	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err
@@ -274,20 +291,11 @@ func processCPU() map[string]time.Duration {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		ppid, name, used, err := procStat(pid)
 		if err != nil {
-			continue
+			continue // gone meanwhile
 		}
-		open, closing := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
-		if open < 0 || closing < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[closing+2:]))
-		ppid, _ := strconv.Atoi(f[1])
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		parent[pid], comm[pid] = ppid, string(stat[open+1:closing])
-		cpu[pid] = time.Duration(utime+stime) * time.Second / 100
+		parent[pid], comm[pid], cpu[pid] = ppid, name, used
 	}
 	out := map[string]time.Duration{}
 	for pid := range cpu {

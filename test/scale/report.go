@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -123,4 +124,18 @@ func apiTable(title string, req map[string]float64, secs float64, per float64, p
 	}
 	t.Rows = append(t.Rows, []string{"all", fmt.Sprintf("%.0f", total), fmt.Sprintf("%.1f", total/secs), fmt.Sprintf("%.2f", total/per)})
 	return t
+}
+
+// progress tells, at most every 15 s, how a long wait stands, so that a run
+// of minutes is not silent.
+type progress struct{ last time.Time }
+
+func (p *progress) say(format string, args ...any) {
+	if time.Since(p.last) < 15*time.Second {
+		return
+	}
+	if !p.last.IsZero() {
+		fmt.Fprintf(os.Stderr, "scale: "+format+"\n", args...)
+	}
+	p.last = time.Now()
 }

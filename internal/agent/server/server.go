@@ -743,7 +743,7 @@ func (s *Server) isSealed() bool {
 }
 
 // health is what every health answer says: the workers, and which build and
-// contract version answers (the manager checks it before it calls the agent).
+// contract version answers.
 func (s *Server) health(ok bool) protocol.Health {
 	return protocol.Health{OK: ok, Workers: len(s.workers), Protocol: protocol.Version, Agent: version.Get().Version}
 }
