@@ -3,6 +3,8 @@
 # Image names and tags live here and only here.
 IMG_MANAGER ?= warmpool.dev/manager:dev
 IMG_REPL ?= warmpool.dev/repl:dev
+IMG_MANAGER_PREVIOUS ?= warmpool.dev/manager:previous
+IMG_REPL_PREVIOUS ?= warmpool.dev/repl:previous
 # The data-science sandbox: repl with pandas, matplotlib, scipy and scikit-learn.
 IMG_REPL_DATA ?= warmpool.dev/repl-data:dev
 # The local cluster's pod sandbox image (no registry to pull registry.k8s.io/pause from).
@@ -52,6 +54,10 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_LDFLAGS = -X github.com/warmpool/warmpool/internal/version.Version=$(VERSION) -X github.com/warmpool/warmpool/internal/version.Commit=$(COMMIT)
+# The previous release, which the upgrade specs install and upgrade from (docs/upgrades.md):
+# v0.1.0 is the commit that closed the scale issue, before agent versions were checked.
+PREVIOUS_VERSION ?= v0.1.0
+PREVIOUS_RELEASE ?= 360289b36c3e363e182cf63d9fc2ca0b12e7c0f9
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -203,7 +209,8 @@ DATA_IMAGE ?= 1
 DIST_PACKAGES ?= /usr/lib/python3/dist-packages
 DATA_PACKAGES ?= numpy pandas matplotlib mpl_toolkits pylab.py scipy sklearn PIL cycler.py dateutil joblib kiwisolver \
 	packaging pyparsing pytz six.py threadpoolctl.py fontTools contourpy certifi lz4 pkg_resources _distutils_hack
-REPL_IMAGE_ARGS = -python $(PYTHON_FOR_IMAGE) -add $(LOCALBIN)/agent:/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
+REPL_AGENT ?= $(LOCALBIN)/agent
+REPL_IMAGE_ARGS = -python $(PYTHON_FOR_IMAGE) -add $(REPL_AGENT):/usr/local/bin/agent -entrypoint /usr/local/bin/agent \
 	-tool /usr/bin/bash:/usr/bin/bash -symlink /bin/bash:/usr/bin/bash -tool /usr/bin/rg:/usr/bin/rg \
 	-tool /bin/busybox:/usr/bin/busybox $(foreach a,$(SHELL_APPLETS),-symlink /usr/bin/$(a):busybox) \
 	-symlink /bin/sh:/usr/bin/busybox -cmd serve,--listen,:8080,--workspace,/workspace -user 65532:65532 -workdir /workspace \
@@ -226,6 +233,17 @@ images: ## Write image tarballs without Docker: dist/repl.tar, dist/repl-data.ta
 		-add $(LOCALBIN)/pause:/pause -entrypoint /pause -user 65535:65535
 	$(if $(SEAWEEDFS_IMAGE),$(GO) run ./hack/imgbuild -o dist/seaweedfs.tar -tag $(IMG_SEAWEEDFS) \
 		-add $$(hack/seaweedfs.sh):/usr/bin/weed -entrypoint /usr/bin/weed -user 65532:65532,rm -f dist/seaweedfs.tar)
+	$(if $(PREVIOUS_IMAGES),$(MAKE) --no-print-directory previous-images,rm -f dist/previous-*.tar)
+
+# The previous release's images (PREVIOUS_IMAGES= skips them): its manager and its agent in
+# today's sandbox image, tagged :previous, and its chart in dist/previous-chart.
+PREVIOUS_IMAGES ?= 1
+.PHONY: previous-images
+previous-images: ## Build the previous release's manager and sandbox images (dist/previous-*.tar) and chart, from its commit (cached).
+	prev=$$(PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) PREVIOUS_VERSION=$(PREVIOUS_VERSION) GO=$(GO) hack/previous-release.sh); \
+	$(GO) run ./hack/imgbuild -o dist/previous-manager.tar -tag $(IMG_MANAGER_PREVIOUS) \
+		-add $$prev/manager:/manager -entrypoint /manager -user 65532:65532 && \
+	$(GO) run ./hack/imgbuild -o dist/previous-repl.tar -tag $(IMG_REPL_PREVIOUS) $(REPL_IMAGE_ARGS:$(REPL_AGENT):/usr/local/bin/agent=$$prev/agent:/usr/local/bin/agent)
 
 ##@ Deployment
 

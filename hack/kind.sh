@@ -314,6 +314,12 @@ load() {
     log "loading ${t#"$ROOT"/}"
     "$KIND" load image-archive --name "$CLUSTER" "$t"
   done
+  # The previous release's images, for the upgrade specs (PREVIOUS_IMAGES= skips them).
+  for t in "$ROOT"/dist/previous-manager.tar "$ROOT"/dist/previous-repl.tar; do
+    [[ -f $t ]] || continue
+    log "loading ${t#"$ROOT"/}"
+    "$KIND" load image-archive --name "$CLUSTER" "$t"
+  done
 }
 
 down() {

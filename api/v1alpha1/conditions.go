@@ -26,6 +26,14 @@ const (
 	// when the pool's namespace is not one it shares pools from.
 	PoolConditionShared = "Shared"
 
+	// PoolConditionProgressing says how far the pool is in replacing its
+	// warm pods after a change of its template (image, preload, env...):
+	// True with RollingOut while older pods remain, True with
+	// RolloutComplete once every warm pod is current, False with
+	// RolloutStalled while the new pods fail to start and the older ones
+	// keep serving.
+	PoolConditionProgressing = "Progressing"
+
 	// Execution conditions.
 
 	// ExecutionConditionWaitingForSandbox is True while no pod of the pool is free.
@@ -115,6 +123,13 @@ const (
 	// that does not import, an image without python); replacements back off.
 	ReasonSandboxStartFailed = "SandboxStartFailed"
 	ReasonPodsStarting       = "PodsStarting"
+	// Rollout reasons of PoolConditionProgressing.
+	ReasonRollingOut      = "RollingOut"
+	ReasonRolloutComplete = "RolloutComplete"
+	ReasonRolloutStalled  = "RolloutStalled"
+	// ReasonUnsupportedAgent: a pod's agent speaks a protocol version this
+	// manager does not; it is replaced, never called.
+	ReasonUnsupportedAgent = "UnsupportedAgent"
 	// ReasonUnschedulable: the scheduler finds no node for the pool's pods
 	// (its message says why: CPU, memory, selectors, taints).
 	ReasonUnschedulable     = "Unschedulable"

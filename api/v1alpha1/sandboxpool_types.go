@@ -549,6 +549,21 @@ type PoolAutoscalingStatus struct {
 	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
 }
 
+// AgentVersionCount is how many of a pool's pods run one agent build.
+type AgentVersionCount struct {
+	// build is the agent's build: its release, or the commit it was built
+	// from ("unknown" for an agent that does not say).
+	// +kubebuilder:validation:MaxLength=128
+	Build string `json:"build"`
+	// protocol is the wire-contract version the agent speaks.
+	Protocol int32 `json:"protocol"`
+	// replicas is the number of the pool's Ready pods running it.
+	Replicas int32 `json:"replicas"`
+	// supported is false when this manager does not speak the agent's
+	// protocol: its pods are replaced, never called.
+	Supported bool `json:"supported"`
+}
+
 // SandboxPoolStatus is the observed state of a SandboxPool.
 type SandboxPoolStatus struct {
 	// replicas is the number of the pool's pods not claimed by an Execution
@@ -571,6 +586,20 @@ type SandboxPoolStatus struct {
 	// pendingExecutions is the number of Executions waiting for a pod of this pool.
 	// +optional
 	PendingExecutions int32 `json:"pendingExecutions"`
+
+	// updatedReplicas is the number of unclaimed pods (warming or idle)
+	// built from the pool's current template: during a rollout it climbs
+	// to replicas while older pods keep serving (the Progressing condition).
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas"`
+
+	// agents counts the pool's Ready pods by the build and protocol version
+	// of their sandbox agent, as each answered the manager (at most 10
+	// builds, the most pods first).
+	// +listType=map
+	// +listMapKey=build
+	// +optional
+	Agents []AgentVersionCount `json:"agents,omitempty"`
 
 	// warmHitRatio is the share of the pool's claims (Executions, Sessions)
 	// of the last minute served by a pod that was Ready before the claim,
@@ -621,6 +650,7 @@ type SandboxPoolStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idleReplicas`
 // +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.busyReplicas`
+// +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.updatedReplicas`,description="Unclaimed pods of the current template"
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why the pool is or is not Ready"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1

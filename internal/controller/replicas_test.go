@@ -147,6 +147,88 @@ func startProcess(cfg controller.Config, opts func(*ctrl.Options)) (ctrl.Manager
 	return mgr, port
 }
 
+var _ = Describe("A data-plane replica told to stop", func() {
+	It("reports not ready at once, lets the run it streams end, and only then stops", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		cfg := sessionUser(ns, "alice", true)
+		c := sessionsClient(cfg)
+		s, err := c.Create(ctx, ns, "drained", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = s.WaitReady(ctx)
+		Expect(err).NotTo(HaveOccurred())
+
+		// A replica as the Deployment runs it: data plane only, with a drain.
+		port, err := testenv.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		health, err := testenv.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		dcfg := managerConfig()
+		dcfg.Mode = controller.ModeDataPlane
+		dp := dataPlane
+		dp.Port, dp.ShutdownDelay, dp.DrainTimeout = port, time.Second, 20*time.Second
+		dcfg.DataPlane = &dp
+		o := managerOptions()
+		o.Cache = controller.CacheOptions(dcfg.KeysSecret())
+		o.HealthProbeBindAddress = fmt.Sprintf("127.0.0.1:%d", health)
+		mgr, err := ctrl.NewManager(env.Config, o)
+		Expect(err).NotTo(HaveOccurred())
+		mctx, stop := context.WithCancel(context.Background())
+		Expect(controller.Setup(mctx, mgr, dcfg)).To(Succeed())
+		stopped := make(chan struct{})
+		go func() { defer GinkgoRecover(); defer close(stopped); Expect(mgr.Start(mctx)).To(Succeed()) }()
+		DeferCleanup(func() { stop(); <-stopped })
+		ready := func() int {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+			if err != nil {
+				return 0
+			}
+			_ = resp.Body.Close()
+			return resp.StatusCode
+		}
+		Eventually(ready).Should(Equal(http.StatusOK))
+
+		direct := directTo(c, cfg, port).Open(ns, s.Name)
+		Eventually(func() error { _, err := direct.Run(ctx, sessions.ExecRequest{Code: "1"}); return err }).Should(Succeed(), "it serves")
+		started := make(chan struct{})
+		type outcome struct {
+			res *sessions.Result
+			err error
+			out string
+		}
+		result := make(chan outcome, 1)
+		go func() {
+			defer GinkgoRecover()
+			var o outcome
+			o.res, o.err = direct.RunStream(ctx, sessions.ExecRequest{Code: "import time\nprint('a', flush=True)\ntime.sleep(4)\nprint('b')\n'done'"},
+				sessions.Handlers{OnStdout: func(d string) {
+					if o.out == "" {
+						close(started)
+					}
+					o.out += d
+				}})
+			result <- o
+		}()
+		select {
+		case <-started:
+		case o := <-result:
+			Fail(fmt.Sprintf("the run ended before it printed: %+v %v", o.res, o.err))
+		case <-time.After(30 * time.Second):
+			Fail("the run printed nothing in 30 s")
+		}
+		stop()
+		Eventually(ready, 2*time.Second, 50*time.Millisecond).Should(Equal(http.StatusInternalServerError), "not ready once told to stop")
+		Consistently(stopped, 2*time.Second).ShouldNot(BeClosed(), "it stopped with a run under way")
+		var got outcome
+		Eventually(result, 30*time.Second).Should(Receive(&got))
+		Expect(got.err).NotTo(HaveOccurred())
+		Expect(got.res.Status).To(Equal(sessions.StatusSucceeded), "%+v", got.res.Error)
+		Expect(*got.res.Result).To(Equal("'done'"))
+		Expect(got.out).To(Equal("a\nb\n"), "streamed whole through the stopping replica")
+		Eventually(stopped, 10*time.Second).Should(BeClosed(), "it stops once its runs ended")
+	})
+})
+
 var _ = Describe("A data-plane-only process", func() {
 	It("refuses a mode it does not know, and the data-plane mode without a port", func() {
 		for _, cfg := range []controller.Config{{Mode: "everything"}, {Mode: controller.ModeDataPlane}} {

@@ -1,17 +1,23 @@
 package controller
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/agentcheck"
 	"github.com/warmpool/warmpool/internal/controller/pool"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/tenancy"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Runtime is the machinery the manager's parts share, built once by
@@ -48,6 +54,9 @@ type Runtime struct {
 	Autoscalers *pool.Autoscalers
 	// Tenancy says which namespaces may use which pools (shared pools).
 	Tenancy *tenancy.Gate
+	// Agents knows which agent build and protocol each pod runs: the
+	// dispatcher leases only pods whose agent this manager speaks.
+	Agents *agentcheck.Checker
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
@@ -73,9 +82,20 @@ func newRuntime(cfg Config) *Runtime {
 	// Until the keys are loaded (just after a start) a pod's key is not
 	// judged: judged then, all would be unusable until their next change. A
 	// pod whose key really is gone is replaced by its pool.
+	rt.Agents = agentcheck.New(func(ctx context.Context, p *corev1.Pod) (*protocol.Health, error) {
+		addr, err := rt.Resolver.Address(p)
+		if err != nil {
+			return nil, err
+		}
+		return rt.Runner.Agent(addr, p.UID, p.Labels[sandboxpod.LabelAgentKey]).Health(ctx)
+	}, func(p *corev1.Pod) {
+		d.Recheck(p)
+		rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
+	})
 	d.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
-		return lease.MayServe(pool, p, rt.Keys) == nil
+		return lease.MayServe(pool, p, rt.Keys) == nil && rt.Agents.Usable(p)
 	}
+	d.PodGone = func(p *corev1.Pod) { rt.Agents.Forget(p.UID) }
 	shared := cfg.SharedPoolNamespaces
 	if shared == nil {
 		shared = tenancy.DefaultSharedNamespaces

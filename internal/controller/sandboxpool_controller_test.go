@@ -101,31 +101,6 @@ var _ = Describe("SandboxPool", func() {
 		Eventually(func() int32 { return getPool(ns, "python").Status.BusyReplicas }).Should(BeEquivalentTo(1))
 	})
 
-	It("replaces idle pods built from an older spec", func() {
-		ns := newNamespace()
-		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
-		old := map[string]bool{}
-		for _, p := range poolPods(ns, "python") {
-			old[p.Name] = true
-		}
-		pool := getPool(ns, "python")
-		pool.Spec.Env = []corev1.EnvVar{{Name: "NEW", Value: "1"}}
-		Expect(k8s.Update(ctx, pool)).To(Succeed())
-		Eventually(func() bool {
-			pods := poolPods(ns, "python")
-			if len(pods) != 2 {
-				return false
-			}
-			for _, p := range pods {
-				if old[p.Name] || !sandboxpod.IsReady(&p) {
-					return false
-				}
-			}
-			return true
-		}).Should(BeTrue())
-		Expect(poolPods(ns, "python")[0].Spec.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "NEW", Value: "1"}))
-	})
-
 	It("replaces a pod that fails or is deleted", func() {
 		ns := newNamespace()
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())

@@ -196,7 +196,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
 		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes, SnapshotStore: storeName,
-		Tenancy: rt.Tenancy,
+		Tenancy: rt.Tenancy, Agents: rt.Agents,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -208,11 +208,11 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		return err
 	}
 	if err := (&execution.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Keys: keys, Dispatcher: rt.Dispatcher,
-		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, Tenancy: rt.Tenancy}).SetupWithManager(mgr); err != nil {
+		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, Tenancy: rt.Tenancy, Agents: rt.Agents}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
-		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Tenancy: rt.Tenancy}).SetupWithManager(mgr)
+		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Tenancy: rt.Tenancy, Agents: rt.Agents}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They
@@ -236,6 +236,16 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {
 		if !keys.Loaded() {
 			return errors.New("agent signing keys not loaded yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// A replica shutting down is not ready: its endpoint leaves the Service
+	// while it still serves, and then drains (dataplane.Options).
+	if err := mgr.AddReadyzCheck("data-plane", func(*http.Request) error {
+		if srv.Draining() {
+			return errors.New("shutting down")
 		}
 		return nil
 	}); err != nil {

@@ -113,7 +113,9 @@ var _ = BeforeSuite(func() {
 	kubeconfig, err := env.KubeconfigFor("warmpool-data-plane", "system:masters")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.Remove, kubeconfig)
-	dataPlane = dataplane.Options{BindAddress: "127.0.0.1", Port: port, RemoteKubeConfig: kubeconfig}
+	dataPlane = dataplane.Options{BindAddress: "127.0.0.1", Port: port, RemoteKubeConfig: kubeconfig,
+		// A stop stands for a crash here: no drain (dataplane.Options).
+		DrainTimeout: -1}
 	startManager()
 	Expect(env.RegisterAPIService(ctx, dataplane.Group, dataplane.Version, port)).To(Succeed())
 	DeferCleanup(func() {

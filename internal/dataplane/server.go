@@ -19,11 +19,13 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -69,11 +71,30 @@ type Options struct {
 	// RemoteKubeConfig is the cluster to delegate authentication and
 	// authorisation to; empty: the in-cluster configuration.
 	RemoteKubeConfig string
+	// On shutdown the replica first reports not ready and still takes
+	// requests for ShutdownDelay (while its endpoint leaves the Service and
+	// kube-apiserver's aggregator stops sending it any), then stops
+	// listening and lets the runs it streams end for up to DrainTimeout;
+	// those still open are cut then, and their callers re-attach through
+	// another replica by run id (pkg/sessions, the Python client). Zero:
+	// DefaultShutdownDelay, DefaultDrainTimeout. A negative DrainTimeout
+	// waits for nothing: the listener closes at once and open requests end
+	// in the background, so that a stop stands for a crash (tests stop a
+	// manager whose controllers must stop with it).
+	ShutdownDelay, DrainTimeout time.Duration
 }
+
+// The shutdown defaults fit in the Deployment's 30 s termination grace
+// period and controller-runtime's 30 s graceful shutdown.
+const (
+	DefaultShutdownDelay = 3 * time.Second
+	DefaultDrainTimeout  = 20 * time.Second
+)
 
 // Server is the data plane. It implements controller-runtime's Runnable.
 type Server struct {
-	Options Options
+	Options  Options
+	draining atomic.Bool
 	// Client reads Sessions and pods (the manager's cache) and writes a
 	// Session's interpreter when a caller resets it.
 	Client client.Client
@@ -157,15 +178,33 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	s.Log.Info("data plane serving", "addr", serving.Listener.Addr().String())
-	// Serve closes the listener as soon as ctx ends and lets open requests
-	// drain in the background: the manager does not wait for them, so its
-	// controllers stop as promptly as they would without the data plane.
-	if _, _, err := serving.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
+	delay, drain := cmp.Or(s.Options.ShutdownDelay, DefaultShutdownDelay), cmp.Or(s.Options.DrainTimeout, DefaultDrainTimeout)
+	if drain < 0 {
+		if _, _, err := serving.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
+			return fmt.Errorf("serve the data plane: %w", err)
+		}
+		<-ctx.Done()
+		s.draining.Store(true)
+		return nil
+	}
+	stop := make(chan struct{})
+	stopped, _, err := serving.Serve(handler, drain, stop)
+	if err != nil {
 		return fmt.Errorf("serve the data plane: %w", err)
 	}
 	<-ctx.Done()
+	s.draining.Store(true)
+	s.Log.Info("shutting down: not ready, still serving for a moment, then draining open runs", "delay", delay, "drainTimeout", drain)
+	time.Sleep(delay)
+	close(stop)
+	<-stopped
+	s.Log.Info("data plane stopped")
 	return nil
 }
+
+// Draining reports whether the replica is shutting down: its readiness
+// check fails, so that callers are sent to the other replicas.
+func (s *Server) Draining() bool { return s.draining.Load() }
 
 // build wires the delegated authentication and authorisation of
 // k8s.io/apiserver around the handlers, without a GenericAPIServer: the data

@@ -82,6 +82,9 @@ type Dispatcher struct {
 	// namespace (tenancy: a shared pool whose selector picks ns). Work of a
 	// namespace not admitted waits and gets no pod. Nil: none is.
 	Admitted func(pool *sandboxv1alpha1.SandboxPool, ns string) bool
+	// PodGone hears of each pod deleted from the informer (Usable's memory
+	// of it can go). Called without the dispatcher's lock.
+	PodGone func(pod *corev1.Pod)
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*pool
@@ -111,8 +114,10 @@ type entry struct {
 	// session is the key (sessionKey) of the session it runs in or leases for.
 	session string
 	created time.Time
-	state   state
-	pod     string // assigned or running on
+	// seen is when this dispatcher learned of it (see podInfo.readySeen).
+	seen  time.Time
+	state state
+	pod   string // assigned or running on
 	// claim: a new claim of a pool's pod whose outcome is still to be told.
 	claim bool
 	// index in the pool's queue and in the session's queue, -1 when out.
@@ -132,6 +137,9 @@ type podInfo struct {
 	claimedBy   types.UID
 	assignedTo  *entry
 	readySince  time.Time // when the pod last became Ready; zero while it is not
+	// readySeen is when this dispatcher first saw it Ready: readySince is
+	// in whole seconds, too coarse to order it against a claim of the same second.
+	readySeen time.Time
 }
 
 type session struct {
@@ -190,7 +198,23 @@ func (w *wakes) serve(e *entry, pi *podInfo) {
 		return
 	}
 	e.claim = false
-	w.served = append(w.served, served{e.pool.key, !pi.readySince.IsZero() && !pi.readySince.After(e.created)})
+	w.served = append(w.served, served{e.pool.key, warm(e, pi)})
+}
+
+// warm reports whether the pod was Ready before the claim was made: by the
+// API server's times, which are whole seconds (a pod Ready the second before
+// a claim is warm, even if this manager saw it later, after a restart), or,
+// within one second, by the order in which this dispatcher saw them.
+func warm(e *entry, pi *podInfo) bool {
+	switch {
+	case pi.readySince.IsZero():
+		return false
+	case pi.readySince.Before(e.created):
+		return true
+	case pi.readySince.Equal(e.created):
+		return !pi.readySeen.After(e.seen)
+	}
+	return false
 }
 
 func (w *wakes) wake(e *entry) {
@@ -361,7 +385,7 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		}
 	case e == nil:
 		e = &entry{uid: ses.UID, name: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Name}, lease: true,
-			pool: p, session: key, created: ses.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+			pool: p, session: key, created: ses.CreationTimestamp.Time, seen: time.Now(), poolIdx: -1, sessionIdx: -1}
 		d.execs[ses.UID] = e
 		p.session(key).uid = ses.UID
 		e.claim = true
@@ -397,7 +421,7 @@ func (d *Dispatcher) DeleteExecution(uid types.UID) {
 func (d *Dispatcher) newEntry(ex *sandboxv1alpha1.Execution) *entry {
 	p := d.pool(ex.PoolKey())
 	e := &entry{uid: ex.UID, name: types.NamespacedName{Namespace: ex.Namespace, Name: ex.Name}, pool: p,
-		created: ex.CreationTimestamp.Time, poolIdx: -1, sessionIdx: -1}
+		created: ex.CreationTimestamp.Time, seen: time.Now(), poolIdx: -1, sessionIdx: -1}
 	if ex.Spec.Session != "" {
 		e.session = sessionKey(ex.Namespace, ex.Spec.Session)
 	}
@@ -525,6 +549,21 @@ func (d *Dispatcher) UpdatePod(pod *corev1.Pod) {
 	d.deliver(w)
 }
 
+// Recheck looks again at a pod it holds, as it last saw it: what Usable
+// says of it changed outside the informer (its agent answered).
+func (d *Dispatcher) Recheck(pod *corev1.Pod) {
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}
+	d.mu.Lock()
+	var w wakes
+	if p := d.pools[key]; p != nil {
+		if pi := p.pods[pod.Name]; pi != nil && pi.pod != nil && pi.pod.UID == pod.UID {
+			d.updatePod(p, pi.pod, &w)
+		}
+	}
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
 // DeletePod forgets a pod that was deleted.
 func (d *Dispatcher) DeletePod(pod *corev1.Pod) {
 	poolName := pod.Labels[sandboxpod.LabelPool]
@@ -538,6 +577,9 @@ func (d *Dispatcher) DeletePod(pod *corev1.Pod) {
 		d.gc(p)
 	}
 	d.mu.Unlock()
+	if d.PodGone != nil {
+		d.PodGone(pod)
+	}
 	d.deliver(w)
 }
 
@@ -566,6 +608,12 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			pi.readySince = c.LastTransitionTime.Time
 		}
+	}
+	switch {
+	case pi.readySince.IsZero():
+		pi.readySeen = time.Time{}
+	case pi.readySeen.IsZero():
+		pi.readySeen = time.Now()
 	}
 	if pi.idle && pi.assignedTo == nil {
 		p.idle[pi.name] = pi

@@ -364,7 +364,7 @@ func TestPlugin(t *testing.T) {
 		})
 
 		got := plugin("top")
-		if got.code != 0 || !regexp.MustCompile(`(?m)^full\s+1\s+0\s+0\s+\d+\s+\d+\s+-\s+-\s+Unschedulable\s`).MatchString(got.stdout) ||
+		if got.code != 0 || !regexp.MustCompile(`(?m)^full\s+1\s+0\s+0\s+\d+\s+\d+\s+-\s+-\s+\S+\s+Unschedulable\s`).MatchString(got.stdout) ||
 			!strings.Contains(got.stderr, ns+"/full: Unschedulable: 0 of 1 idle pods ready; pod full-") ||
 			!strings.Contains(got.stderr, "Insufficient cpu") {
 			t.Fatalf("top must show why the pool has no pods:\n%s%s", got.stdout, got.stderr)
@@ -380,11 +380,11 @@ func TestPlugin(t *testing.T) {
 			got = plugin("top")
 			return regexp.MustCompile(`(?m)^python\s.*IdleReplicasReady`).MatchString(got.stdout)
 		})
-		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+STATUS\s+AGE\n(.*\n)*python\s+2\s+\d+\s+\d+\s+\d+\s+0\s+\d+\.\d%\s+\d+\.\ds\s+IdleReplicasReady\s+\S+\n`).MatchString(got.stdout) {
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+ROLLOUT\s+STATUS\s+AGE\n(.*\n)*python\s+2\s+\d+\s+\d+\s+\d+\s+0\s+\d+\.\d%\s+\d+\.\ds\s+done\s+IdleReplicasReady\s+\S+\n`).MatchString(got.stdout) {
 			t.Fatalf("top: exit %d\n%s%s", got.code, got.stdout, got.stderr)
 		}
 		got = plugin("top", "-o", "wide")
-		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+.*\s+STATUS\s+AGE\s+MAX-PODS\s+MESSAGE\n(.*\n)*python\s+.*IdleReplicasReady\s+\S+\s+-\s+\d+ of 2 idle pods ready\n`).MatchString(got.stdout) {
+		if got.code != 0 || !regexp.MustCompile(`(?m)^NAME\s+.*\s+STATUS\s+AGE\s+MAX-PODS\s+AGENTS\s+MESSAGE\n(.*\n)*python\s+.*IdleReplicasReady\s+\S+\s+-\s+dev\S*x\d+\s+\d+ of 2 idle pods ready\n`).MatchString(got.stdout) {
 			t.Fatalf("top -o wide: exit %d\n%s%s", got.code, got.stdout, got.stderr)
 		}
 		got = plugin("top", "-o", "json")

@@ -3,6 +3,7 @@ package kubectlplugin
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,7 +23,9 @@ wanted idle; IDLE, BUSY and WARMING now), the Executions WAITING for a pod, WARM
 share of the last minute's claims served by a pod that was already Ready) and STARTUP (how
 long the pool's pods take from creation to Ready, the recent ones' moving mean plus their
 mean deviation), from the pools' status; "-" before there were claims in the last minute
-or a pod became Ready. STATUS is the reason of the pool's Ready condition (IdleReplicasReady,
+or a pod became Ready. ROLLOUT says how far the pool is in replacing its pods after a change
+of its template: "done", the unclaimed pods of the new template out of all ("3/5") while older
+ones still serve, or "stalled" when the new pods do not start (why follows on stderr). STATUS is the reason of the pool's Ready condition (IdleReplicasReady,
 PodsStarting, Unschedulable, ImagePullBackOff, ResourceQuota, ...); for a pool held back, its
 message follows the table on stderr (-o wide: in a MESSAGE column).`,
 		Args: args(cobra.NoArgs),
@@ -47,9 +50,9 @@ func (p *plugin) top(cmd *cobra.Command, all bool, output string) error {
 	if output == outputJSON || output == outputYAML {
 		return p.printObject(pools, "SandboxPool", output)
 	}
-	header := "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tSTATUS\tAGE"
+	header := "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tROLLOUT\tSTATUS\tAGE"
 	if output == outputWide {
-		header += "\tMAX-PODS\tMESSAGE"
+		header += "\tMAX-PODS\tAGENTS\tMESSAGE"
 	}
 	w := p.table(all, header)
 	var notes []string
@@ -58,19 +61,23 @@ func (p *plugin) top(cmd *cobra.Command, all bool, output string) error {
 		st := pool.Status
 		warmHit, startup := percent(st.WarmHitRatio), seconds(st.StartupSeconds)
 		status, msg, held := poolStatus(pool)
+		ro, stalled := rollout(pool)
 		if all {
 			fmt.Fprintf(w, "%s\t", pool.Namespace)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s", pool.Name, pool.Spec.Replicas, st.IdleReplicas, st.BusyReplicas,
-			max(st.Replicas-st.IdleReplicas, 0), st.PendingExecutions, warmHit, startup, status, p.age(pool.CreationTimestamp.Time))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s", pool.Name, pool.Spec.Replicas, st.IdleReplicas, st.BusyReplicas,
+			max(st.Replicas-st.IdleReplicas, 0), st.PendingExecutions, warmHit, startup, ro, status, p.age(pool.CreationTimestamp.Time))
 		if output == outputWide {
 			maxPods := "-"
 			if pool.Spec.MaxPods != nil {
 				maxPods = strconv.Itoa(int(*pool.Spec.MaxPods))
 			}
-			fmt.Fprintf(w, "\t%s\t%s", maxPods, msg)
+			fmt.Fprintf(w, "\t%s\t%s\t%s", maxPods, agents(st.Agents), msg)
 		} else if held {
 			notes = append(notes, fmt.Sprintf("%s/%s: %s: %s", pool.Namespace, pool.Name, status, msg))
+		}
+		if stalled != "" {
+			notes = append(notes, fmt.Sprintf("%s/%s: %s: %s", pool.Namespace, pool.Name, sandboxv1alpha1.ReasonRolloutStalled, stalled))
 		}
 		fmt.Fprintln(w)
 	}
@@ -90,6 +97,39 @@ func poolStatus(pool *sandboxv1alpha1.SandboxPool) (reason, message string, held
 		return "-", "", false
 	}
 	return c.Reason, c.Message, c.Status != metav1.ConditionTrue && c.Reason != sandboxv1alpha1.ReasonPodsStarting
+}
+
+// rollout is the pool's ROLLOUT column, and the message of a stalled rollout.
+func rollout(pool *sandboxv1alpha1.SandboxPool) (column, stalled string) {
+	c := meta.FindStatusCondition(pool.Status.Conditions, sandboxv1alpha1.PoolConditionProgressing)
+	switch {
+	case c == nil:
+		return "-", ""
+	case c.Reason == sandboxv1alpha1.ReasonRolloutComplete:
+		return "done", ""
+	case c.Reason == sandboxv1alpha1.ReasonRolloutStalled:
+		return "stalled", c.Message
+	}
+	return fmt.Sprintf("%d/%d", pool.Status.UpdatedReplicas, pool.Status.Replicas), ""
+}
+
+// agents prints the pool's agent builds as "v0.3.0x4,v0.2.0x1" (an
+// unsupported one marked "!"), "-" before any answered.
+func agents(counts []sandboxv1alpha1.AgentVersionCount) string {
+	if len(counts) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, a := range counts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%sx%d", a.Build, a.Replicas)
+		if !a.Supported {
+			b.WriteByte('!')
+		}
+	}
+	return b.String()
 }
 
 // percent prints a ratio such as "0.985" as "98.5%".

@@ -5,6 +5,7 @@ package version
 import (
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // Version and Commit are set at link time (-ldflags "-X
@@ -47,4 +48,22 @@ func Get() Info {
 		}
 	}
 	return info
+}
+
+// Build is the build's short name: its release, or for a development build
+// "dev+" and the commit (12 digits) it was built from, so that two
+// development builds can be told apart (the pool status counts agents by it).
+func Build() string {
+	info := Get()
+	if info.Version != "dev" || info.Commit == "unknown" {
+		return info.Version
+	}
+	commit, dirty, _ := strings.Cut(info.Commit, "-")
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
+	if dirty != "" {
+		commit += "-" + dirty
+	}
+	return "dev+" + commit
 }

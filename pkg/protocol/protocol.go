@@ -17,6 +17,22 @@ import (
 // predates versions: it speaks 1.
 const Version = 1
 
+// OldestVersion is the oldest contract version a manager of this build still
+// speaks. A manager calls agents of OldestVersion through Version and has
+// its pools replace the pods of any other (docs/upgrades.md): a release
+// that raises Version keeps OldestVersion at the previous one, so the pods
+// of the previous release keep serving through an upgrade.
+const OldestVersion = 1
+
+// Supports reports whether this build speaks contract version v (0, from an
+// agent that predates versions, is 1).
+func Supports(v int) bool {
+	if v == 0 {
+		v = 1
+	}
+	return v >= OldestVersion && v <= Version
+}
+
 // API paths.
 const (
 	PathExecute   = "/v1/execute"

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -282,20 +283,35 @@ type Handlers struct {
 	OnBridge  func(ctx context.Context, call BridgeCall) (json.RawMessage, error)
 }
 
-// Run runs code and waits for its result.
+// Run runs code and waits for its result. When the answer is lost on the
+// way (a data-plane replica stopped, the connection broke), Run asks the
+// Session's agent about the run by its ID through any replica and returns
+// its result, or sends it again only if it never arrived: the code never
+// runs twice.
 func (s *Session) Run(ctx context.Context, req ExecRequest) (*Result, error) {
 	req.Stream, req.Bridge = false, false
-	var res Result
-	if err := s.call(ctx, http.MethodPost, "exec", nil, req, &res); err != nil {
-		return nil, err
+	if req.ID == "" {
+		req.ID = uuid.NewString()
 	}
-	return &res, nil
+	return s.recovering(ctx, req, Handlers{}, func(Handlers) (*Result, error) {
+		var res Result
+		err := s.call(ctx, http.MethodPost, "exec", nil, req, &res)
+		if err != nil && !isError(err) && ctx.Err() == nil && !errors.Is(err, errStreamCut) {
+			err = fmt.Errorf("%w: %w", errStreamCut, err) // no answer, or one cut short
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &res, nil
+	})
 }
 
 // RunStream runs code, hands its output to h as it comes, answers its bridge
 // calls with h.OnBridge, and returns its result. Cancelling ctx before the
 // result interrupts the run; RunStream then returns once the run has ended
-// (or after stopTimeout), so that the Session is free for the next run.
+// (or after stopTimeout), so that the Session is free for the next run. A
+// stream cut before its result (a data-plane replica that stopped) is
+// picked up again by run ID, as Run does.
 func (s *Session) RunStream(ctx context.Context, req ExecRequest, h Handlers) (*Result, error) {
 	req.Stream = true
 	req.Bridge = req.Bridge || h.OnBridge != nil
@@ -303,19 +319,94 @@ func (s *Session) RunStream(ctx context.Context, req ExecRequest, h Handlers) (*
 		// Named here, so that a cancel before the response can still stop it.
 		req.ID = uuid.NewString()
 	}
-	resp, err := s.do(ctx, http.MethodPost, "exec", nil, jsonBody(req), "application/json", "application/x-ndjson")
-	if err != nil {
-		if ctx.Err() != nil {
-			s.stop(req.ID, true)
+	return s.recovering(ctx, req, h, func(h Handlers) (*Result, error) {
+		resp, err := s.do(ctx, http.MethodPost, "exec", nil, jsonBody(req), "application/json", "application/x-ndjson")
+		if err != nil {
+			if ctx.Err() != nil {
+				s.stop(req.ID, true)
+			} else if !isError(err) {
+				err = fmt.Errorf("%w: %w", errStreamCut, err) // no answer at all
+			}
+			return nil, err
 		}
-		return nil, err
+		defer func() { _ = resp.Body.Close() }()
+		res, err := s.readStream(ctx, resp.Body, req.ID, h)
+		if err != nil && ctx.Err() != nil {
+			s.stop(req.ID, false)
+		}
+		return res, err
+	})
+}
+
+// maxResends bounds how often a run that never reached its agent is sent
+// again, the first time after resendDelay, then twice as long each time.
+const (
+	maxResends  = 3
+	resendDelay = 200 * time.Millisecond
+)
+
+// recovering sends a run with send (which streams to the handlers it is
+// given) and, when its answer was lost (no
+// answer, a stream cut before the result, a proxy that could not reach the
+// replica), finds out what became of it by its ID (recoverRun): its result,
+// or the rest of its stream, or, if it never arrived, a new send.
+func (s *Session) recovering(ctx context.Context, req ExecRequest, h Handlers, send func(Handlers) (*Result, error)) (*Result, error) {
+	// What reached the caller's handlers: an attach gets the run's result,
+	// not its live output again, so the rest of its output is handed on
+	// from the result.
+	var streamedOut, streamedErr strings.Builder
+	counted := h
+	if h.OnStdout != nil {
+		counted.OnStdout = func(d string) { streamedOut.WriteString(d); h.OnStdout(d) }
 	}
-	defer func() { _ = resp.Body.Close() }()
-	res, err := s.readStream(ctx, resp.Body, req.ID, h)
-	if err != nil && ctx.Err() != nil {
-		s.stop(req.ID, false)
+	if h.OnStderr != nil {
+		counted.OnStderr = func(d string) { streamedErr.WriteString(d); h.OnStderr(d) }
 	}
-	return res, err
+	for resends := 0; ; resends++ {
+		res, err := send(counted)
+		if notSent(err) {
+			// Refused before it was sent on (the API server could not reach a
+			// replica, or the replica is not ready), or never sent: it did not run.
+			if resends == maxResends {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(resendDelay << resends):
+				continue
+			}
+		}
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, errStreamCut) || replicaGone(err)) {
+			return res, err
+		}
+		res, err = s.recoverRun(ctx, RunRequest{ExecRequest: req}, counted)
+		var notRun *NotRunError
+		if errors.As(err, &notRun) && resends < maxResends {
+			continue // it never ran: sending it again cannot run it twice
+		}
+		if err == nil && res != nil {
+			handOnRest(res.Stdout, streamedOut.String(), h.OnStdout)
+			handOnRest(res.Stderr, streamedErr.String(), h.OnStderr)
+		}
+		return res, err
+	}
+}
+
+// notSent reports an answer that says the request went nowhere: a 503 (the
+// API server could not reach a replica, or the replica is not ready yet) or
+// a connection that could not be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return IsStatus(err, http.StatusServiceUnavailable) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// handOnRest gives on the part of all after what was already streamed (when
+// all begins with it: a result whose output was cut short does not).
+func handOnRest(all, streamed string, on func(string)) {
+	if on != nil && len(all) > len(streamed) && strings.HasPrefix(all, streamed) {
+		on(all[len(streamed):])
+	}
 }
 
 // stopTimeout bounds how long a cancelled RunStream waits for its run to end.

@@ -2,6 +2,9 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -89,5 +92,137 @@ func TestRecoverRunAsksAgainWhenAQuestionHangs(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("recovered after %s: the hung question was not given up", d)
+	}
+}
+
+// A Session's streamed run whose stream is cut before its result (the
+// replica serving it stopped) is picked up by its ID: an attach through
+// another replica gets its result (an agent streams live output only to the
+// caller that started the run), the output the caller had not seen is
+// handed on from it, and the code is sent once.
+func TestRunStreamPicksUpACutStreamByItsID(t *testing.T) {
+	var sends, attaches atomic.Int32
+	var runID atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/executions"):
+			_, _ = w.Write([]byte(`{"running": true}`))
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/exec"):
+			var req ExecRequest
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			if sends.Add(1) == 1 {
+				runID.Store(req.ID)
+				_, _ = w.Write([]byte(`{"type":"stdout","data":"before\n"}` + "\n" + `{"type":"std`)) // cut mid-line
+				return
+			}
+			if req.ID != runID.Load() {
+				t.Errorf("attached with ID %q, want the run's %q", req.ID, runID.Load())
+			}
+			attaches.Add(1)
+			_, _ = w.Write([]byte(`{"type":"result","result":{"id":"x","status":"succeeded","stdout":"before\nafter\n","stderr":"","result":"2"}}` + "\n"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	s := (&Client{}).WithDataPlane(srv.URL, srv.Client()).Open("ns", "s")
+	var out strings.Builder
+	res, err := s.RunStream(context.Background(), ExecRequest{Code: "x"}, Handlers{OnStdout: func(d string) { out.WriteString(d) }})
+	if err != nil {
+		t.Fatalf("RunStream: %v", err)
+	}
+	if res.Result == nil || *res.Result != "2" || out.String() != "before\nafter\n" {
+		t.Errorf("result %+v, stdout %q", res, out.String())
+	}
+	if attaches.Load() != 1 || sends.Load() != 2 {
+		t.Errorf("%d requests, %d of them attaches: want the run sent once, attached once", sends.Load(), attaches.Load())
+	}
+}
+
+// A run that never reached the Session's agent (the replica stopped before
+// it forwarded it: the agent does not know its ID) is sent again, with the
+// same ID; a run whose result is stored is not sent again.
+func TestRunSendsAgainOnlyWhatNeverArrived(t *testing.T) {
+	defer func(d time.Duration) { askTimeout = d }(askTimeout)
+	askTimeout = 200 * time.Millisecond
+	var execs, asks atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/executions"):
+			asks.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"no run","reason":"NotFound","code":404}`))
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/exec"):
+			if execs.Add(1) == 1 {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadGateway)
+				_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"error trying to reach service","code":502}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"id":"x","status":"succeeded","stdout":"","stderr":"","result":"7"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	s := (&Client{}).WithDataPlane(srv.URL, srv.Client()).Open("ns", "s")
+	res, err := s.Run(context.Background(), ExecRequest{Code: "7"})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Result == nil || *res.Result != "7" || execs.Load() != 2 || asks.Load() == 0 {
+		t.Errorf("result %+v after %d sends and %d questions: want 7 after the agent said it never had the run", res, execs.Load(), asks.Load())
+	}
+}
+
+// A run refused with 503 (a replica not ready, or none the API server could
+// reach) did not run: it is sent again after a pause, without asking about
+// it, and the refusal is returned once the resends are spent.
+func TestRunSendsAgainWhatWasRefusedUnready(t *testing.T) {
+	var execs, asks atomic.Int32
+	ready := int32(3)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/executions"):
+			asks.Add(1)
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/exec"):
+			if execs.Add(1) < ready {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"this manager replica has not loaded the agent signing keys yet","reason":"ServiceUnavailable","code":503}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"id":"x","status":"succeeded","stdout":"","stderr":"","result":"5"}`))
+		}
+	}))
+	defer srv.Close()
+	s := (&Client{}).WithDataPlane(srv.URL, srv.Client()).Open("ns", "s")
+	res, err := s.Run(context.Background(), ExecRequest{Code: "5"})
+	if err != nil || res.Result == nil || *res.Result != "5" || execs.Load() != 3 || asks.Load() != 0 {
+		t.Fatalf("result %+v, err %v after %d sends and %d questions: want 5 on the third send, nothing asked", res, err, execs.Load(), asks.Load())
+	}
+	execs.Store(0)
+	ready = 100
+	if _, err := s.Run(context.Background(), ExecRequest{Code: "5"}); !IsStatus(err, http.StatusServiceUnavailable) || execs.Load() != maxResends+1 {
+		t.Fatalf("after %d sends: %v, want the 503 after %d", execs.Load(), err, maxResends+1)
+	}
+}
+
+// A run whose connection could not even be made was never sent: it is tried
+// again a few times, and the dial error returned, nothing asked about it.
+func TestRunReturnsADialErrorWithoutAskingAboutTheRun(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.URL
+	srv.Close() // nothing listens there now
+	s := (&Client{}).WithDataPlane(addr, http.DefaultClient).Open("ns", "s")
+	start := time.Now()
+	_, err := s.Run(context.Background(), ExecRequest{Code: "1"})
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("err %v, want the dial error", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("took %s: it asked about a run that was never sent", took)
 	}
 }

@@ -82,31 +82,7 @@ var _ = Describe("exactly once under faults on a real cluster", Ordered, func() 
 
 		start := time.Now()
 		for i := 0; i < n; i++ {
-			c := chaosCase{i: i}
-			w := wrappers.Execution(ns, fmt.Sprintf("c-%03d", i)).Pool(plain.Name)
-			switch x := rng.Intn(100); {
-			case x < 20:
-				c.kind = chaosPlain
-				w.Code(fmt.Sprintf("print('c-%03d')\n%d * %d", i, i, i))
-			case x < 30: // busy for a while: something for the pod deletions to hit
-				c.kind = chaosPlain
-				w.Code(fmt.Sprintf("import time\ntime.sleep(2)\n%d * %d", i, i))
-			case x < 38:
-				c.kind = chaosRaise
-				w.Code(fmt.Sprintf("raise ValueError('c-%03d')", i))
-			case x < 43:
-				c.kind = chaosTimeout
-				w.Code("while True:\n    pass").Timeout(2 * time.Second)
-			case x < 48:
-				c.kind = chaosCancel
-				w.Code("import time\ntime.sleep(30)").Timeout(40 * time.Second)
-			case x < 65:
-				c.kind = chaosFresh
-				w.Pool(fresh.Name).Code("seen = 'leak' in globals()\nleak = 1\nseen")
-			default:
-				c.kind, c.session = chaosSession, fmt.Sprintf("s%d", rng.Intn(6))
-				w.Session(c.session).Code("n = globals().get('n', 0) + 1\nn")
-			}
+			c, w := mixedExecution(rng, ns, i, plain, fresh)
 			ex := w.Obj()
 			createThroughFaults(ex)
 			cases[ex.Name] = c
@@ -163,6 +139,45 @@ var _ = Describe("exactly once under faults on a real cluster", Ordered, func() 
 		Expect(faults).To(HaveKey("delete-pod"))
 	})
 })
+
+// mixedExecution is the i-th Execution of a mixed load: plain runs (some busy
+// for a while), errors, timeouts, cancels, runs on a FreshInterpreter pool,
+// and steps of six sessions that count, so that a step run twice shows.
+func mixedExecution(rng *rand.Rand, ns string, i int, plain, fresh *sandboxv1alpha1.SandboxPool) (chaosCase, *wrappers.ExecutionWrapper) {
+	c := chaosCase{i: i}
+	w := wrappers.Execution(ns, fmt.Sprintf("c-%03d", i)).Pool(plain.Name)
+	switch x := rng.Intn(100); {
+	case x < 20:
+		c.kind = chaosPlain
+		w.Code(fmt.Sprintf("print('c-%03d')\n%d * %d", i, i, i))
+	case x < 30: // busy for a while: something for the faults to hit
+		c.kind = chaosPlain
+		w.Code(fmt.Sprintf("import time\ntime.sleep(2)\n%d * %d", i, i))
+	case x < 38:
+		c.kind = chaosRaise
+		w.Code(fmt.Sprintf("raise ValueError('c-%03d')", i))
+	case x < 43:
+		c.kind = chaosTimeout
+		w.Code("while True:\n    pass").Timeout(2 * time.Second)
+	case x < 48:
+		c.kind = chaosCancel
+		w.Code("import time\ntime.sleep(30)").Timeout(40 * time.Second)
+	case x < 65:
+		c.kind = chaosFresh
+		w.Pool(fresh.Name).Code("seen = 'leak' in globals()\nleak = 1\nseen")
+	default:
+		c.kind, c.session = chaosSession, fmt.Sprintf("s%d", rng.Intn(6))
+		w.Session(c.session).Code("n = globals().get('n', 0) + 1\nn")
+	}
+	return c, w
+}
+
+// exactOutcome is the end each kind of mixedExecution has when nothing fails
+// under it: the phase and the Complete condition's reason.
+var exactOutcome = map[chaosKind]string{
+	chaosPlain: "Succeeded/Succeeded", chaosFresh: "Succeeded/Succeeded", chaosSession: "Succeeded/Succeeded",
+	chaosRaise: "Failed/Error", chaosTimeout: "TimedOut/TimedOut", chaosCancel: "Cancelled/Cancelled",
+}
 
 type chaosReport struct {
 	outcomes      map[string]int

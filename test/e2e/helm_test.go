@@ -60,15 +60,17 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 		}).WithTimeout(3*time.Minute).Should(BeTrue(), "namespace %s still there", releaseNS)
 	})
 
-	It("installs, and the data plane's APIService becomes available", func() {
-		run(helm(), append([]string{"install", release, chart, "-n", releaseNS, "--create-namespace",
-			"--wait=watcher", "--timeout", "5m"}, imageValues...)...)
+	It("installs the previous release, and the data plane's APIService becomes available", func() {
+		Expect(previousChart).To(BeADirectory(), "the previous release's chart: make images builds it (make previous-images)")
+		prevRepository, prevTag := splitImage(previousManagerImage)
+		run(helm(), "install", release, previousChart, "-n", releaseNS, "--create-namespace", "--wait=watcher", "--timeout", "5m",
+			"--set", "manager.image.repository="+prevRepository, "--set", "manager.image.tag="+prevTag)
 		d := &appsv1.Deployment{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "warmpool-controller-manager"}, d)).To(Succeed())
 		Expect(d.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
 		Expect(d.Labels).To(HaveKeyWithValue("app.kubernetes.io/instance", release))
 		Expect(d.Status.ReadyReplicas).To(Equal(int32(1)))
-		Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(managerImage))
+		Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(previousManagerImage))
 		waitAPIServiceAvailable()
 	})
 
@@ -76,17 +78,21 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 		smoke()
 	})
 
-	It("upgrades with two manager replicas, both Ready, and still runs code", func() {
+	It("upgrades to this release with two manager replicas under load: nothing lost, run twice or wrong, every Session on its pod", func() {
 		before := apiServiceCABundle()
+		load := startUpgradeLoad()
+		By("upgrading the release to this build while the load runs")
 		run(helm(), append([]string{"upgrade", release, chart, "-n", releaseNS, "--set", "manager.replicas=2",
 			"--wait=watcher", "--timeout", "5m"}, imageValues...)...)
 		Expect(run(helm(), "status", release, "-n", releaseNS, "-o", "json")).To(ContainSubstring(`"version":2`))
 		Eventually(func(g Gomega) {
-			d := &appsv1.Deployment{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "warmpool-controller-manager"}, d)).To(Succeed())
-			g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
-			g.Expect(d.Status.ReadyReplicas).To(Equal(int32(2)))
-			g.Expect(d.Status.UpdatedReplicas).To(Equal(int32(2)))
+			for _, name := range []string{"warmpool-controller-manager", "warmpool-data-plane"} {
+				d := &appsv1.Deployment{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: name}, d)).To(Succeed())
+				g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(managerImage), name)
+				g.Expect(d.Status.UpdatedReplicas).To(Equal(*d.Spec.Replicas), name)
+				g.Expect(d.Status.ReadyReplicas).To(Equal(*d.Spec.Replicas), name)
+			}
 			pods := &corev1.PodList{}
 			g.Expect(k8s.List(ctx, pods, client.InNamespace(releaseNS), client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
 			ready := 0
@@ -102,7 +108,12 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 		// The manager wrote the caBundle, not Helm: the upgrade must keep it.
 		Expect(apiServiceCABundle()).To(Equal(before))
 		waitAPIServiceAvailable()
+		load.stopAndCheck()
 		smoke()
+	})
+
+	It("keeps the previous release's agents serving, and rolls their pool to this release's image without losing its warm count", func() {
+		rollPreviousAgents()
 	})
 
 	It("uninstalls and leaves nothing behind", func() {

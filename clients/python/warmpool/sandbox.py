@@ -6,9 +6,11 @@ import datetime
 import json
 import re
 import threading
+import time
 import uuid
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from . import _api, errors
@@ -258,15 +260,79 @@ class Sandbox:
             req["language"] = language
         if max_bridge_calls:
             req["maxBridgeCalls"] = int(max_bridge_calls)
+        handlers = (on_stdout, on_stderr, on_llm_query, on_rlm_query, on_call, on_result)
         with self._lock:
             self._run = req["id"]
         try:
-            resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
-            return self._read_stream(resp, req["id"], on_stdout, on_stderr, on_llm_query, on_rlm_query, on_call,
-                                     on_result)
+            return self._send_run(req, handlers)
         finally:
             with self._lock:
                 self._run = None
+
+    # How often a run that never reached the Session's agent is sent again.
+    _MAX_RESENDS = 3
+
+    def _send_run(self, req, handlers):
+        """Send a run; if its answer is lost (a data-plane replica stopped, the
+        connection broke), find out what became of it by its ID: its result, or
+        the rest of its stream, or, only if it never arrived, send it again.
+        The code never runs twice."""
+        from . import oneoff  # oneoff builds on Sandbox
+
+        # What reached the caller's handlers: an attach gets the run's result,
+        # not its live output again, so the rest of its output is handed on
+        # from the result.
+        streamed = {"stdout": [], "stderr": []}
+
+        def counted(name, on):
+            if on is None:
+                return None
+
+            def f(data):
+                streamed[name].append(data)
+                on(data)
+            return f
+        on_stdout, on_stderr = handlers[0], handlers[1]
+        handlers = (counted("stdout", on_stdout), counted("stderr", on_stderr)) + tuple(handlers[2:])
+        for resends in range(self._MAX_RESENDS + 1):
+            try:
+                resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
+            except errors.APIError as e:
+                if e.status == 503 and resends < self._MAX_RESENDS:
+                    # Refused before it was sent on (the API server could not
+                    # reach a replica, or it is not ready): it did not run.
+                    time.sleep(0.2 * 2 ** resends)
+                    continue
+                if e.status != 502:  # answered before the run was sent
+                    raise
+                cause = e
+            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.MaxRetryError) as e:
+                if not (isinstance(e, urllib3.exceptions.NewConnectionError)
+                        or isinstance(e.reason, urllib3.exceptions.NewConnectionError)):
+                    cause = e
+                elif resends == self._MAX_RESENDS:
+                    raise
+                else:
+                    time.sleep(0.2 * 2 ** resends)  # no connection: it was never sent
+                    continue
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                cause = e
+            else:
+                try:
+                    return self._read_stream(resp, req["id"], *handlers)
+                except (errors.StreamCutError, urllib3.exceptions.HTTPError, OSError) as e:
+                    cause = e
+            try:
+                ex = oneoff._lookup(self, req, handlers, cause)
+            except errors.NotRunError:
+                if resends == self._MAX_RESENDS:
+                    raise
+                continue  # never reached the agent: sending it again cannot run it twice
+            for name, on, text in (("stdout", on_stdout, ex.stdout), ("stderr", on_stderr, ex.stderr)):
+                seen = "".join(streamed[name])
+                if on and text and len(text) > len(seen) and text.startswith(seen):
+                    on(text[len(seen):])
+            return ex
 
     def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query=None, on_rlm_query=None, on_call=None,
                      on_result=None):

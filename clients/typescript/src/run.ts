@@ -14,6 +14,9 @@ export interface RawOutcome {
   exitCode?: number;
   /** warmpool: the Session was suspended, and resumed for this run. */
   resumed?: boolean;
+  /** The run's whole output, as its result holds it (the streamed events are what counts). */
+  stdout?: string;
+  stderr?: string;
 }
 
 /** Runs calls one at a time, in the order they came, as an interpreter does. */

@@ -15,11 +15,14 @@ interface AgentResult {
   stateLost?: boolean;
   exitCode?: number;
   resumed?: boolean;
+  stdout?: string;
+  stderr?: string;
 }
 
 export function outcomeOf(r: AgentResult): RawOutcome {
   const status = r.status === "succeeded" ? (r.final ? "final" : "ok") : r.status === "failed" ? "error" : r.status;
-  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed };
+  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed,
+    stdout: r.stdout, stderr: r.stderr };
 }
 
 /** Thrown when a stream ended without its result. */

@@ -324,6 +324,16 @@ func (c *Client) Ready(ctx context.Context) (*protocol.Health, error) {
 	return &h, nil
 }
 
+// Health returns the agent's liveness answer, which says its build and
+// protocol version; unlike Ready it is 200 while a run is under way.
+func (c *Client) Health(ctx context.Context) (*protocol.Health, error) {
+	var h protocol.Health
+	if err := c.call(ctx, http.MethodGet, protocol.PathHealthz, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
 // WaitReady polls readiness until the agent is ready or ctx ends.
 func (c *Client) WaitReady(ctx context.Context) error {
 	for {

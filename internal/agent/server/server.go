@@ -745,7 +745,7 @@ func (s *Server) isSealed() bool {
 // health is what every health answer says: the workers, and which build and
 // contract version answers.
 func (s *Server) health(ok bool) protocol.Health {
-	return protocol.Health{OK: ok, Workers: len(s.workers), Protocol: protocol.Version, Agent: version.Get().Version}
+	return protocol.Health{OK: ok, Workers: len(s.workers), Protocol: protocol.Version, Agent: version.Build()}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

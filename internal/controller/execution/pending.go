@@ -199,6 +199,12 @@ func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Exec
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
+	if err := r.Agents.Check(ctx, pod); err != nil {
+		// Its pool replaces a pod whose agent the manager does not speak.
+		logf.FromContext(ctx).Info("not claiming a pod whose agent cannot be called", "pod", podName, "reason", err.Error())
+		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: waitBackstop}, nil
+	}
 	// The claim is written with the Running status, at the same time
 	// (afterWrite): the code is sent once both are stored.
 	toClaim := pod.DeepCopy()

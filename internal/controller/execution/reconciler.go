@@ -28,6 +28,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/agentcheck"
 	"github.com/warmpool/warmpool/internal/controller/modelendpoint"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
@@ -51,7 +52,10 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Runner    *runner.Runner
-	Resolver  runner.Resolver
+	// Agents is asked before a pod is claimed: only an agent that speaks
+	// the manager's protocol is sent code (internal/agentcheck).
+	Agents   *agentcheck.Checker
+	Resolver runner.Resolver
 	// Keys sign the tokens of each call to an agent (for the runner NewRunner makes).
 	Keys *agentauth.Keyring
 	// Dispatcher decides which waiting Execution gets which free pod.

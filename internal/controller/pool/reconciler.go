@@ -44,6 +44,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
+	"github.com/warmpool/warmpool/internal/agentcheck"
 	"github.com/warmpool/warmpool/internal/autoscale"
 	"github.com/warmpool/warmpool/internal/controller/agentkeys"
 	"github.com/warmpool/warmpool/internal/controller/podstatus"
@@ -54,6 +55,7 @@ import (
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/tenancy"
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // maxCreatesPerReconcile bounds one reconcile's burst of pod creations.
@@ -82,6 +84,9 @@ type Reconciler struct {
 	Dispatcher *dispatch.Dispatcher
 	// Tenancy says which pools may be shared (the Shared condition).
 	Tenancy *tenancy.Gate
+	// Agents says which agent each Ready pod runs: pods whose protocol the
+	// manager does not speak are replaced, and the status counts builds.
+	Agents *agentcheck.Checker
 	// Clock dates the autoscaler's claims and decisions: its rate windows,
 	// scale-down delay and steps (the wall clock when nil).
 	Clock clock.PassiveClock
@@ -166,11 +171,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	pendingCreates, deleting := r.expectations.Observe(req.NamespacedName, seen, now)
 	pods := r.classify(ctx, pool, podList.Items, deleting, now)
 	r.observeStarts(req.NamespacedName, podList.Items)
-	r.startFailures.observe(req.NamespacedName, sandboxpod.TemplateHash(pool), podList.Items, now)
+	r.startFailures.observe(req.NamespacedName, sandboxpod.TemplateHash(pool), podList.Items, now, r.agentTrouble)
 	backoff, failMsg := r.startFailures.wait(req.NamespacedName, now)
 	if failMsg != "" {
-		pods.degradedReason, pods.degMsg = sandboxv1alpha1.ReasonSandboxStartFailed, failMsg
+		reason := sandboxv1alpha1.ReasonSandboxStartFailed
+		if pods.degradedReason == sandboxv1alpha1.ReasonUnsupportedAgent {
+			reason = pods.degradedReason
+		}
+		pods.degradedReason, pods.degMsg = reason, failMsg
 	}
+	ro := r.rolloutOf(pool, pods, failMsg)
 	orphans, err := r.orphans(ctx, pods.busy)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -196,18 +206,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// How many unclaimed pods the pool wants, and how many it has or will have.
 	want := int(pool.Spec.Replicas) + demand
 	have := len(pods.idle) + len(pods.warming) + pendingCreates
-	total := have + len(pods.busy) + len(pods.staleIdle) + len(pods.staleWarm)
+	// Old pods still starting are deleted below: they take no room.
+	total := have + len(pods.busy) + len(pods.staleIdle)
 	create := want - have
 	if pool.Spec.MaxPods != nil {
 		room := int(*pool.Spec.MaxPods) - total
+		if create > 0 && room <= 0 && len(pods.staleIdle) > 0 && ro.mayEvictForRoom(len(pods.warming)+pendingCreates) {
+			// No room left to surge: an old idle pod makes room for a current one (rollout.go).
+			pods.failed = append(pods.failed, pods.staleIdle[0])
+			pods.staleIdle = pods.staleIdle[1:]
+			room++
+		}
 		if create > room {
-			// At the cap, stale pods make room for current ones.
-			stale := append(append([]*corev1.Pod{}, pods.staleWarm...), pods.staleIdle...)
-			for len(stale) > 0 && create > room {
-				pods.failed = append(pods.failed, stale[0])
-				stale = stale[1:]
-				room++
-			}
 			if create > room {
 				pods.limit.add(sandboxv1alpha1.ReasonMaxPods, fmt.Sprintf("maxPods %d reached: %d more pods wanted; raise spec.maxPods",
 					*pool.Spec.MaxPods, create-max(room, 0)))
@@ -267,6 +277,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	status := r.status(pool, pods, pending)
+	status.UpdatedReplicas = ro.updated
+	status.Agents = agentVersions(r.Agents, pods)
+	progressing := ro.condition(pool.Generation)
+	meta.SetStatusCondition(&status.Conditions, progressing)
+	r.rolloutEvent(pool, progressing)
 	status.Autoscaling = autoscaled
 	status.WarmHitRatio, status.StartupSeconds = "", ""
 	if ratio, ok := r.Autoscalers.warmHitRatio(req.NamespacedName); ok {
@@ -398,6 +413,15 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 			out.failed = append(out.failed, p)
 			continue
 		}
+		if why := r.agentTrouble(p); why != "" {
+			// Never called: replaced (a pod of the current template with a
+			// backoff, start failures say; an old one as the rollout goes).
+			if out.degradedReason == "" || out.degradedReason == sandboxv1alpha1.ReasonCrashLoopBackOff {
+				out.degradedReason, out.degMsg = sandboxv1alpha1.ReasonUnsupportedAgent, fmt.Sprintf("pod %s: %s", p.Name, why)
+			}
+			out.failed = append(out.failed, p)
+			continue
+		}
 		// Built from an older spec, or trusting a key that is no longer current.
 		stale := p.Labels[sandboxpod.LabelTemplateHash] != hash || key != currentKey
 		if !stale {
@@ -421,6 +445,36 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 		}
 	}
 	return out
+}
+
+// agentTrouble says why a pod's agent may not be called ("" when it may, or
+// is not asked yet): it speaks a protocol this manager does not.
+func (r *Reconciler) agentTrouble(p *corev1.Pod) string {
+	if r.Agents == nil {
+		return ""
+	}
+	info, ok := r.Agents.Lookup(p.UID)
+	if !ok || info.Supported {
+		return ""
+	}
+	return fmt.Sprintf("its agent (build %s) speaks protocol %d; this manager speaks %d to %d: use an image whose agent it speaks, or a manager that speaks %d",
+		info.Build, info.Protocol, protocol.OldestVersion, protocol.Version, info.Protocol)
+}
+
+// rolloutEvent tells of a rollout that starts, stalls or completes.
+func (r *Reconciler) rolloutEvent(pool *sandboxv1alpha1.SandboxPool, c metav1.Condition) {
+	old := meta.FindStatusCondition(pool.Status.Conditions, c.Type)
+	if old != nil && old.Reason == c.Reason {
+		return
+	}
+	switch {
+	case c.Reason == sandboxv1alpha1.ReasonRolloutStalled:
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "Rollout", "%s", c.Message)
+	case c.Reason == sandboxv1alpha1.ReasonRollingOut:
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, c.Reason, "Rollout", "%s", c.Message)
+	case old != nil: // complete after a rollout, not on a new pool's first status
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, c.Reason, "Rollout", "%s", c.Message)
+	}
 }
 
 // expiresIn returns the time left until start+timeout and, while some is left,

@@ -39,8 +39,10 @@ type startFailures struct {
 }
 
 // observe takes in the pool's pods: failed ones that never ran code count as
-// start failures, a Ready one of the current template clears them.
-func (s *startFailures) observe(pool types.NamespacedName, hash string, pods []corev1.Pod, now time.Time) {
+// start failures, a Ready one of the current template clears them. A Ready
+// one of no use (useless says why: its agent speaks a protocol the manager
+// does not) counts as a failure too: its replacement would be the same.
+func (s *startFailures) observe(pool types.NamespacedName, hash string, pods []corev1.Pod, now time.Time, useless func(*corev1.Pod) string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pools == nil {
@@ -56,6 +58,10 @@ func (s *startFailures) observe(pool types.NamespacedName, hash string, pods []c
 		if p.Labels[sandboxpod.LabelTemplateHash] != hash {
 			continue
 		}
+		if why := useless(p); why != "" {
+			f = s.add(f, pool, hash, p.UID, fmt.Sprintf("pod %s: %s", p.Name, why), now)
+			continue
+		}
 		if sandboxpod.IsReady(p) {
 			delete(s.pools, pool)
 			f = nil
@@ -64,17 +70,22 @@ func (s *startFailures) observe(pool types.NamespacedName, hash string, pods []c
 		if p.Status.Phase != corev1.PodFailed || lease.ClaimedBy(p) != "" || p.Annotations[sandboxpod.AnnotationUsed] != "" {
 			continue
 		}
-		if f == nil {
-			f = &startFailure{hash: hash, seen: map[types.UID]bool{}}
-			s.pools[pool] = f
-		}
-		if !f.seen[p.UID] {
-			f.seen[p.UID] = true
-			f.count++
-			f.last = now
-			f.message = fmt.Sprintf("pod %s: %s", p.Name, failureMessage(p))
-		}
+		f = s.add(f, pool, hash, p.UID, fmt.Sprintf("pod %s: %s", p.Name, failureMessage(p)), now)
 	}
+}
+
+func (s *startFailures) add(f *startFailure, pool types.NamespacedName, hash string, uid types.UID, message string, now time.Time) *startFailure {
+	if f == nil {
+		f = &startFailure{hash: hash, seen: map[types.UID]bool{}}
+		s.pools[pool] = f
+	}
+	if !f.seen[uid] {
+		f.seen[uid] = true
+		f.count++
+		f.last = now
+		f.message = message
+	}
+	return f
 }
 
 // wait returns how long the pool should wait before it starts another pod,

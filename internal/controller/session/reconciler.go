@@ -26,6 +26,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentcheck"
 	"github.com/warmpool/warmpool/internal/controller/podstatus"
 	"github.com/warmpool/warmpool/internal/controller/recycle"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
@@ -77,6 +78,9 @@ type Reconciler struct {
 	// pod already labelled with the Session's name, a pod that is gone.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// Agents is asked before a pod is claimed: only an agent that speaks
+	// the manager's protocol is leased (internal/agentcheck).
+	Agents *agentcheck.Checker
 	// Runner calls the pods' agents (the Execution reconciler's).
 	Runner   *runner.Runner
 	Resolver runner.Resolver
@@ -216,6 +220,12 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
 		log.Info("not claiming a pod that is not the pool's", "pod", pod.Name, "reason", err.Error())
+		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: claimRetry}, nil
+	}
+	if err := r.Agents.Check(ctx, pod); err != nil {
+		// Its pool replaces a pod whose agent the manager does not speak.
+		log.Info("not claiming a pod whose agent cannot be called", "pod", pod.Name, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}

@@ -153,7 +153,9 @@ func Start(opts Options) (s *Stack, err error) {
 	}
 	s.defer_(func() { _ = os.Remove(kubeconfig) })
 	s.Manager = controller.Config{ManagerNamespace: ManagerNamespace, Resolver: kubelet,
-		DataPlane: &dataplane.Options{BindAddress: "127.0.0.1", Port: port, RemoteKubeConfig: kubeconfig}}
+		DataPlane: &dataplane.Options{BindAddress: "127.0.0.1", Port: port, RemoteKubeConfig: kubeconfig,
+			// A stop stands for a crash here: no drain (dataplane.Options).
+			DrainTimeout: -1}}
 	if opts.Configure != nil {
 		opts.Configure(&s.Manager)
 	}

@@ -128,12 +128,15 @@ func (e *Env) KubeconfigFor(user string, groups ...string) (string, error) {
 
 // RegisterAPIService points kube-apiserver's aggregator at a server on
 // loopback port: a Service of type ExternalName (the aggregator resolves it
-// itself; envtest runs no endpoints controller) and an APIService for
+// itself; envtest runs no endpoints controller) of 127.0.0.1, not
+// "localhost": the aggregator would try ::1 first, where another process
+// (a test of another package running alongside) may listen on the same port
+// number, and its answers would pass for the data plane's. And an APIService for
 // group/version without a caBundle (the server's manager sets it), and waits
 // until the aggregator reports it Available.
 func (e *Env) RegisterAPIService(ctx context.Context, group, version string, port int) error {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warmpool-data-plane"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "127.0.0.1",
 			Ports: []corev1.ServicePort{{Name: "https", Port: int32(port), TargetPort: intstr.FromInt32(int32(port))}}}}
 	if err := e.Client.Create(ctx, svc); err != nil {
 		return fmt.Errorf("service for the APIService: %w", err)

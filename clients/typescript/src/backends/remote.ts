@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import type http from "node:http";
 
 import { HTTPError, json, type Request } from "../http.js";
-import { OutputCollector, toCodeExecution, Serial } from "../run.js";
+import { OutputCollector, toCodeExecution, Serial, type RawOutcome } from "../run.js";
 import { readRun } from "../stream.js";
 import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
@@ -67,12 +67,30 @@ export abstract class RemoteSandbox implements Sandbox {
     const output = new OutputCollector(this.config);
     this.running = fields.id;
     try {
-      const body = await this.startRun(fields);
-      const outcome = await readRun(body, output, this.bridges, (call, a) => this.answer(fields.id, call, a));
+      let outcome: RawOutcome;
+      try {
+        outcome = await this.send(fields, output);
+      } catch (e) {
+        outcome = await this.recover(fields, output, e);
+      }
       return toCodeExecution(code, outcome, output, started, this.config);
     } finally {
       this.running = undefined;
     }
+  }
+
+  /** Sends a run and reads it to its outcome. */
+  protected async send(fields: RunFields, output: OutputCollector): Promise<RawOutcome> {
+    const body = await this.startRun(fields);
+    return readRun(body, output, this.bridges, (call, a) => this.answer(fields.id, call, a));
+  }
+
+  /**
+   * What became of a run whose send failed with cause: a backend that can
+   * ask about a run by its ID (warmpool) finds out; this one cannot.
+   */
+  protected async recover(_fields: RunFields, _output: OutputCollector, cause: unknown): Promise<RawOutcome> {
+    throw cause;
   }
 
   async initialize(context: string): Promise<void> {

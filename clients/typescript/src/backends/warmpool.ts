@@ -10,12 +10,38 @@ import { randomBytes } from "node:crypto";
 import type http from "node:http";
 
 import { HTTPError, json, readAll, type Request } from "../http.js";
-import { OutputCollector } from "../run.js";
-import { readRun } from "../stream.js";
+import { OutputCollector, type RawOutcome } from "../run.js";
+import { outcomeOf, readRun, StreamCutError } from "../stream.js";
 import { DATA_GROUP, GROUP, Kube, VERSION } from "../kube.js";
 import { SNAPSHOT_MEDIA_TYPE } from "../snapshot.js";
 import { SandboxError, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { RemoteSandbox, type RunFields } from "./remote.js";
+
+// A lost answer (recover): a run unknown to its agent may still reach it for
+// RECOVER_GRACE_MS (a request a gone replica had sent on); the search gives up
+// after RECOVER_TIMEOUT_MS; one question waits ASK_TIMEOUT_MS (the API server
+// may still send it to the replica that went away, which answers nothing);
+// a run that never left is sent again MAX_RESENDS times, after
+// RESEND_DELAY_MS, then twice as long each time.
+const RECOVER_GRACE_MS = 1_000;
+const RECOVER_TIMEOUT_MS = 60_000;
+const ASK_TIMEOUT_MS = 5_000;
+const MAX_RESENDS = 3;
+const RESEND_DELAY_MS = 200;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The request went nowhere: refused as not ready (503), or no connection. */
+function notSent(e: unknown): boolean {
+  return (e instanceof HTTPError && e.status === 503) || (e as NodeJS.ErrnoException)?.code === "ECONNREFUSED";
+}
+
+/** The request may have reached the agent, and its answer did not come back. */
+function lostAnswer(e: unknown): boolean {
+  const code = (e as NodeJS.ErrnoException)?.code;
+  return e instanceof StreamCutError || (e instanceof HTTPError && e.status === 502) ||
+    code === "ECONNRESET" || code === "EPIPE" || code === "ETIMEDOUT" || code === "ECONNABORTED" || code === "ERR_STREAM_PREMATURE_CLOSE";
+}
 
 /** A Session name of the client's own making: `ts-` and 10 random characters. */
 export function sessionName(prefix = "ts-"): string {
@@ -83,6 +109,70 @@ export class WarmpoolSandbox extends RemoteSandbox {
     });
     this.leased = true;
     return res;
+  }
+
+  /**
+   * A run whose answer was lost (a data-plane replica stopped, the
+   * connection broke): refused or never sent, it is sent again; otherwise
+   * the Session's agent is asked about it by its ID, through any replica,
+   * and its result taken (the output the stream did not bring comes from
+   * it), or the run attached to while it still runs; sent again only if the
+   * agent never heard of it. The code never runs twice.
+   */
+  protected async recover(fields: RunFields, output: OutputCollector, cause: unknown): Promise<RawOutcome> {
+    for (let resends = 0; ; resends++) {
+      if (notSent(cause)) {
+        if (resends >= MAX_RESENDS) throw cause;
+        await sleep(RESEND_DELAY_MS * 2 ** resends);
+      } else if (lostAnswer(cause)) {
+        const found = await this.lookUp(fields, output, cause);
+        if (found) {
+          this.leased = true;
+          const rest = (all: string | undefined, seen: string) =>
+            all && all.length > seen.length && all.startsWith(seen) ? all.slice(seen.length) : "";
+          output.write("stdout", rest(found.stdout, output.stdout));
+          output.write("stderr", rest(found.stderr, output.stderr));
+          return found;
+        }
+        if (resends >= MAX_RESENDS) throw cause;
+      } else {
+        throw cause;
+      }
+      try {
+        return await this.send(fields, output);
+      } catch (e) {
+        cause = e;
+      }
+    }
+  }
+
+  /** The outcome of a run whose answer was lost, or undefined if its agent never had it. */
+  private async lookUp(fields: RunFields, output: OutputCollector, cause: unknown): Promise<RawOutcome | undefined> {
+    const unknownUntil = Date.now() + RECOVER_GRACE_MS;
+    const giveUp = Date.now() + RECOVER_TIMEOUT_MS;
+    let last: unknown = cause;
+    while (Date.now() < giveUp) {
+      try {
+        const info = await json(await this.request({
+          method: "GET", path: `${await this.path("executions")}?id=${encodeURIComponent(fields.id)}`,
+          signal: AbortSignal.timeout(ASK_TIMEOUT_MS),
+        }));
+        if (info?.running) {
+          // It runs: the same ID attaches to it, and never runs it again.
+          const body = await this.request({ method: "POST", path: await this.path("exec"), body: fields, accept: "application/x-ndjson" });
+          return await readRun(body, output, this.bridges, (call, a) => this.answer(fields.id, call, a));
+        }
+        if (info?.result) return outcomeOf(info.result);
+      } catch (e) {
+        if (e instanceof HTTPError && e.status === 404 && Date.now() > unknownUntil) return undefined;
+        if (e instanceof HTTPError && e.status === 409) {
+          throw new SandboxError(`the answer of run ${fields.id} was lost and Session ${this.name} is not Ready: whether the code ran is unknown (${String(cause)})`);
+        }
+        last = e; // a replica going away, a question that hung: ask again
+      }
+      await sleep(100);
+    }
+    throw new SandboxError(`the answer of run ${fields.id} was lost, and asking about it failed for ${RECOVER_TIMEOUT_MS / 1000}s (last: ${String(last)})`);
   }
 
   /** Leases the Session now (it is leased by the first call otherwise). */

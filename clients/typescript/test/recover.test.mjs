@@ -1,0 +1,102 @@
+// The warmpool backend's answer to a lost answer (a data-plane replica that
+// stopped, a connection that broke), against a stand-in for kube-apiserver
+// and the data plane on loopback: the run is asked about by its ID, its
+// result taken and the output the cut stream did not bring handed on, or it
+// is sent again only when it never left. No cluster.
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+
+import { createSandbox } from "warmpool";
+
+const bridges = { onLLMQuery: async () => "", onRLMQuery: async () => "" };
+const result = (r) => JSON.stringify({ type: "result", result: { id: "x", status: "succeeded", stdout: "", stderr: "", ...r } }) + "\n";
+
+let server, kubeconfig, handle;
+const seen = [];
+
+before(async () => {
+  server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (d) => (body += d));
+    req.on("end", () => {
+      const sub = req.url.split("?")[0].split("/").slice(-3).join("/");
+      seen.push({ method: req.method, sub, body: body ? JSON.parse(body) : undefined, url: req.url });
+      handle(req, res, sub, body ? JSON.parse(body) : undefined);
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  kubeconfig = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "warmpool-ts-")), "kubeconfig");
+  fs.writeFileSync(kubeconfig, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:${server.address().port}", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u, namespace: ns}}]
+current-context: c
+`);
+});
+
+after(() => server.close());
+
+function sandbox() {
+  seen.length = 0;
+  return createSandbox({ backend: "warmpool", kubeconfig, pool: "py" }, bridges);
+}
+
+test("a stream cut before its result is picked up by its ID, the rest of its output from the result", async () => {
+  let execs = 0;
+  handle = (req, res, sub, body) => {
+    if (sub.endsWith("/exec") && sub.startsWith("runs/")) return res.end(result({ result: "None" })); // the lease
+    if (sub.endsWith("/exec")) {
+      execs++;
+      res.write(JSON.stringify({ type: "stdout", data: "a\n" }) + "\n{\"type\":\"std");
+      return setTimeout(() => res.socket.destroy(), 50); // the replica went away mid-run
+    }
+    if (sub.endsWith("/executions")) {
+      res.setHeader("content-type", "application/json");
+      return res.end(JSON.stringify({ id: "x", running: false, result: { id: "x", status: "succeeded", stdout: "a\nb\n", stderr: "", result: "2" } }));
+    }
+    res.statusCode = 404;
+    res.end("{}");
+  };
+  const sb = sandbox();
+  await sb.execute("None");
+  const ex = await sb.execute("print('a')\nprint('b')\n2");
+  assert.equal(ex.status, "ok", ex.error);
+  assert.equal(ex.result, "2");
+  assert.equal(ex.stdout, "a\nb\n", "each line once");
+  assert.equal(execs, 1, "never sent again");
+  const asked = seen.filter((s) => s.sub.endsWith("/executions"));
+  const sent = seen.filter((s) => s.sub.startsWith("sessions/") && s.sub.endsWith("/exec"));
+  assert.ok(asked.length >= 1 && asked[0].url.includes(`id=${sent[0].body.id}`), "asked about it by its ID");
+  await sb.close?.();
+});
+
+test("a run refused as not ready is sent again, with its ID, and never asked about", async () => {
+  let execs = 0;
+  handle = (req, res, sub) => {
+    if (sub.endsWith("/exec") && sub.startsWith("runs/")) return res.end(result({ result: "None" }));
+    if (sub.endsWith("/exec")) {
+      if (++execs < 3) {
+        res.statusCode = 503;
+        res.setHeader("content-type", "application/json");
+        return res.end(JSON.stringify({ kind: "Status", status: "Failure", reason: "ServiceUnavailable", message: "not ready", code: 503 }));
+      }
+      return res.end(result({ result: "5" }));
+    }
+    res.statusCode = 404;
+    res.end("{}");
+  };
+  const sb = sandbox();
+  await sb.execute("None");
+  const ex = await sb.execute("5");
+  assert.equal(ex.result, "5");
+  const sent = seen.filter((s) => s.sub.startsWith("sessions/") && s.sub.endsWith("/exec"));
+  assert.equal(sent.length, 3);
+  assert.ok(sent.every((s) => s.body.id === sent[0].body.id), "the same ID each time");
+  assert.equal(seen.filter((s) => s.sub.endsWith("/executions")).length, 0);
+  await sb.close?.();
+});
