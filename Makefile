@@ -125,7 +125,9 @@ CHAOS_SEED ?= 1
 CHAOS_FAULT_SECONDS ?= 60
 
 .PHONY: test-chaos
-test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUTIONS, CHAOS_SEED), invariants checked.
+test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUTIONS, CHAOS_SEED), invariants checked; the previous release's manager takes turns with this one.
+	prev=$$(PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) PREVIOUS_VERSION=$(PREVIOUS_VERSION) GO=$(GO) hack/previous-release.sh); \
+	CHAOS_PREVIOUS_MANAGER=$$prev/manager \
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_SEED=$(CHAOS_SEED) CHAOS_FAULT_SECONDS=$(CHAOS_FAULT_SECONDS) $(GO) test ./test/chaos/ -count=1 -v -timeout 30m
 

@@ -133,6 +133,9 @@ func TestChaos(t *testing.T) {
 	if r.resumes == 0 {
 		t.Fatalf("no Session was resumed: the run did not test suspend and resume")
 	}
+	if h.previousBin != "" && total >= 200 && h.faultCount("upgrade-manager") == 0 {
+		t.Fatalf("no manager was upgraded or rolled back: the run did not test mixed builds")
+	}
 }
 
 // harness owns the control plane, the kubelet, the managers and the workload.
@@ -143,6 +146,12 @@ type harness struct {
 	kubelet    *localkubelet.Kubelet
 	agentPort  int
 	managerBin string
+	// previousBin is the previous release's manager (CHAOS_PREVIOUS_MANAGER,
+	// make test-chaos builds it): the upgrade-manager fault swaps a manager
+	// between the two builds, as a rolling upgrade (or a rollback) does.
+	previousBin string
+	// builds is the binary each manager runs next (managerBin unless swapped).
+	builds     map[int]string
 	kubeconfig string
 	dir        string
 	runLog     string
@@ -169,11 +178,12 @@ type managerProc struct {
 	cmd         *exec.Cmd
 	metricsAddr string
 	done        chan struct{}
+	bin         string
 }
 
 func newHarness(t *testing.T, seed int64) *harness {
 	h := &harness{t: t, rng: rand.New(rand.NewSource(seed)), faults: map[string]int{}, expected: map[string]expectation{},
-		stopping: make(chan struct{})}
+		stopping: make(chan struct{}), builds: map[int]string{}, previousBin: os.Getenv("CHAOS_PREVIOUS_MANAGER")}
 	h.dir = t.TempDir()
 	h.runLog = filepath.Join(h.dir, "runs.log")
 	env, err := testenv.Start()
@@ -275,7 +285,11 @@ func (h *harness) startManager(i int) {
 	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(h.t))
 	logFile, err := os.OpenFile(filepath.Join(h.dir, fmt.Sprintf("manager-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	must(h.t, err)
-	cmd := exec.Command(h.managerBin, "--kubeconfig", h.kubeconfig, "--leader-elect", "--leader-election-namespace", managerNS,
+	bin := h.managerBin
+	if b := h.builds[i]; b != "" {
+		bin = b
+	}
+	cmd := exec.Command(bin, "--kubeconfig", h.kubeconfig, "--leader-elect", "--leader-election-namespace", managerNS,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 		"--manager-namespace", managerNS, "--agent-port", strconv.Itoa(h.agentPort),
 		"--metrics-bind-address", metrics, "--metrics-secure=false", "--health-probe-bind-address", "0",
@@ -289,7 +303,7 @@ func (h *harness) startManager(i int) {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(h.t, cmd.Start())
-	m := &managerProc{cmd: cmd, metricsAddr: metrics, done: make(chan struct{})}
+	m := &managerProc{cmd: cmd, metricsAddr: metrics, done: make(chan struct{}), bin: bin}
 	go func() {
 		_ = cmd.Wait()
 		logFile.Close()

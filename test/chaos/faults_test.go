@@ -41,6 +41,9 @@ func (h *harness) injectFaults(stop <-chan struct{}) {
 		// The windows of a suspend and a resume: the leader killed, the pod deleted.
 		{"kill-leader-mid-resume", 10, h.killLeaderMidResume},
 		{"delete-resuming-pod", 10, h.deleteResumingPod},
+		// A rolling upgrade (or rollback) of a manager: SIGTERM, then the
+		// other build, which meets the pods, leases and runs of this one.
+		{"upgrade-manager", 10, h.upgradeManager},
 	}
 	total := 0
 	for _, f := range faults {
@@ -81,6 +84,31 @@ func (h *harness) killLeader() bool {
 	_ = m.cmd.Process.Signal(syscall.SIGKILL) // started again a second later, see startManager
 	<-m.done
 	h.lastLeaderKill = time.Now()
+	return true
+}
+
+// upgradeManager stops a manager as a Deployment's rolling update does
+// (SIGTERM: its lease released, its data plane drained) and has it started
+// again with the other build: the previous release's if it ran this one,
+// this one if it ran the previous. Without CHAOS_PREVIOUS_MANAGER, nothing.
+func (h *harness) upgradeManager() bool {
+	if h.previousBin == "" {
+		return false
+	}
+	i := h.rng.Intn(2)
+	h.mu.Lock()
+	m := h.managers[i]
+	next := h.previousBin
+	if m != nil && m.bin == h.previousBin {
+		next = h.managerBin
+	}
+	h.builds[i] = next
+	h.mu.Unlock()
+	if m == nil {
+		return false
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM) // started again a second after it exits, see startManager
+	<-m.done
 	return true
 }
 

@@ -78,7 +78,8 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 		smoke()
 	})
 
-	It("upgrades to this release with two manager replicas under load: nothing lost, run twice or wrong, every Session on its pod", func() {
+	It("upgrades to this release with two manager replicas under load: nothing lost, run twice or wrong, every Session on its pod; "+
+		"the previous release's agents keep serving, and their pool rolls to this release's image without losing its warm count", func() {
 		before := apiServiceCABundle()
 		load := startUpgradeLoad()
 		By("upgrading the release to this build while the load runs")
@@ -110,10 +111,9 @@ var _ = Describe("the Helm chart", Serial, Ordered, Label("helm"), func() {
 		waitAPIServiceAvailable()
 		load.stopAndCheck()
 		smoke()
-	})
 
-	It("keeps the previous release's agents serving, and rolls their pool to this release's image without losing its warm count", func() {
-		rollPreviousAgents()
+		By("rolling the pool of the previous release's agents to this release's image")
+		load.rollPreviousAgents()
 	})
 
 	It("uninstalls and leaves nothing behind", func() {

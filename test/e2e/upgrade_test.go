@@ -114,7 +114,7 @@ func startUpgradeLoad() *upgradeLoad {
 		}(sc.name, sc.sleep)
 	}
 
-	By("creating Executions of every kind, one every half second or so")
+	By("creating Executions of every kind, one a second or so")
 	rng := rand.New(rand.NewSource(1))
 	l.wg.Add(1)
 	go func() {
@@ -124,7 +124,7 @@ func startUpgradeLoad() *upgradeLoad {
 			select {
 			case <-l.stop:
 				return
-			case <-time.After(time.Duration(300+rng.Intn(500)) * time.Millisecond):
+			case <-time.After(time.Duration(700+rng.Intn(600)) * time.Millisecond):
 			}
 			c, w := mixedExecution(rng, l.ns, i, l.plain, fresh)
 			ex := w.Obj()
@@ -204,20 +204,15 @@ func (l *upgradeLoad) stopAndCheck() {
 	l.mu.Lock()
 	Expect(l.steps["long"]).To(BeNumerically(">=", 2), "the long Session's steps: %s", steps)
 	l.mu.Unlock()
-	previousLoad = l
 }
 
-// previousLoad is the load's namespace and pools, for the rollout spec after it.
-var previousLoad *upgradeLoad
-
-// rollPreviousAgents checks that the pools of the previous release's agents
-// still serve under this manager, which says which agents they run, then
-// rolls one to this release's image: its warm count holds throughout, and the
-// rollout completes.
-func rollPreviousAgents() {
+// rollPreviousAgents checks that the load's pools of the previous release's
+// agents still serve under this manager, which says which agents they run,
+// then rolls one to this release's image: its warm count holds throughout,
+// and the rollout completes.
+func (l *upgradeLoad) rollPreviousAgents() {
 	GinkgoHelper()
-	Expect(previousLoad).NotTo(BeNil(), "the upgrade spec ran first")
-	pool := previousLoad.plain
+	pool := l.plain
 	key := client.ObjectKeyFromObject(pool)
 	get := func(g Gomega) *sandboxv1alpha1.SandboxPool {
 		got := &sandboxv1alpha1.SandboxPool{}
@@ -227,7 +222,7 @@ func rollPreviousAgents() {
 	waitWarm(pool)
 	Eventually(func(g Gomega) []sandboxv1alpha1.AgentVersionCount { return get(g).Status.Agents }).WithTimeout(time.Minute).Should(
 		ContainElement(And(HaveField("Build", previousBuild), HaveField("Protocol", BeEquivalentTo(1)), HaveField("Supported", BeTrue()))))
-	ex := execute(wrappers.Execution(previousLoad.ns, "on-previous").Pool(pool.Name).Code("print(2)\n6 * 7").Obj())
+	ex := execute(wrappers.Execution(l.ns, "on-previous").Pool(pool.Name).Code("print(2)\n6 * 7").Obj())
 	Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
 	Expect(ex.Status.Result).To(Equal("42"))
 	waitWarm(pool)
@@ -271,17 +266,18 @@ func rollPreviousAgents() {
 		g.Expect(c.Reason).To(Equal(sandboxv1alpha1.ReasonRolloutComplete), c.Message)
 		g.Expect(c.ObservedGeneration).To(Equal(got.Generation))
 		g.Expect(got.Status.UpdatedReplicas).To(Equal(got.Spec.Replicas))
+		// Its warm pods are new; the pods of the load's sessions finish on the old one.
 		for _, p := range poolPods(g, pool) {
-			if p.DeletionTimestamp == nil {
+			if p.DeletionTimestamp == nil && sandboxpod.IsIdle(&p) {
 				g.Expect(p.Spec.Containers[0].Image).To(Equal(image), "pod %s", p.Name)
 			}
 		}
-		g.Expect(got.Status.Agents).NotTo(ContainElement(HaveField("Build", previousBuild)))
-		g.Expect(got.Status.Agents).NotTo(BeEmpty())
+		g.Expect(got.Status.Agents).To(ContainElement(And(HaveField("Build", Not(Equal(previousBuild))),
+			HaveField("Replicas", BeNumerically(">=", got.Spec.Replicas)), HaveField("Supported", BeTrue()))))
 	}).WithTimeout(4 * time.Minute).Should(Succeed())
 	close(stop)
 	<-done
 	Expect(fewest).To(BeNumerically(">=", pool.Spec.Replicas), "the warm count dropped during the rollout")
-	ex = execute(wrappers.Execution(previousLoad.ns, "on-current").Pool(pool.Name).Code("6 * 7").Obj())
+	ex = execute(wrappers.Execution(l.ns, "on-current").Pool(pool.Name).Code("6 * 7").Obj())
 	Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", ex.Status)
 }
