@@ -15,8 +15,13 @@ CACHE=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}/previous/$PREV
 die() { echo "previous-release: $*" >&2; exit 1; }
 
 if [[ ! -x $CACHE/manager || ! -x $CACHE/agent || ! -d $CACHE/src/charts/warmpool ]]; then
-  git -C "$ROOT" cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null \
-    || die "commit $PREVIOUS_RELEASE (release $PREVIOUS_VERSION) is not in this clone: clone with its history (not --depth)"
+  if ! git -C "$ROOT" cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null; then
+    # A shallow clone: ask its origin for the commit.
+    git -C "$ROOT" fetch --quiet origin "$PREVIOUS_RELEASE" >&2 2>/dev/null \
+      || git -C "$ROOT" fetch --quiet --unshallow origin >&2 2>/dev/null || true
+    git -C "$ROOT" cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null \
+      || die "commit $PREVIOUS_RELEASE (release $PREVIOUS_VERSION) is not in this clone, nor could it be fetched: clone with its history (not --depth)"
+  fi
   echo "previous-release: building $PREVIOUS_VERSION ($PREVIOUS_RELEASE) into $CACHE" >&2
   rm -rf "$CACHE.tmp" && mkdir -p "$CACHE.tmp/src"
   git -C "$ROOT" archive "$PREVIOUS_RELEASE" | tar -x -C "$CACHE.tmp/src"
