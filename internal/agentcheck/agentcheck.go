@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -51,17 +52,20 @@ type Checker struct {
 	// learned hears of each pod whose agent answered, without the lock: the
 	// dispatcher looks at the pod again.
 	learned func(pod *corev1.Pod)
-	sem     chan struct{}
 
 	mu     sync.Mutex
 	known  map[types.UID]Info
-	asking map[types.UID]bool
+	asking map[types.UID]int // questions asked so far, of the pods queued or being asked
+	// todo is the queue of pods to ask, worked by at most inFlight workers:
+	// a manager that starts beside 10,000 Ready pods keeps a queue, not
+	// 10,000 goroutines.
+	todo    []*corev1.Pod
+	workers int
 }
 
 // New returns a Checker that asks with ask and tells learned of each answer.
 func New(ask Asker, learned func(pod *corev1.Pod)) *Checker {
-	return &Checker{ask: ask, learned: learned, sem: make(chan struct{}, inFlight),
-		known: map[types.UID]Info{}, asking: map[types.UID]bool{}}
+	return &Checker{ask: ask, learned: learned, known: map[types.UID]Info{}, asking: map[types.UID]int{}}
 }
 
 // Lookup returns what the pod's agent said, if it did.
@@ -84,11 +88,81 @@ func (c *Checker) Usable(pod *corev1.Pod) bool {
 	if i, ok := c.known[pod.UID]; ok {
 		return i.Supported
 	}
-	if !c.asking[pod.UID] && sandboxpod.IsReady(pod) && pod.Status.PodIP != "" {
-		c.asking[pod.UID] = true
-		go c.learn(pod.DeepCopy())
+	if _, queued := c.asking[pod.UID]; !queued && sandboxpod.IsReady(pod) && pod.Status.PodIP != "" {
+		c.asking[pod.UID] = 0
+		c.enqueue(slim(pod))
 	}
 	return true
+}
+
+// slim is what asking a pod's agent and telling of its answer need of it.
+func slim(p *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Labels: p.Labels},
+		Status:     corev1.PodStatus{PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}
+}
+
+// enqueue queues a pod to ask, starting a worker if fewer than inFlight run. c.mu held.
+func (c *Checker) enqueue(pod *corev1.Pod) {
+	c.todo = append(c.todo, pod)
+	if c.workers < inFlight {
+		c.workers++
+		go c.work()
+	}
+}
+
+// work asks the queued pods until the queue is empty.
+func (c *Checker) work() {
+	for {
+		c.mu.Lock()
+		if len(c.todo) == 0 {
+			c.workers--
+			c.mu.Unlock()
+			return
+		}
+		pod := c.todo[0]
+		c.todo[0] = nil
+		c.todo = c.todo[1:]
+		_, queued := c.asking[pod.UID]
+		c.mu.Unlock()
+		if queued { // else deleted meanwhile, or answered through Check
+			c.learn(pod)
+		}
+	}
+}
+
+// learn asks one pod; a pod that does not answer (its readiness may be ahead
+// of its network) is queued again after retryAfter, up to maxAsks questions.
+func (c *Checker) learn(pod *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	h, err := c.ask(ctx, pod)
+	cancel()
+	c.mu.Lock()
+	asked, queued := c.asking[pod.UID]
+	c.mu.Unlock()
+	if !queued {
+		return // deleted meanwhile, or answered through Check
+	}
+	if err == nil {
+		c.store(pod, h)
+		return
+	}
+	time.AfterFunc(retryAfter, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if n, ok := c.asking[pod.UID]; !ok || n != asked {
+			return
+		}
+		if asked+1 >= maxAsks {
+			// Asked again at its next change: a Ready pod that never answers
+			// is unusable anyway, and its pool sees it fail.
+			delete(c.asking, pod.UID)
+			return
+		}
+		c.asking[pod.UID] = asked + 1
+		c.enqueue(pod)
+	})
 }
 
 // Check returns nil when the manager may call the pod's agent, asking it
@@ -138,40 +212,6 @@ func (c *Checker) store(pod *corev1.Pod, h *protocol.Health) Info {
 		go c.learned(pod)
 	}
 	return info
-}
-
-func (c *Checker) learn(pod *corev1.Pod) {
-	for attempt := 1; ; attempt++ {
-		c.sem <- struct{}{}
-		ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
-		h, err := c.ask(ctx, pod)
-		cancel()
-		<-c.sem
-		if err == nil {
-			c.mu.Lock()
-			forgotten := !c.asking[pod.UID]
-			c.mu.Unlock()
-			if !forgotten { // else deleted meanwhile, or answered through Check
-				c.store(pod, h)
-			}
-			return
-		}
-		if attempt == maxAsks {
-			// Asked again at its next change (a Ready pod that never
-			// answers is unusable anyway; its pool sees it fail).
-			c.mu.Lock()
-			delete(c.asking, pod.UID)
-			c.mu.Unlock()
-			return
-		}
-		time.Sleep(retryAfter)
-		c.mu.Lock()
-		gone := !c.asking[pod.UID]
-		c.mu.Unlock()
-		if gone {
-			return // forgotten meanwhile: the pod was deleted
-		}
-	}
 }
 
 // Forget drops a deleted pod.
