@@ -74,7 +74,7 @@ var _ = Describe("kubectl warmpool", Ordered, Label("plugin"), func() {
 	It("shows the pool in top", func() {
 		code, out, errOut := plugin("top")
 		Expect(code).To(Equal(0), errOut)
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+STATUS\s+AGE\npython\s+1\s`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPLICAS\s+IDLE\s+BUSY\s+WARMING\s+WAITING\s+WARM-HIT\s+STARTUP\s+ROLLOUT\s+STATUS\s+AGE\npython\s+1\s`))
 	})
 
 	It("exits 4 on a Ctrl-C while waiting for a sandbox the scheduler cannot place, and top says why", func() {
