@@ -79,10 +79,10 @@ var _ = Describe("Isolation", func() {
 		}).Should(Succeed())
 
 		By("an egress allowlist on the pool: the policy follows, with link-local cut out")
-		pool := getPool(ns, "python")
-		pool.Spec.Network = &sandboxv1alpha1.NetworkSpec{Egress: []sandboxv1alpha1.EgressRule{
-			{CIDR: "0.0.0.0/0", Ports: []sandboxv1alpha1.EgressPort{{Port: 443}}}}}
-		Expect(k8s.Update(ctx, pool)).To(Succeed())
+		changePool(ns, "python", func(p *sandboxv1alpha1.SandboxPool) {
+			p.Spec.Network = &sandboxv1alpha1.NetworkSpec{Egress: []sandboxv1alpha1.EgressRule{
+				{CIDR: "0.0.0.0/0", Ports: []sandboxv1alpha1.EgressPort{{Port: 443}}}}}
+		})
 		Eventually(func() []networkingv1.NetworkPolicyEgressRule {
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(np), np)).To(Succeed())
 			return np.Spec.Egress

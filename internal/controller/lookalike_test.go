@@ -132,9 +132,7 @@ var _ = Describe("Pods that only look like a pool's", func() {
 		Expect(k8s.Create(ctx, wrappers.Session(ns, "s").Obj())).To(Succeed())
 		pod := sessionIn(ns, "s", sandboxv1alpha1.SessionReady).Status.PodName
 		Expect(run(wrappers.Execution(ns, "before").Session("s").Code("kept = 'yes'").Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
-		pool := getPool(ns, "python")
-		pool.Spec.Image = "warmpool.dev/repl:next"
-		Expect(k8s.Update(ctx, pool)).To(Succeed())
+		changePool(ns, "python", func(p *sandboxv1alpha1.SandboxPool) { p.Spec.Image = "warmpool.dev/repl:next" })
 		after := run(wrappers.Execution(ns, "after").Session("s").Code("kept").Obj())
 		Expect(after.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", after.Status)
 		Expect(after.Status.PodName).To(Equal(pod))
