@@ -22,8 +22,12 @@ import (
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
-// UnknownBuild names the build of an agent that does not say.
-const UnknownBuild = "unknown"
+// UnknownBuild names the build of an agent that does not say; maxBuild is
+// the longest build name kept (status.agents' limit).
+const (
+	UnknownBuild = "unknown"
+	maxBuild     = 128
+)
 
 // askTimeout bounds one question; retryAfter spaces the questions to a pod
 // that did not answer (its readiness may be ahead of its network).
@@ -230,6 +234,11 @@ func infoOf(h *protocol.Health) Info {
 	build := h.Agent
 	if build == "" {
 		build = UnknownBuild
+	}
+	if len(build) > maxBuild {
+		// The image, and so the agent, is the pool owner's: a build name
+		// longer than status.agents admits would fail every status write.
+		build = build[:maxBuild]
 	}
 	return Info{Build: build, Protocol: v, Supported: protocol.Supports(v)}
 }

@@ -30,6 +30,7 @@ func TestUsableOnlyOnceTheAgentSaidItSpeaksTheProtocol(t *testing.T) {
 		"uid-old":    {OK: true}, // predates versions: speaks 1
 		"uid-now":    {OK: true, Protocol: protocol.Version, Agent: "v0.2.0"},
 		"uid-future": {OK: true, Protocol: protocol.Version + 1, Agent: "v9.0.0"},
+		"uid-long":   {OK: true, Protocol: protocol.Version, Agent: strings.Repeat("x", 300)},
 	}
 	var asked atomic.Int32
 	learned := make(chan string, 10)
@@ -38,7 +39,7 @@ func TestUsableOnlyOnceTheAgentSaidItSpeaksTheProtocol(t *testing.T) {
 		return answers[string(p.UID)], nil
 	}, func(p *corev1.Pod) { learned <- p.Name })
 
-	for _, name := range []string{"old", "now", "future"} {
+	for _, name := range []string{"old", "now", "future", "long"} {
 		p := readyPod(name)
 		if !c.Usable(p) {
 			t.Fatalf("%s: not usable before its agent answered: its claim asks it (Check)", name)
@@ -63,7 +64,10 @@ func TestUsableOnlyOnceTheAgentSaidItSpeaksTheProtocol(t *testing.T) {
 	if i, _ := c.Lookup("uid-future"); i.Build != "v9.0.0" || i.Protocol != protocol.Version+1 || i.Supported {
 		t.Errorf("a newer agent: %+v", i)
 	}
-	if n := asked.Load(); n != 3 {
+	if i, _ := c.Lookup("uid-long"); len(i.Build) != 128 {
+		t.Errorf("a build name of 300 characters kept as %d, want status.agents' 128", len(i.Build))
+	}
+	if n := asked.Load(); n != 4 {
 		t.Errorf("asked %d times, want once per pod", n)
 	}
 	c.Forget("uid-now")

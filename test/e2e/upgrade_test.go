@@ -141,8 +141,12 @@ func startUpgradeLoad() *upgradeLoad {
 			}
 		}
 	}()
-	// Some of each under way before the upgrade begins.
-	time.Sleep(10 * time.Second)
+	// Some of it under way before the upgrade begins.
+	Eventually(func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.steps["short"] >= 3 && len(l.cases) >= 5
+	}).WithTimeout(2*time.Minute).Should(BeTrue(), "the load runs")
 	return l
 }
 
