@@ -193,8 +193,11 @@ type PoolSharing struct {
 	// the pool's pods and wait for no more than this many: any other
 	// namespace takes an idle pod only while more than this many are idle.
 	// One namespace's burst then leaves warm pods for the first runs of the
-	// others, while the pool adds pods for the burst. 0 (the default): every
-	// idle pod goes to whoever waits.
+	// others, while the pool adds pods for the burst. The pool keeps at least
+	// this many idle pods, whatever spec.replicas (or its autoscaler) says,
+	// and replaces one taken from them at once. Size it at about the other
+	// tenants' claims per second times a pod's start-up under load. 0 (the
+	// default): every idle pod goes to whoever waits.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	// +optional

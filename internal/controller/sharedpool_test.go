@@ -99,6 +99,22 @@ var _ = Describe("A shared pool", func() {
 		}
 	})
 
+	It("keeps its reserve idle above its replicas, and refills it as soon as a tenant takes from it", func() {
+		shared, a := sharedNamespace(), tenantNamespace()
+		Expect(k8s.Create(ctx, wrappers.Pool(shared, "python").Replicas(1).
+			Shared(map[string]string{tenantLabel: "yes"}, sandboxv1alpha1.TenantLimits{}).Reserve(3).Obj())).To(Succeed())
+		idle := func() int { return idleReady(shared, "python") }
+		Eventually(idle).Should(Equal(3), "a reserve of 3 exists only as 3 idle pods, though replicas is 1")
+		Consistently(idle, "2s").Should(Equal(3), "the pool does not trim its reserve back to its replicas")
+
+		By("a tenant holding none takes a reserved pod; the pool replaces it at once")
+		ses := wrappers.Session(a, "s").SharedPool(shared, "python").Obj()
+		Expect(k8s.Create(ctx, ses)).To(Succeed())
+		sessionIn(a, "s", sandboxv1alpha1.SessionReady)
+		Eventually(idle).Should(Equal(3))
+		Expect(getPool(shared, "python").Spec.Replicas).To(BeEquivalentTo(1))
+	})
+
 	It("holds a tenant at its limit while another is served, and keeps Sessions of one name apart", func() {
 		shared, a, b := sharedNamespace(), tenantNamespace(), tenantNamespace()
 		createPoolAndWait(wrappers.Pool(shared, "python").Replicas(2).

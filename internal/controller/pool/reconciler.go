@@ -204,7 +204,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	// How many unclaimed pods the pool wants, and how many it has or will have.
-	want := int(pool.Spec.Replicas) + demand
+	// A shared pool's reserve exists only as idle pods: it holds at least
+	// that many whatever spec.replicas says (sharing.go).
+	reserve := reservedIdle(pool)
+	want := max(int(pool.Spec.Replicas), reserve) + demand
 	have := len(pods.idle) + len(pods.warming) + pendingCreates
 	// Old pods still starting are deleted below: they take no room.
 	total := have + len(pods.busy) + len(pods.staleIdle)
@@ -218,14 +221,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			room++
 		}
 		if create > room {
-			if create > room {
-				pods.limit.add(sandboxv1alpha1.ReasonMaxPods, fmt.Sprintf("maxPods %d reached: %d more pods wanted; raise spec.maxPods",
-					*pool.Spec.MaxPods, create-max(room, 0)))
-			}
-			create = min(create, room)
+			pods.limit.add(sandboxv1alpha1.ReasonMaxPods, fmt.Sprintf("maxPods %d reached: %d more pods wanted; raise spec.maxPods",
+				*pool.Spec.MaxPods, create-max(room, 0)))
+			create = room
 		}
 	}
-	if wait := r.refills.wait(req.NamespacedName, pods.busy, len(pods.idle), pending, create, now); wait > 0 {
+	if wait := r.refills.wait(req.NamespacedName, pods.busy, len(pods.idle)-reserve, pending, create, now); wait > 0 {
 		create = 0 // a claim's first run is under way: the boot of its replacement waits a moment
 		pods.requeueWithin(wait)
 	}

@@ -14,8 +14,9 @@ import (
 // more, and the moment of a claim is when its caller's first run needs them
 // (measured on the local cluster, docs/performance.md). Pods the pool lacks
 // for any other reason (a larger spec.replicas, the autoscaler, a quota that
-// grew, a pod that failed), a pool with no idle pod left, and a pool with work
-// waiting start at once.
+// grew, a pod that failed), a pool with no idle pod left (beyond a shared
+// pool's reserve, which is kept for other tenants' first runs), and a pool
+// with work waiting start at once.
 
 // refillDelay is how long the replacement of a claimed pod waits while its
 // pool has an idle pod left.
@@ -28,8 +29,9 @@ type refills struct {
 }
 
 // wait returns how long pool should still wait before it starts the create
-// pods it lacks (0: start them now).
-func (r *refills) wait(pool types.NamespacedName, busy []*corev1.Pod, idle int, waiting int32, create int, now time.Time) time.Duration {
+// pods it lacks (0: start them now). spare is the idle pods any claim may
+// take (those beyond the reserve).
+func (r *refills) wait(pool types.NamespacedName, busy []*corev1.Pod, spare int, waiting int32, create int, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.busy == nil {
@@ -51,7 +53,7 @@ func (r *refills) wait(pool types.NamespacedName, busy []*corev1.Pod, idle int, 
 		}
 	}
 	r.busy[pool] = next
-	if create <= 0 || idle == 0 || waiting > 0 || create > recent {
+	if create <= 0 || spare <= 0 || waiting > 0 || create > recent {
 		return 0
 	}
 	return refillDelay - now.Sub(earliest)

@@ -43,15 +43,16 @@ func TestRefillIsImmediateForAnythingButARecentClaim(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, c := range []struct {
 		name    string
-		idle    int
+		spare   int
 		waiting int32
 		create  int
 	}{
 		{"no idle pod left", 0, 0, 1},
+		{"only a shared pool's reserve left (idle 2, reserve 3)", -1, 0, 1},
 		{"work waiting for a pod", 3, 1, 1},
 		{"more pods wanted than were just claimed (spec.replicas, autoscaler, quota)", 3, 0, 2},
 	} {
-		if got := r.wait(p, busyPods("a"), c.idle, c.waiting, c.create, now); got != 0 {
+		if got := r.wait(p, busyPods("a"), c.spare, c.waiting, c.create, now); got != 0 {
 			t.Errorf("%s: wait %v, want 0", c.name, got)
 		}
 	}

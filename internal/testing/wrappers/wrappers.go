@@ -407,6 +407,12 @@ func (w *PoolWrapper) Shared(selector map[string]string, limits sandboxv1alpha1.
 	return w
 }
 
+// Reserve keeps n idle pods of the shared pool for tenants that hold none.
+func (w *PoolWrapper) Reserve(n int32) *PoolWrapper {
+	w.Spec.Sharing.ReservedIdlePods = n
+	return w
+}
+
 // TenantWeight gives namespace ns a weight on the shared pool.
 func (w *PoolWrapper) TenantWeight(ns string, weight int32) *PoolWrapper {
 	w.Spec.Sharing.Tenants = append(w.Spec.Sharing.Tenants, sandboxv1alpha1.TenantPolicy{Namespace: ns, Weight: weight})
