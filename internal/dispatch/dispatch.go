@@ -521,6 +521,13 @@ func (d *Dispatcher) markRunning(e *entry, pod string, w *wakes) {
 		// Not free any more, whatever the pod's last event said; its next one tells.
 		pi.idle, pi.sessionFree = false, false
 		delete(p.idle, pod)
+		// Held by e's namespace from now, though the claim's pod event may come
+		// later: a shared pool counts a tenant's pods from these, and a pod held
+		// by no one would let the tenant past its limits and into the reserve.
+		pi.claimedBy = e.uid
+		if pi.tenant == "" {
+			pi.tenant = e.name.Namespace
+		}
 	}
 	e.state, e.pod = running, pod
 	if e.session != "" {

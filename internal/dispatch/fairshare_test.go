@@ -239,3 +239,36 @@ func TestReservedIdlePodsWaitForNamespacesHoldingNone(t *testing.T) {
 		t.Errorf("placed %v, want one more of the burst once three pods are idle (the control)", got)
 	}
 }
+
+// An Execution's Running status often reaches the dispatcher before its pod's
+// claim event. In between, the pod must count as the tenant's: otherwise the
+// tenant looks as if it held nothing, and its next runs pass its limit and
+// take the reserve (seen in autoscalebench -fairness: a burst's first runs
+// took three of five reserved pods).
+func TestAClaimSeenFirstInTheStatusCountsForItsTenant(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{MaxPods: ptr.To[int32](1)}, nil)
+	for i := range 3 {
+		d.UpdatePod(sharedPod(fmt.Sprintf("p%d", i)).Obj())
+	}
+	first := tenantEx("big", "b0", 0)
+	d.UpdateExecution(first)
+	pod := d.Place(first).Pod
+	if pod == "" {
+		t.Fatal("big's first run got no pod")
+	}
+	running := wrappers.Execution("big", "b0").SharedPool(platform, "python").UID("big-b0").Created(t0).RunningOn(pod).Obj()
+	d.UpdateExecution(running) // the claim's pod event has not come yet
+	second := tenantEx("big", "b1", 1)
+	d.UpdateExecution(second)
+	if pl := d.Place(second); pl.Pod != "" || !pl.TenantLimit {
+		t.Fatalf("big's second run: %+v, want waiting on its maxPods of 1 (its first holds %s)", pl, pod)
+	}
+	if got := d.Tenants(sharedKey); len(got) != 1 || got[0] != (sandboxv1alpha1.TenantUsage{Namespace: "big", Pods: 1, Waiting: 1}) {
+		t.Errorf("tenants %+v, want big holding 1 with 1 waiting", got)
+	}
+	small := tenantEx("small", "s", 2)
+	d.UpdateExecution(small)
+	if pl := d.Place(small); pl.Pod == "" {
+		t.Errorf("small: %+v, want one of the idle pods (the control)", pl)
+	}
+}

@@ -118,7 +118,11 @@ func (t *tenantSetup) create(ctx context.Context, group string, pools ...*sandbo
 		if err := t.c.Create(ctx, p); err != nil {
 			return fmt.Errorf("create pool %s/%s: %w", p.Namespace, p.Name, err)
 		}
-		idle += int(p.Spec.Replicas)
+		n := p.Spec.Replicas
+		if p.Spec.Sharing != nil {
+			n = max(n, p.Spec.Sharing.ReservedIdlePods) // the pool keeps its reserve idle too
+		}
+		idle += int(n)
 	}
 	return waitIdle(ctx, t.rec, group, idle, 3*time.Minute)
 }
@@ -133,6 +137,9 @@ func (t *tenantSetup) drain(ctx context.Context, group string, pools ...*sandbox
 				return err
 			}
 			cur.Spec.Autoscaling, cur.Spec.Replicas = nil, 0
+			if cur.Spec.Sharing != nil {
+				cur.Spec.Sharing.ReservedIdlePods = 0 // a reserve is kept idle whatever the replicas
+			}
 			return t.c.Update(ctx, cur)
 		}); err != nil {
 			return fmt.Errorf("scale pool %s to zero: %w", p.Name, err)
