@@ -53,6 +53,20 @@ type Placement struct {
 	OverWaitingLimit bool
 }
 
+// Claimed is how one claim of a pool's pod was served.
+type Claimed struct {
+	// Namespace is the claim's: a shared pool's tenant.
+	Namespace string
+	// Warm: the pod it got was Ready before the claim was made (it waited
+	// for no start).
+	Warm bool
+	// Queued is how long it waited in this dispatcher, from when it was seen
+	// until its pod was chosen (fair sharing decides this part); Chosen is
+	// false when no pod was chosen for it here (its claim came first).
+	Queued time.Duration
+	Chosen bool
+}
+
 // Dispatcher holds the queues of every pool. Its methods are safe for
 // concurrent use; the wake-up callbacks run without its lock held.
 type Dispatcher struct {
@@ -73,11 +87,10 @@ type Dispatcher struct {
 	// a session, a Session), at its creation time, once: the demand the
 	// pool's autoscaler plans for. Called without the dispatcher's lock.
 	OnClaim func(pool types.NamespacedName, created time.Time)
-	// OnClaimed hears how such a claim was served, once: warm when the pod
-	// it got was Ready before the claim was made (it waited for no start).
-	// Claims this manager did not see arrive (running before a restart) are
-	// not told. Called without the dispatcher's lock.
-	OnClaimed func(pool types.NamespacedName, warm bool)
+	// OnClaimed hears how such a claim was served, once. Claims this manager
+	// did not see arrive (running before a restart) are not told. Called
+	// without the dispatcher's lock.
+	OnClaimed func(pool types.NamespacedName, c Claimed)
 	// Admitted reports whether namespace ns may use pool, a pool of another
 	// namespace (tenancy: a shared pool whose selector picks ns). Work of a
 	// namespace not admitted waits and gets no pod. Nil: none is.
@@ -115,9 +128,11 @@ type entry struct {
 	session string
 	created time.Time
 	// seen is when this dispatcher learned of it (see podInfo.readySeen).
-	seen  time.Time
-	state state
-	pod   string // assigned or running on
+	seen time.Time
+	// chosen is when its pod was last chosen; zero before.
+	chosen time.Time
+	state  state
+	pod    string // assigned or running on
 	// claim: a new claim of a pool's pod whose outcome is still to be told.
 	claim bool
 	// index in the pool's queue and in the session's queue, -1 when out.
@@ -136,7 +151,11 @@ type podInfo struct {
 	sessionFree bool      // a session pod free for the session's next Execution
 	claimedBy   types.UID
 	assignedTo  *entry
-	readySince  time.Time // when the pod last became Ready; zero while it is not
+	// heldBy is the run or lease a status says holds the pod, before the
+	// pod's own event shows the claim (cleared by that event): it counts for
+	// its namespace in a shared pool meanwhile.
+	heldBy     *entry
+	readySince time.Time // when the pod last became Ready; zero while it is not
 	// readySeen is when this dispatcher first saw it Ready: readySince is
 	// in whole seconds, too coarse to order it against a claim of the same second.
 	readySeen time.Time
@@ -189,7 +208,7 @@ type wakes struct {
 
 type served struct {
 	pool types.NamespacedName
-	warm bool
+	Claimed
 }
 
 // served records how a claim got pod, once.
@@ -198,7 +217,11 @@ func (w *wakes) serve(e *entry, pi *podInfo) {
 		return
 	}
 	e.claim = false
-	w.served = append(w.served, served{e.pool.key, warm(e, pi)})
+	c := Claimed{Namespace: e.name.Namespace, Warm: warm(e, pi), Chosen: !e.chosen.IsZero()}
+	if c.Chosen {
+		c.Queued = e.chosen.Sub(e.seen)
+	}
+	w.served = append(w.served, served{e.pool.key, c})
 }
 
 // warm reports whether the pod was Ready before the claim was made: by the
@@ -248,7 +271,7 @@ func (d *Dispatcher) deliver(w wakes) {
 	}
 	if d.OnClaimed != nil {
 		for _, s := range w.served {
-			d.OnClaimed(s.pool, s.warm)
+			d.OnClaimed(s.pool, s.Claimed)
 		}
 	}
 }
@@ -378,8 +401,14 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		// Suspended, it waits for nothing until a run asks for it.
 		(ses.Status.Phase == sandboxv1alpha1.SessionSuspended && !ses.ResumeRequested()):
 		if e != nil {
-			if ses.Status.PodName != "" {
-				w.serve(e, p.pods[ses.Status.PodName])
+			if pi := p.pods[ses.Status.PodName]; pi != nil {
+				w.serve(e, pi)
+				if pi.assignedTo == e {
+					pi.assignedTo = nil
+				}
+				if pi.session == "" && pi.claimedBy == "" {
+					p.hold(pi, e) // leased, though its pod's event has not shown it yet
+				}
 			}
 			d.remove(e, &w)
 		}
@@ -503,6 +532,18 @@ func (d *Dispatcher) unassignPod(p *pool, e *entry) {
 	}
 }
 
+// hold records that a status says e holds pi: not free any more, whatever
+// the pod's last event said, and e's namespace's until the pod's next event
+// tells. A shared pool counts a tenant's pods from this: a pod held by no one
+// in between would let the tenant past its limits and into the reserve.
+func (p *pool) hold(pi *podInfo, e *entry) {
+	pi.idle, pi.sessionFree = false, false
+	delete(p.idle, pi.name)
+	if pi.claimedBy == "" && pi.session == "" {
+		pi.heldBy = e
+	}
+}
+
 // markRunning records that e claimed pod (a status or a claim seen).
 func (d *Dispatcher) markRunning(e *entry, pod string, w *wakes) {
 	if e.state == running && e.pod == pod {
@@ -518,16 +559,7 @@ func (d *Dispatcher) markRunning(e *entry, pod string, w *wakes) {
 		if pi.assignedTo == e {
 			pi.assignedTo = nil
 		}
-		// Not free any more, whatever the pod's last event said; its next one tells.
-		pi.idle, pi.sessionFree = false, false
-		delete(p.idle, pod)
-		// Held by e's namespace from now, though the claim's pod event may come
-		// later: a shared pool counts a tenant's pods from these, and a pod held
-		// by no one would let the tenant past its limits and into the reserve.
-		pi.claimedBy = e.uid
-		if pi.tenant == "" {
-			pi.tenant = e.name.Namespace
-		}
+		p.hold(pi, e)
 	}
 	e.state, e.pod = running, pod
 	if e.session != "" {
@@ -601,6 +633,7 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	pi.rv = pod.ResourceVersion
 	pi.current = p.hash == "" || pod.Labels[sandboxpod.LabelTemplateHash] == p.hash
 	pi.claimedBy = lease.ClaimedBy(pod)
+	pi.heldBy = nil
 	pi.tenant = lease.Tenant(pod)
 	pi.session = ""
 	if name := lease.Session(pod); name != "" {
@@ -779,7 +812,7 @@ func (d *Dispatcher) fill(p *pool, w *wakes) {
 func (d *Dispatcher) assign(p *pool, e *entry, pi *podInfo, w *wakes) {
 	delete(p.idle, pi.name)
 	pi.assignedTo = e
-	e.state, e.pod = assigned, pi.name
+	e.state, e.pod, e.chosen = assigned, pi.name, time.Now()
 	w.wake(e)
 }
 

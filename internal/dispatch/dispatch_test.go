@@ -513,7 +513,7 @@ func TestOnClaimCountsEachClaimOfAPodOnce(t *testing.T) {
 func TestOnClaimedTellsWarmFromCold(t *testing.T) {
 	d, _ := newDispatcher()
 	var outcomes []bool
-	d.OnClaimed = func(_ types.NamespacedName, warm bool) { outcomes = append(outcomes, warm) }
+	d.OnClaimed = func(_ types.NamespacedName, c Claimed) { outcomes = append(outcomes, c.Warm) }
 	d.UpdatePod(pod("p1").ReadySince(t0).Obj())
 	a := ex("a", 1).Obj()
 	d.UpdateExecution(a) // p1 was Ready at t0: warm

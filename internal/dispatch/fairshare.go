@@ -137,6 +137,10 @@ func (d *Dispatcher) shares(p *pool, all bool) map[string]*share {
 					s.sessions++
 				}
 			}
+		case pi.heldBy != nil: // a status names it; its pod event has not come yet
+			if s := out[pi.heldBy.name.Namespace]; s != nil || all {
+				get(pi.heldBy.name.Namespace).take(pi.heldBy.lease)
+			}
 		}
 	}
 	return out

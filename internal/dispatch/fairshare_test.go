@@ -272,3 +272,43 @@ func TestAClaimSeenFirstInTheStatusCountsForItsTenant(t *testing.T) {
 		t.Errorf("small: %+v, want one of the idle pods (the control)", pl)
 	}
 }
+
+// The same for a Session: its Ready status may come before its pod's lease
+// event. The pod is its namespace's, and free for no one else, meanwhile.
+func TestALeaseSeenFirstInTheSessionsStatusCountsForItsTenant(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{MaxSessions: ptr.To[int32](1)}, nil)
+	d.UpdatePod(sharedPod("p0").Obj())
+	d.UpdatePod(sharedPod("p1").Obj())
+	s1 := wrappers.Session("big", "s1").SharedPool(platform, "python").UID("big-s1").Created(t0).Obj()
+	d.UpdateSession(s1)
+	pod := d.PlaceSession(s1).Pod
+	if pod == "" {
+		t.Fatal("big's first Session got no pod")
+	}
+	d.UpdateSession(wrappers.Session("big", "s1").SharedPool(platform, "python").UID("big-s1").Created(t0).ReadyOn(pod).Obj())
+	s2 := wrappers.Session("big", "s2").SharedPool(platform, "python").UID("big-s2").Created(t0.Add(time.Millisecond)).Obj()
+	d.UpdateSession(s2)
+	if pl := d.PlaceSession(s2); pl.Pod != "" || !pl.TenantLimit {
+		t.Fatalf("big's second Session: %+v, want waiting on its maxSessions of 1 (its first holds %s)", pl, pod)
+	}
+	small := tenantEx("small", "s", 2)
+	d.UpdateExecution(small)
+	if pl := d.Place(small); pl.Pod == pod || pl.Pod == "" {
+		t.Errorf("small: %+v, want the other idle pod, not the one big's Session holds", pl)
+	}
+}
+
+func TestClaimedSaysWhoseClaimAndHowLongItQueued(t *testing.T) {
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
+	var got []Claimed
+	d.OnClaimed = func(_ types.NamespacedName, c Claimed) { got = append(got, c) }
+	ex := tenantEx("small", "s", 0)
+	d.UpdateExecution(ex)
+	time.Sleep(20 * time.Millisecond) // no pod yet: it queues
+	d.UpdatePod(sharedPod("p0").Obj())
+	pod := d.Place(ex).Pod
+	d.UpdateExecution(wrappers.Execution("small", "s").SharedPool(platform, "python").UID("small-s").Created(t0).RunningOn(pod).Obj())
+	if len(got) != 1 || got[0].Namespace != "small" || !got[0].Chosen || got[0].Queued < 20*time.Millisecond || got[0].Queued > time.Second {
+		t.Fatalf("claimed %+v, want one of namespace small, chosen after queueing 20 ms or more", got)
+	}
+}

@@ -155,6 +155,18 @@ var (
 		Name: "warmpool_pool_tenant_pods",
 		Help: "Of a shared SandboxPool, the pods a tenant namespace holds (state=\"held\"), its Sessions holding a pod (state=\"sessions\") and its Executions and Sessions waiting (state=\"waiting\").",
 	}, []string{"namespace", "pool", "tenant", "state"})
+	// PoolTenantQueueWait is what fair sharing decides: how long a claim
+	// waited in the manager's queue, from when the manager saw it until a
+	// pod was chosen for it, by the namespace it came from (tenant is
+	// bounded by the namespaces a pool admits: its own, for a pool that is
+	// not shared). Time before the manager saw the claim (the API server,
+	// the watch) and the claim's own write are not in it; the end-to-end
+	// wait is warmpool_execution_queue_wait_seconds.
+	PoolTenantQueueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "warmpool_pool_tenant_queue_wait_seconds",
+		Help:    "Time a claim of a SandboxPool's pod (an Execution outside a session, a Session) waited in the manager's queue until a pod was chosen, by the namespace it came from.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"namespace", "pool", "tenant"})
 	// PoolPending counts a pool's Executions waiting for a pod.
 	PoolPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "warmpool_pool_pending_executions", Help: "Executions waiting for a pod of a SandboxPool.",
@@ -199,7 +211,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, PoolTenant, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
@@ -236,4 +248,5 @@ func ForgetPool(namespace, pool string) {
 	PoolDesiredReplicas.DeleteLabelValues(namespace, pool)
 	PoolWarmHitRatio.DeleteLabelValues(namespace, pool)
 	PoolTenant.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "pool": pool})
+	PoolTenantQueueWait.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "pool": pool})
 }

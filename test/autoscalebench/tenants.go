@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 )
@@ -315,6 +318,7 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 	}
 	type row struct {
 		small   result
+		queued  [2]string // the manager's queue: p50, p99
 		cold    []float64
 		slowest float64
 		bigDone time.Duration
@@ -333,6 +337,7 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 		if err := t.create(ctx, "shared", pool); err != nil {
 			return err
 		}
+		queuedBefore := queueWait(t.shared, "shared", small)
 		errs := make(chan error, 1)
 		var wg sync.WaitGroup
 		smallGroup, bigGroup := fmt.Sprintf("small-%d", i), fmt.Sprintf("big-%d", i)
@@ -355,15 +360,17 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 		if err := t.waitEnded(smallGroup, bigGroup); err != nil {
 			return err
 		}
+		queued := queueWait(t.shared, "shared", small)
 		rows[i] = row{small: rec.result(smallGroup, 1), cold: rec.coldAt(smallGroup, start),
-			slowest: rec.slowestAt(smallGroup, start), bigDone: time.Since(start)}
+			slowest: rec.slowestAt(smallGroup, start), bigDone: time.Since(start),
+			queued: [2]string{quantileBound(queuedBefore, queued, 0.5), quantileBound(queuedBefore, queued, 0.99)}}
 		if err := t.drain(ctx, "shared", pool); err != nil {
 			return err
 		}
 	}
 	fmt.Println()
-	fmt.Println("| case | small tenant's claims | warm-hit | wait p50 | wait p99 | wait max, made at | its cold claims made at | all done after |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---|---:|")
+	fmt.Println("| case | small tenant's claims | warm-hit | wait p50 | wait p99 | in the manager's queue p50 / p99 | wait max, made at | its cold claims made at | all done after |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---|---:|")
 	var problems []string
 	for i, c := range cases {
 		r := rows[i].small
@@ -375,8 +382,8 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 		if len(cold) > 0 {
 			at = strings.Join(cold, ", ") + " s"
 		}
-		fmt.Printf("| %s | %d | %.1f%% | %s | %s | %s, %.0f s | %s | %.0f s |\n", c.name, r.Claims, 100*r.HitRatio(), ms(r.WaitP50), ms(r.WaitP99),
-			ms(r.WaitMax), rows[i].slowest, at, rows[i].bigDone.Seconds())
+		fmt.Printf("| %s | %d | %.1f%% | %s | %s | %s / %s | %s, %.0f s | %s | %.0f s |\n", c.name, r.Claims, 100*r.HitRatio(), ms(r.WaitP50), ms(r.WaitP99),
+			rows[i].queued[0], rows[i].queued[1], ms(r.WaitMax), rows[i].slowest, at, rows[i].bigDone.Seconds())
 		if r.Unserved > 0 || r.Failed > 0 {
 			problems = append(problems, fmt.Sprintf("%s: %d of the small tenant's claims never served, %d did not succeed", c.name, r.Unserved, r.Failed))
 		}
@@ -385,4 +392,37 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// queueWait reads the manager's histogram of a tenant's waits in its queue
+// (warmpool_pool_tenant_queue_wait_seconds; the manager runs in this process).
+func queueWait(ns, pool, tenant string) *dto.Histogram {
+	m := &dto.Metric{}
+	if err := metrics.PoolTenantQueueWait.WithLabelValues(ns, pool, tenant).(prometheus.Metric).Write(m); err != nil {
+		return &dto.Histogram{}
+	}
+	return m.GetHistogram()
+}
+
+// quantileBound is the bucket bound under which the q quantile of the
+// observations made between before and after lies ("≤ 4 ms"): a histogram
+// tells no more.
+func quantileBound(before, after *dto.Histogram, q float64) string {
+	if after.GetSampleCount() < before.GetSampleCount() {
+		before = &dto.Histogram{} // the series was deleted with an earlier pool of the name in between
+	}
+	n := after.GetSampleCount() - before.GetSampleCount()
+	if n == 0 {
+		return "-"
+	}
+	prev := map[float64]uint64{}
+	for _, b := range before.GetBucket() {
+		prev[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	for _, b := range after.GetBucket() {
+		if float64(b.GetCumulativeCount()-prev[b.GetUpperBound()]) >= q*float64(n) {
+			return "≤ " + ms(time.Duration(b.GetUpperBound()*float64(time.Second)))
+		}
+	}
+	return "> " + ms(time.Duration(after.GetBucket()[len(after.GetBucket())-1].GetUpperBound()*float64(time.Second)))
 }

@@ -15,6 +15,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/autoscale"
+	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/metrics"
 )
 
@@ -86,12 +87,16 @@ func (a *Autoscalers) Claim(pool types.NamespacedName, created time.Time) {
 }
 
 // Claimed records how a claim of a pool's pod was served.
-func (a *Autoscalers) Claimed(pool types.NamespacedName, warm bool) {
+func (a *Autoscalers) Claimed(pool types.NamespacedName, c dispatch.Claimed) {
+	warm := c.Warm
 	outcome := "cold"
 	if warm {
 		outcome = "warm"
 	}
 	metrics.PoolClaims.WithLabelValues(pool.Namespace, pool.Name, outcome).Inc()
+	if c.Chosen {
+		metrics.PoolTenantQueueWait.WithLabelValues(pool.Namespace, pool.Name, c.Namespace).Observe(c.Queued.Seconds())
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.record(pool)
