@@ -406,7 +406,7 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 				if pi.assignedTo == e {
 					pi.assignedTo = nil
 				}
-				if pi.session == "" && pi.claimedBy == "" {
+				if ready && pi.session == "" && pi.claimedBy == "" {
 					p.hold(pi, e) // leased, though its pod's event has not shown it yet
 				}
 			}

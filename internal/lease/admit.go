@@ -78,7 +78,7 @@ func Admits(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, keys Keys) error
 	if err != nil {
 		return err
 	}
-	if err := sandboxpod.Conforms(pod, pool, trusted); err != nil {
+	if err := conforms.check(pod, pool, trusted); err != nil {
 		return fmt.Errorf("the pod is not built as pool %s builds its pods: %w", pool.Name, err)
 	}
 	return nil
