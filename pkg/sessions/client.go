@@ -377,15 +377,17 @@ func (s *Session) recovering(ctx context.Context, req ExecRequest, h Handlers, s
 				continue
 			}
 		}
-		if err == nil || ctx.Err() != nil || !(errors.Is(err, errStreamCut) || replicaGone(err)) {
-			return res, err
-		}
-		res, err = s.recoverRun(ctx, RunRequest{ExecRequest: req}, counted)
-		var notRun *NotRunError
-		if errors.As(err, &notRun) && resends < maxResends {
-			continue // it never ran: sending it again cannot run it twice
+		if err != nil && ctx.Err() == nil && (errors.Is(err, errStreamCut) || replicaGone(err)) {
+			res, err = s.recoverRun(ctx, RunRequest{ExecRequest: req}, counted)
+			var notRun *NotRunError
+			if errors.As(err, &notRun) && resends < maxResends {
+				continue // it never ran: sending it again cannot run it twice
+			}
 		}
 		if err == nil && res != nil {
+			// A send again, with the run's ID, attaches when the run did
+			// arrive after all (a refusal that came from a replica going away
+			// after it forwarded it): the answer is then its result alone.
 			handOnRest(res.Stdout, streamedOut.String(), h.OnStdout)
 			handOnRest(res.Stderr, streamedErr.String(), h.OnStderr)
 		}

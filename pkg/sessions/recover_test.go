@@ -226,3 +226,45 @@ func TestRunReturnsADialErrorWithoutAskingAboutTheRun(t *testing.T) {
 		t.Fatalf("took %s: it asked about a run that was never sent", took)
 	}
 }
+
+// A run sent again with its ID attaches when it had reached the agent after
+// all (a 503 from a replica that went away after forwarding it): the answer
+// is then the run's result without its stream. Its output still reaches the
+// caller's handlers, once (seen on kind: a step's right result, nothing streamed).
+func TestRunStreamHandsOnTheOutputOfARunItAttachedToWhenSentAgain(t *testing.T) {
+	var execs atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/sessions/s/exec") {
+			http.NotFound(w, r)
+			return
+		}
+		if execs.Add(1) == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"no endpoints available","reason":"ServiceUnavailable","code":503}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"type":"result","result":{"id":"x","status":"succeeded","stdout":"step 1\n","stderr":"","result":"1"}}` + "\n"))
+	}))
+	defer srv.Close()
+	s := (&Client{}).WithDataPlane(srv.URL, srv.Client()).Open("ns", "s")
+	var out strings.Builder
+	res, err := s.RunStream(context.Background(), ExecRequest{Code: "x"}, Handlers{OnStdout: func(d string) { out.WriteString(d) }})
+	if err != nil || res.Result == nil || *res.Result != "1" {
+		t.Fatalf("RunStream: %+v, %v", res, err)
+	}
+	if out.String() != "step 1\n" || execs.Load() != 2 {
+		t.Errorf("streamed %q after %d sends, want the run's output once after 2", out.String(), execs.Load())
+	}
+
+	// A run streamed whole is not handed on a second time.
+	execs.Store(1)
+	out.Reset()
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"type":"stdout","data":"step 1\n"}` + "\n" +
+			`{"type":"result","result":{"id":"x","status":"succeeded","stdout":"step 1\n","stderr":"","result":"1"}}` + "\n"))
+	})
+	if _, err := s.RunStream(context.Background(), ExecRequest{Code: "x"}, Handlers{OnStdout: func(d string) { out.WriteString(d) }}); err != nil || out.String() != "step 1\n" {
+		t.Errorf("a whole stream: %q, %v", out.String(), err)
+	}
+}

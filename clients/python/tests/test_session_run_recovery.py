@@ -111,3 +111,17 @@ def test_a_run_whose_connection_was_refused_is_tried_again_and_never_asked_about
     with pytest.raises(urllib3.exceptions.NewConnectionError):
         _sandbox().run_code("1")
     assert [s for s, _ in w.sent] == ["exec"] * 4
+
+
+def test_a_run_sent_again_that_attaches_hands_on_its_output(wire, monkeypatch):
+    # A 503 can come from a replica that went away after forwarding the run:
+    # sent again with its ID, it attaches, and the answer is the result alone.
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    unready = warmpool.APIError(503, "ServiceUnavailable", "no endpoints available")
+    result = b'{"type":"result","result":{"id":"x","status":"succeeded","stdout":"step 1\\n","stderr":"","result":"1"}}\n'
+    w = wire([unready, result], [{"id": "x", "running": True}])
+    out = []
+    ex = _sandbox().run_code("print('step 1')\n1", on_stdout=out.append)
+    assert ex.ok and ex.text == "1"
+    assert "".join(out) == "step 1\n", "the output reaches the handler once"
+    assert len(w.execs_sent()) == 2

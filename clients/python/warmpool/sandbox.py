@@ -294,6 +294,17 @@ class Sandbox:
             return f
         on_stdout, on_stderr = handlers[0], handlers[1]
         handlers = (counted("stdout", on_stdout), counted("stderr", on_stderr)) + tuple(handlers[2:])
+
+        def hand_on_rest(ex):
+            # The output the stream did not bring, from the result: after a
+            # lookup, and after a send again too, which attaches (the result
+            # alone) when the run had arrived after all (a 503 from a replica
+            # that went away after it forwarded the run).
+            for name, on, text in (("stdout", on_stdout, ex.stdout), ("stderr", on_stderr, ex.stderr)):
+                seen = "".join(streamed[name])
+                if on and text and len(text) > len(seen) and text.startswith(seen):
+                    on(text[len(seen):])
+            return ex
         for resends in range(self._MAX_RESENDS + 1):
             try:
                 resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
@@ -319,7 +330,7 @@ class Sandbox:
                 cause = e
             else:
                 try:
-                    return self._read_stream(resp, req["id"], *handlers)
+                    return hand_on_rest(self._read_stream(resp, req["id"], *handlers))
                 except (errors.StreamCutError, urllib3.exceptions.HTTPError, OSError) as e:
                     cause = e
             try:
@@ -328,11 +339,7 @@ class Sandbox:
                 if resends == self._MAX_RESENDS:
                     raise
                 continue  # never reached the agent: sending it again cannot run it twice
-            for name, on, text in (("stdout", on_stdout, ex.stdout), ("stderr", on_stderr, ex.stderr)):
-                seen = "".join(streamed[name])
-                if on and text and len(text) > len(seen) and text.startswith(seen):
-                    on(text[len(seen):])
-            return ex
+            return hand_on_rest(ex)
 
     def _read_stream(self, resp, run_id, on_stdout, on_stderr, on_llm_query=None, on_rlm_query=None, on_call=None,
                      on_result=None):

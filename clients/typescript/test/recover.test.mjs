@@ -100,3 +100,27 @@ test("a run refused as not ready is sent again, with its ID, and never asked abo
   assert.equal(seen.filter((s) => s.sub.endsWith("/executions")).length, 0);
   await sb.close?.();
 });
+
+test("a run sent again that attaches (it had arrived after all) hands on its output from the result", async () => {
+  let execs = 0;
+  handle = (req, res, sub) => {
+    if (sub.endsWith("/exec") && sub.startsWith("runs/")) return res.end(result({ result: "None" }));
+    if (sub.endsWith("/exec")) {
+      if (++execs === 1) {
+        // A 503 from a replica that went away after forwarding the run.
+        res.statusCode = 503;
+        res.setHeader("content-type", "application/json");
+        return res.end(JSON.stringify({ kind: "Status", status: "Failure", reason: "ServiceUnavailable", message: "no endpoints", code: 503 }));
+      }
+      return res.end(result({ stdout: "step 1\n", result: "1" })); // attached: the result alone
+    }
+    res.statusCode = 404;
+    res.end("{}");
+  };
+  const sb = sandbox();
+  await sb.execute("None");
+  const ex = await sb.execute("print('step 1')\n1");
+  assert.equal(ex.result, "1");
+  assert.equal(ex.stdout, "step 1\n", "the output once");
+  await sb.close?.();
+});

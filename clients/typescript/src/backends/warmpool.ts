@@ -120,6 +120,17 @@ export class WarmpoolSandbox extends RemoteSandbox {
    * agent never heard of it. The code never runs twice.
    */
   protected async recover(fields: RunFields, output: OutputCollector, cause: unknown): Promise<RawOutcome> {
+    // The output the stream did not bring comes from the result: after a
+    // lookup, and after a send again too, which attaches (the result alone)
+    // when the run had arrived after all (a 503 from a replica that went
+    // away after it forwarded the run).
+    const handOnRest = (found: RawOutcome) => {
+      const rest = (all: string | undefined, seen: string) =>
+        all && all.length > seen.length && all.startsWith(seen) ? all.slice(seen.length) : "";
+      output.write("stdout", rest(found.stdout, output.stdout));
+      output.write("stderr", rest(found.stderr, output.stderr));
+      return found;
+    };
     for (let resends = 0; ; resends++) {
       if (notSent(cause)) {
         if (resends >= MAX_RESENDS) throw cause;
@@ -128,18 +139,14 @@ export class WarmpoolSandbox extends RemoteSandbox {
         const found = await this.lookUp(fields, output, cause);
         if (found) {
           this.leased = true;
-          const rest = (all: string | undefined, seen: string) =>
-            all && all.length > seen.length && all.startsWith(seen) ? all.slice(seen.length) : "";
-          output.write("stdout", rest(found.stdout, output.stdout));
-          output.write("stderr", rest(found.stderr, output.stderr));
-          return found;
+          return handOnRest(found);
         }
         if (resends >= MAX_RESENDS) throw cause;
       } else {
         throw cause;
       }
       try {
-        return await this.send(fields, output);
+        return handOnRest(await this.send(fields, output));
       } catch (e) {
         cause = e;
       }
