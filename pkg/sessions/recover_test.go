@@ -233,18 +233,23 @@ func TestRunReturnsADialErrorWithoutAskingAboutTheRun(t *testing.T) {
 // caller's handlers, once (seen on kind: a step's right result, nothing streamed).
 func TestRunStreamHandsOnTheOutputOfARunItAttachedToWhenSentAgain(t *testing.T) {
 	var execs atomic.Int32
+	var whole atomic.Bool // answer with the whole stream, the control
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/sessions/s/exec") {
 			http.NotFound(w, r)
 			return
 		}
-		if execs.Add(1) == 1 {
+		result := `{"type":"result","result":{"id":"x","status":"succeeded","stdout":"step 1\n","stderr":"","result":"1"}}` + "\n"
+		switch {
+		case whole.Load():
+			_, _ = w.Write([]byte(`{"type":"stdout","data":"step 1\n"}` + "\n" + result))
+		case execs.Add(1) == 1:
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"no endpoints available","reason":"ServiceUnavailable","code":503}`))
-			return
+			_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"error trying to reach service: EOF","reason":"ServiceUnavailable","code":503}`))
+		default:
+			_, _ = w.Write([]byte(result)) // attached: the result alone
 		}
-		_, _ = w.Write([]byte(`{"type":"result","result":{"id":"x","status":"succeeded","stdout":"step 1\n","stderr":"","result":"1"}}` + "\n"))
 	}))
 	defer srv.Close()
 	s := (&Client{}).WithDataPlane(srv.URL, srv.Client()).Open("ns", "s")
@@ -257,14 +262,9 @@ func TestRunStreamHandsOnTheOutputOfARunItAttachedToWhenSentAgain(t *testing.T) 
 		t.Errorf("streamed %q after %d sends, want the run's output once after 2", out.String(), execs.Load())
 	}
 
-	// A run streamed whole is not handed on a second time.
-	execs.Store(1)
+	whole.Store(true)
 	out.Reset()
-	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(`{"type":"stdout","data":"step 1\n"}` + "\n" +
-			`{"type":"result","result":{"id":"x","status":"succeeded","stdout":"step 1\n","stderr":"","result":"1"}}` + "\n"))
-	})
 	if _, err := s.RunStream(context.Background(), ExecRequest{Code: "x"}, Handlers{OnStdout: func(d string) { out.WriteString(d) }}); err != nil || out.String() != "step 1\n" {
-		t.Errorf("a whole stream: %q, %v", out.String(), err)
+		t.Errorf("a run streamed whole: %q, %v; want its output once, not handed on again", out.String(), err)
 	}
 }
