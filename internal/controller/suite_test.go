@@ -14,6 +14,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -313,4 +315,9 @@ func cleanNamespace(ns string) {
 	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.Session{}, in)).To(Succeed())
 	Expect(k8s.DeleteAllOf(ctx, &sandboxv1alpha1.SandboxPool{}, in)).To(Succeed())
 	Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, in, client.GracePeriodSeconds(0))).To(Succeed())
+	// envtest runs no garbage collector: a pool's NetworkPolicy and budget
+	// would outlive it and make the next pool of its name in this namespace
+	// fail to make its own ("exists and is not owned by the pool").
+	Expect(k8s.DeleteAllOf(ctx, &networkingv1.NetworkPolicy{}, in)).To(Succeed())
+	Expect(k8s.DeleteAllOf(ctx, &policyv1.PodDisruptionBudget{}, in)).To(Succeed())
 }
