@@ -93,12 +93,7 @@ func mayTakeReserved(s *share, q *tenantQueue, reserve int) bool {
 }
 
 // reservedIdle is how many idle pods only namespaces holding none may take.
-func (p *pool) reservedIdle() int {
-	if !p.shared() {
-		return 0
-	}
-	return int(p.obj.Spec.Sharing.ReservedIdlePods)
-}
+func (p *pool) reservedIdle() int { return tenancy.ReservedIdle(p.obj) }
 
 // shared reports whether the pool's own namespace may not be the only one
 // it serves: then tenants are counted.

@@ -20,18 +20,21 @@ func (k keys) Trusted(id string) (string, bool) {
 	return v, ok
 }
 
+// builtPod is a pod as pool's controller builds and owns it.
+func builtPod(pool *sandboxv1alpha1.SandboxPool) *corev1.Pod {
+	p := sandboxpod.New(pool, sandboxpod.AgentKey{ID: "k1", Trusted: "k1=PUBLIC"})
+	p.Name = "python-abcde"
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: sandboxv1alpha1.GroupVersion.String(), Kind: "SandboxPool",
+		Name: pool.Name, UID: pool.UID, Controller: ptr.To(true)}}
+	return p
+}
+
 func TestAdmits(t *testing.T) {
 	pool := wrappers.Pool("ns", "python").Obj()
 	pool.UID = "pool-uid"
 	pool.Spec.RuntimeClassName = ptr.To("gvisor") // the CRD's default
 	ring := keys{"k1": "k1=PUBLIC"}
-	build := func() *corev1.Pod {
-		p := sandboxpod.New(pool, sandboxpod.AgentKey{ID: "k1", Trusted: "k1=PUBLIC"})
-		p.Name = "python-abcde"
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: sandboxv1alpha1.GroupVersion.String(), Kind: "SandboxPool",
-			Name: pool.Name, UID: pool.UID, Controller: ptr.To(true)}}
-		return p
-	}
+	build := func() *corev1.Pod { return builtPod(pool) }
 	if err := Admits(pool, build(), ring); err != nil {
 		t.Fatalf("a pod the pool built: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -18,10 +17,8 @@ func storedPoolAndPod() (*sandboxv1alpha1.SandboxPool, *corev1.Pod) {
 	pool := wrappers.Pool("ns", "python").Obj()
 	pool.UID, pool.Generation = "pool-uid", 1
 	pool.Spec.RuntimeClassName = ptr.To("gvisor")
-	p := sandboxpod.New(pool, sandboxpod.AgentKey{ID: "k1", Trusted: "k1=PUBLIC"})
-	p.Name, p.UID, p.ResourceVersion = "python-abcde", "pod-uid", "10"
-	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: sandboxv1alpha1.GroupVersion.String(), Kind: "SandboxPool",
-		Name: pool.Name, UID: pool.UID, Controller: ptr.To(true)}}
+	p := builtPod(pool)
+	p.UID, p.ResourceVersion = "pod-uid", "10"
 	return pool, p
 }
 

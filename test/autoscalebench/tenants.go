@@ -337,6 +337,7 @@ func runFairness(cfg *rest.Config, scheme *runtime.Scheme, label string, o optio
 		if err := t.create(ctx, "shared", pool); err != nil {
 			return err
 		}
+		fmt.Printf("[%d/%d] %s (up to about 75 s on 2 cores)\n", i+1, len(cases), c.name)
 		queuedBefore := queueWait(t.shared, "shared", small)
 		errs := make(chan error, 1)
 		var wg sync.WaitGroup

@@ -205,8 +205,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// How many unclaimed pods the pool wants, and how many it has or will have.
 	// A shared pool's reserve exists only as idle pods: it holds at least
-	// that many whatever spec.replicas says (sharing.go).
-	reserve := reservedIdle(pool)
+	// that many whatever spec.replicas says.
+	reserve := tenancy.ReservedIdle(pool)
 	want := max(int(pool.Spec.Replicas), reserve) + demand
 	have := len(pods.idle) + len(pods.warming) + pendingCreates
 	// Old pods still starting are deleted below: they take no room.

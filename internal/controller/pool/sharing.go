@@ -57,15 +57,3 @@ func recordTenants(pool *sandboxv1alpha1.SandboxPool, st *sandboxv1alpha1.Sandbo
 		metrics.PoolTenant.WithLabelValues(pool.Namespace, pool.Name, t.Namespace, "waiting").Set(float64(t.Waiting))
 	}
 }
-
-// reservedIdle is the idle pods a shared pool keeps for tenants that hold
-// none (the dispatcher gives them to no one else, fairshare.go). The pool
-// holds at least that many idle, whatever spec.replicas or its autoscaler
-// say: a reserve larger than the pool would make every idle pod reserved,
-// and the tenant it is kept for would find it short.
-func reservedIdle(pool *sandboxv1alpha1.SandboxPool) int {
-	if pool.Spec.Sharing == nil {
-		return 0
-	}
-	return int(pool.Spec.Sharing.ReservedIdlePods)
-}
