@@ -119,8 +119,6 @@ type Policy struct {
 // a pool that sets no limits.
 var Unlimited = Policy{Weight: 1, MaxPods: -1, MaxSessions: -1, MaxWaiting: -1}
 
-// PolicyFor returns namespace ns's weight and limits on pool. A pool's own
-// namespace is not limited by its sharing.
 // ReservedIdle is the idle pods a shared pool keeps for namespaces that hold
 // none of its pods: the dispatcher gives them to no one else, and the pool
 // keeps at least that many idle whatever its replicas say (a reserve that
@@ -132,6 +130,8 @@ func ReservedIdle(pool *sandboxv1alpha1.SandboxPool) int {
 	return int(pool.Spec.Sharing.ReservedIdlePods)
 }
 
+// PolicyFor returns namespace ns's weight and limits on pool. A pool's own
+// namespace is not limited by its sharing.
 func PolicyFor(pool *sandboxv1alpha1.SandboxPool, ns string) Policy {
 	if pool == nil || pool.Spec.Sharing == nil || ns == pool.Namespace {
 		return Unlimited
