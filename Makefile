@@ -136,7 +136,8 @@ test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUT
 # scenario. test-scale is CI's gate: agent-sandbox's run translated (75 claims/s, 1,050 warm, 100
 # nodes) with p99 <= 1 s: this 2-core machine runs the whole simulated cluster at 97% CPU, where
 # agent-sandbox's 500 ms held in 4 runs of 7 (docs/scale.md), so the gate catches regressions
-# (the old defaults gave 2.2 s and 32 s) rather than this machine's noise.
+# (the old defaults gave 2.2 s and 32 s) rather than this machine's noise. kwok and the scheduler run
+# at nice 10: they stand in for machines a cluster does not share with its API server.
 SCALE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s
 SCALE_GATE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s -gate-p99 1s
 

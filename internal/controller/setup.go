@@ -242,10 +242,14 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 		return err
 	}
 	// A replica shutting down is not ready: its endpoint leaves the Service
-	// while it still serves, and then drains (dataplane.Options).
+	// while it still serves, and then drains (dataplane.Options). Nor is one
+	// that does not listen yet, or could not yet tell its callers apart.
 	if err := mgr.AddReadyzCheck("data-plane", func(*http.Request) error {
 		if srv.Draining() {
 			return errors.New("shutting down")
+		}
+		if !srv.Serving() {
+			return errors.New("not serving yet: loading the callers' CA and the front proxy's configuration")
 		}
 		return nil
 	}); err != nil {

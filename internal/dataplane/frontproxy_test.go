@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,12 +11,16 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
 type testCA struct {
@@ -207,5 +212,72 @@ func BenchmarkFrontProxyAuthentication(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// lateConfig is kube-system/extension-apiserver-authentication as a data
+// plane finds it when it starts beside a kube-apiserver that has not written
+// it yet: nothing, until the load'th read.
+type lateConfig struct {
+	mu      sync.Mutex
+	reads   int
+	load    int
+	ca      []byte
+	headers []string
+}
+
+func (l *lateConfig) RunOnce(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	if l.reads >= l.load {
+		l.ca, l.headers = []byte("a CA bundle"), []string{"X-Remote-User"}
+	}
+	return nil // a ConfigMap not found is not an error to k8s.io/apiserver
+}
+func (l *lateConfig) Run(context.Context, int) {}
+func (l *lateConfig) Name() string             { return "late" }
+func (l *lateConfig) CurrentCABundleContent() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ca
+}
+func (l *lateConfig) VerifyOptions() (x509.VerifyOptions, bool) { return x509.VerifyOptions{}, false }
+func (l *lateConfig) AddListener(dynamiccertificates.Listener)  {}
+func (l *lateConfig) usernameHeaders() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.headers
+}
+
+func (l *lateConfig) config() *authenticatorfactory.RequestHeaderConfig {
+	return &authenticatorfactory.RequestHeaderConfig{CAContentProvider: l,
+		UsernameHeaders: headerrequest.StringSliceProviderFunc(l.usernameHeaders)}
+}
+
+// Regression (the controller suite, when a data-plane spec ran first): a data
+// plane started before kube-apiserver had published the front proxy's CA and
+// headers served the aggregator's callers as system:anonymous (403 on
+// runs/exec). It now reads them again until they are there.
+func TestDataPlaneWaitsForTheFrontProxyBeforeServing(t *testing.T) {
+	late := &lateConfig{load: 3}
+	if err := awaitFrontProxy(t.Context(), late.config(), time.Millisecond, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if late.reads < 3 || len(late.CurrentCABundleContent()) == 0 || len(late.usernameHeaders()) == 0 {
+		t.Fatalf("returned after %d reads with CA %q and headers %v, want after the third read with both", late.reads, late.CurrentCABundleContent(), late.usernameHeaders())
+	}
+
+	never := &lateConfig{load: 1 << 30}
+	start := time.Now()
+	err := awaitFrontProxy(t.Context(), never.config(), time.Millisecond, 50*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "extension-apiserver-authentication") {
+		t.Fatalf("err %v, want one naming the ConfigMap that never came", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("gave up after %s, want its whole timeout", waited)
+	}
+	if err := awaitFrontProxy(t.Context(), nil, time.Millisecond, time.Millisecond); err != nil {
+		t.Errorf("no front proxy delegated: %v, want nil at once", err)
 	}
 }

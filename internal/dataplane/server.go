@@ -33,7 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -93,8 +93,10 @@ const (
 
 // Server is the data plane. It implements controller-runtime's Runnable.
 type Server struct {
-	Options  Options
-	draining atomic.Bool
+	Options Options
+	// serving: listening, with the callers' CA and the front proxy's
+	// configuration loaded; draining: shutting down.
+	serving, draining atomic.Bool
 	// Client reads Sessions and pods (the manager's cache) and writes a
 	// Session's interpreter when a caller resets it.
 	Client client.Client
@@ -129,6 +131,9 @@ type Server struct {
 
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
+	// frontProxy is how the aggregator's relayed callers are authenticated
+	// (nil when no request-header configuration is delegated).
+	frontProxy *authenticatorfactory.RequestHeaderConfig
 }
 
 // Models gives the answerer of a pool's ModelEndpoint (nil when the pool
@@ -159,15 +164,17 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	// Until the client CA is loaded a caller's certificate is not asked for,
-	// and the caller would be served as system:anonymous (403): load it
-	// before listening, retrying a failed first read.
+	// and until the front proxy's CA and headers are, the aggregator's
+	// callers are not recognised: either way a caller would be served as
+	// system:anonymous (403), and an aggregator connection made meanwhile
+	// keeps its certificate-less handshake. Both are read by controllers
+	// that watch kube-system/extension-apiserver-authentication (their
+	// RunOnce reads that watch's cache, empty before it starts): run them
+	// here and listen once they have it (awaitCallers).
 	if ca, ok := serving.ClientCA.(dynamiccertificates.ControllerRunner); ok {
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			return ca.RunOnce(ctx) == nil, nil
-		}); err != nil {
-			s.Log.Info("the client CA is not loaded yet; serving, and loading it in the background", "err", err.Error())
-		}
+		go ca.Run(ctx, 1)
 	}
+	s.awaitCallers(ctx)
 	if s.Informers != nil {
 		inf, err := s.Informers.GetInformer(ctx, &sandboxv1alpha1.Session{})
 		if err != nil {
@@ -183,6 +190,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if _, _, err := serving.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
 			return fmt.Errorf("serve the data plane: %w", err)
 		}
+		s.serving.Store(true)
 		<-ctx.Done()
 		s.draining.Store(true)
 		return nil
@@ -192,6 +200,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve the data plane: %w", err)
 	}
+	s.serving.Store(true)
 	<-ctx.Done()
 	s.draining.Store(true)
 	s.Log.Info("shutting down: not ready, still serving for a moment, then draining open runs", "delay", delay, "drainTimeout", drain)
@@ -202,9 +211,26 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// awaitCallers waits, for at most frontProxyWait, until the replica can
+// tell who calls it; after that it serves whatever it has, so that one
+// without a front proxy (called directly) is not held forever.
+func (s *Server) awaitCallers(ctx context.Context) {
+	if err := awaitFrontProxy(ctx, s.frontProxy, 50*time.Millisecond, frontProxyWait); err != nil && ctx.Err() == nil {
+		s.Log.Info("serving without the front proxy's configuration; loading it in the background", "err", err.Error())
+	}
+}
+
+// frontProxyWait bounds how long a starting replica waits for the front
+// proxy's configuration.
+const frontProxyWait = 30 * time.Second
+
 // Draining reports whether the replica is shutting down: its readiness
 // check fails, so that callers are sent to the other replicas.
 func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Serving reports whether the replica listens and can tell who calls it:
+// until then its readiness check fails too.
+func (s *Server) Serving() bool { return s.serving.Load() }
 
 // build wires the delegated authentication and authorisation of
 // k8s.io/apiserver around the handlers, without a GenericAPIServer: the data
@@ -252,6 +278,7 @@ func (s *Server) build() (http.Handler, *server.SecureServingInfo, error) {
 		return nil, nil, fmt.Errorf("data plane authorization: %w", err)
 	}
 	s.authorizer = authz.Authorizer
+	s.frontProxy = authn.RequestHeaderConfig
 	scheme := runtime.NewScheme()
 	metav1.AddToGroupVersion(scheme, metav1.Unversioned)
 	codecs := serializer.NewCodecFactory(scheme)
