@@ -15,7 +15,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/request/union"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
 // frontProxyTTL bounds how long a verified front-proxy certificate is trusted
@@ -132,31 +131,21 @@ func (f *frontProxy) verified(chain []*x509.Certificate) error {
 }
 
 // awaitFrontProxy waits until cfg names the aggregator's CA and the headers
-// it sends the caller in, reloading them every `every`, for at most timeout.
-// kube-apiserver publishes both in kube-system's
-// extension-apiserver-authentication ConfigMap once it has started; a data
-// plane that reads it before then finds nothing, takes that as "no front
-// proxy" (k8s.io/apiserver ignores a missing ConfigMap) and would serve
-// every caller the aggregator relays as system:anonymous (403) until its
-// background controller loads it. A replica serves no one before it can
-// tell who is asking.
+// it sends the caller in, looking every `every`, for at most timeout. Both
+// are loaded by controllers that watch kube-system's
+// extension-apiserver-authentication ConfigMap (the caller runs them); a
+// data plane that served before they had it would serve every caller the
+// aggregator relays as system:anonymous (403). A replica serves no one
+// before it can tell who is asking.
 func awaitFrontProxy(ctx context.Context, cfg *authenticatorfactory.RequestHeaderConfig, every, timeout time.Duration) error {
 	if cfg == nil || cfg.CAContentProvider == nil || cfg.UsernameHeaders == nil {
 		return nil
-	}
-	loaded := func() bool {
-		return len(cfg.CAContentProvider.CurrentCABundleContent()) > 0 && len(cfg.UsernameHeaders.Value()) > 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for !loaded() {
-		if r, ok := cfg.CAContentProvider.(dynamiccertificates.ControllerRunner); ok {
-			if err := r.RunOnce(ctx); err == nil && loaded() {
-				break
-			}
-		}
+	for len(cfg.CAContentProvider.CurrentCABundleContent()) == 0 || len(cfg.UsernameHeaders.Value()) == 0 {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the front proxy's CA and headers (kube-system/extension-apiserver-authentication) were not there within %s", timeout)

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -216,30 +215,29 @@ func BenchmarkFrontProxyAuthentication(b *testing.B) {
 }
 
 // lateConfig is kube-system/extension-apiserver-authentication as a data
-// plane finds it when it starts beside a kube-apiserver that has not written
-// it yet: nothing, until the load'th read.
+// plane's controllers find it when it starts beside a kube-apiserver that
+// has not written it yet, or before their watch has synced: nothing, until
+// the load'th look.
 type lateConfig struct {
 	mu      sync.Mutex
-	reads   int
+	looks   int
 	load    int
 	ca      []byte
 	headers []string
 }
 
-func (l *lateConfig) RunOnce(context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.reads++
-	if l.reads >= l.load {
+func (l *lateConfig) look() {
+	l.looks++
+	if l.looks >= l.load {
 		l.ca, l.headers = []byte("a CA bundle"), []string{"X-Remote-User"}
 	}
-	return nil // a ConfigMap not found is not an error to k8s.io/apiserver
 }
-func (l *lateConfig) Run(context.Context, int) {}
-func (l *lateConfig) Name() string             { return "late" }
+
+func (l *lateConfig) Name() string { return "late" }
 func (l *lateConfig) CurrentCABundleContent() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.look()
 	return l.ca
 }
 func (l *lateConfig) VerifyOptions() (x509.VerifyOptions, bool) { return x509.VerifyOptions{}, false }
@@ -249,6 +247,11 @@ func (l *lateConfig) usernameHeaders() []string {
 	defer l.mu.Unlock()
 	return l.headers
 }
+func (l *lateConfig) loaded() (int, []byte, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.looks, l.ca, l.headers
+}
 
 func (l *lateConfig) config() *authenticatorfactory.RequestHeaderConfig {
 	return &authenticatorfactory.RequestHeaderConfig{CAContentProvider: l,
@@ -256,16 +259,16 @@ func (l *lateConfig) config() *authenticatorfactory.RequestHeaderConfig {
 }
 
 // Regression (the controller suite, when a data-plane spec ran first): a data
-// plane started before kube-apiserver had published the front proxy's CA and
+// plane that listened before its controllers had the front proxy's CA and
 // headers served the aggregator's callers as system:anonymous (403 on
-// runs/exec). It now reads them again until they are there.
+// runs/exec). It now waits for them.
 func TestDataPlaneWaitsForTheFrontProxyBeforeServing(t *testing.T) {
 	late := &lateConfig{load: 3}
 	if err := awaitFrontProxy(t.Context(), late.config(), time.Millisecond, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if late.reads < 3 || len(late.CurrentCABundleContent()) == 0 || len(late.usernameHeaders()) == 0 {
-		t.Fatalf("returned after %d reads with CA %q and headers %v, want after the third read with both", late.reads, late.CurrentCABundleContent(), late.usernameHeaders())
+	if looks, ca, headers := late.loaded(); looks < 3 || len(ca) == 0 || len(headers) == 0 {
+		t.Fatalf("returned after %d looks with CA %q and headers %v, want after the third look with both", looks, ca, headers)
 	}
 
 	never := &lateConfig{load: 1 << 30}

@@ -169,10 +169,13 @@ func (s *Server) Start(ctx context.Context) error {
 	// system:anonymous (403), and an aggregator connection made meanwhile
 	// keeps its certificate-less handshake. Both are read by controllers
 	// that watch kube-system/extension-apiserver-authentication (their
-	// RunOnce reads that watch's cache, empty before it starts): run them
-	// here and listen once they have it (awaitCallers).
+	// RunOnce reads that watch's cache, empty before it starts), which Serve
+	// would start only as it listens: run them here, listen once they have
+	// it (awaitCallers), and hide them from Serve so that it does not start
+	// a second set of watches.
 	if ca, ok := serving.ClientCA.(dynamiccertificates.ControllerRunner); ok {
 		go ca.Run(ctx, 1)
+		serving.ClientCA = started{serving.ClientCA}
 	}
 	s.awaitCallers(ctx)
 	if s.Informers != nil {
@@ -218,6 +221,12 @@ func (s *Server) awaitCallers(ctx context.Context) {
 	if err := awaitFrontProxy(ctx, s.frontProxy, 50*time.Millisecond, frontProxyWait); err != nil && ctx.Err() == nil {
 		s.Log.Info("serving without the front proxy's configuration; loading it in the background", "err", err.Error())
 	}
+}
+
+// started is a CA whose controllers already run: only its content and
+// change notices show.
+type started struct {
+	dynamiccertificates.CAContentProvider
 }
 
 // frontProxyWait bounds how long a starting replica waits for the front

@@ -13,6 +13,12 @@ import { after, before, test } from "node:test";
 import { createSandbox } from "warmpool";
 
 const bridges = { onLLMQuery: async () => "", onRLMQuery: async () => "" };
+// kube-apiserver's 503 for an APIService it cannot reach.
+const unavailable = (res, message) => {
+  res.statusCode = 503;
+  res.setHeader("content-type", "application/json");
+  res.end(JSON.stringify({ kind: "Status", status: "Failure", reason: "ServiceUnavailable", message, code: 503 }));
+};
 const result = (r) => JSON.stringify({ type: "result", result: { id: "x", status: "succeeded", stdout: "", stderr: "", ...r } }) + "\n";
 
 let server, kubeconfig, handle;
@@ -81,9 +87,7 @@ test("a run refused as not ready is sent again, with its ID, and never asked abo
     if (sub.endsWith("/exec") && sub.startsWith("runs/")) return res.end(result({ result: "None" }));
     if (sub.endsWith("/exec")) {
       if (++execs < 3) {
-        res.statusCode = 503;
-        res.setHeader("content-type", "application/json");
-        return res.end(JSON.stringify({ kind: "Status", status: "Failure", reason: "ServiceUnavailable", message: "not ready", code: 503 }));
+        return unavailable(res, "not ready");
       }
       return res.end(result({ result: "5" }));
     }
@@ -108,9 +112,7 @@ test("a run sent again that attaches (it had arrived after all) hands on its out
     if (sub.endsWith("/exec")) {
       if (++execs === 1) {
         // A 503 from a replica that went away after forwarding the run.
-        res.statusCode = 503;
-        res.setHeader("content-type", "application/json");
-        return res.end(JSON.stringify({ kind: "Status", status: "Failure", reason: "ServiceUnavailable", message: "no endpoints", code: 503 }));
+        return unavailable(res, "no endpoints");
       }
       return res.end(result({ stdout: "step 1\n", result: "1" })); // attached: the result alone
     }
