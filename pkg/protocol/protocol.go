@@ -166,6 +166,9 @@ type Result struct {
 	// StateLost is true when the interpreter was killed or died, so variables
 	// and imports of earlier executions are gone.
 	StateLost bool `json:"stateLost,omitempty"`
+	// StateLostReason says why the state was lost: how the interpreter ended
+	// (its exit code or signal), or why the agent ended or replaced it.
+	StateLostReason string `json:"stateLostReason,omitempty"`
 	// Displays are the rich results of the run, in the order the code made
 	// them: display(obj) calls, open matplotlib figures, and the last
 	// expression when it has a rich form (Main).

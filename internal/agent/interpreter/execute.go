@@ -2,8 +2,9 @@ package interpreter
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"strconv"
+	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -17,8 +18,8 @@ import (
 const markerWait = 2 * time.Second
 
 // Execute runs Python code and returns its result. It returns ErrBusy when
-// another execution runs. Timeouts, interrupts and interpreter deaths are
-// results, not errors.
+// another execution runs. Timeouts, interrupts, deaths and protocol
+// violations of the interpreter are results, not errors.
 func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*protocol.Result, error) {
 	if !it.busy.TryLock() {
 		return nil, ErrBusy
@@ -27,22 +28,33 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 
 	res := &protocol.Result{ID: req.ID, StartedAt: time.Now()}
 	finish := func() *protocol.Result { return res.Finish(time.Now()) }
-	p, err := it.ensure()
+	p, lost, err := it.prepare()
 	if err != nil {
 		res.Status = protocol.StatusFailed
 		res.StateLost = true
-		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterDied, Message: "the interpreter could not start: " + err.Error()}
+		res.StateLostReason = "the interpreter could not start: " + err.Error()
+		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterDied, Message: res.StateLostReason}
 		return finish(), nil
 	}
 	res.Interpreter = p.tag
 	if req.Interpreter != "" && req.Interpreter != p.tag {
 		// The caller's state lived in an interpreter that died or was replaced:
 		// running on this one would silently start from nothing.
+		it.servedBy(0) // said now
 		res.Status = protocol.StatusFailed
 		res.StateLost = true
-		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterRestarted, Message: "the interpreter that held this session's " +
-			"state died or was replaced since its last run; the code did not run"}
+		res.StateLostReason = lost
+		msg := "the interpreter that held this session's state died or was replaced since its last run; the code did not run"
+		if lost == "" {
+			res.StateLostReason = "the interpreter named is not the one running"
+		} else {
+			msg += " (" + lost + ")"
+		}
+		res.Error = &protocol.Error{Type: protocol.ErrorInterpreterRestarted, Message: msg}
 		return finish(), nil
+	}
+	if lost != "" {
+		res.StateLost, res.StateLostReason = true, lost
 	}
 
 	timeout := protocol.Millis(req.TimeoutMillis, it.cfg.DefaultTimeout)
@@ -54,6 +66,9 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	maxBridge := req.MaxBridgeCalls
 	if maxBridge <= 0 {
 		maxBridge = it.cfg.DefaultMaxBridgeCalls
+	}
+	if !req.Bridge || hooks.OnBridge == nil {
+		maxBridge = 0
 	}
 
 	stdout, stderr := output.NewBuffer(limit), output.NewBuffer(limit)
@@ -73,10 +88,9 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	interrupt := make(chan struct{}, 1)
 	done := make(chan struct{})
 	defer close(done)
-	id := newID() // see the package comment: the code cannot know it in advance
-	p.expect(id)
-	defer p.expect("")
-	drainStale(p)
+	key := newRunKey() // see channel.go: the code cannot know it in advance
+	p.expect(key, maxBridge)
+	defer p.expect(nil, 0)
 	it.mu.Lock()
 	it.interrupt = interrupt
 	it.mu.Unlock()
@@ -91,7 +105,7 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	}()
 
 	params := map[string]any{
-		"code": req.Code, "env": req.Env, "marker": string(marker), "bridge": req.Bridge && hooks.OnBridge != nil,
+		"code": req.Code, "env": req.Env, "marker": string(marker), "bridge": maxBridge > 0,
 		"max_bridge_calls": maxBridge, "max_result_chars": it.cfg.MaxResultChars,
 		"clear_interrupt": p.strayInterrupt, "display": string(displayStart),
 		"max_display_bytes": protocol.DefaultMaxDisplayBytes, "max_run_display_bytes": protocol.DefaultMaxRunDisplayBytes,
@@ -100,13 +114,15 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	if len(req.Context) > 0 {
 		params["context"] = req.Context
 	}
-	if params["bridge"] == true && len(req.BridgeMethods) > 0 {
+	if maxBridge > 0 && len(req.BridgeMethods) > 0 {
 		params["bridge_methods"] = req.BridgeMethods
 	}
 	res.StartedAt = time.Now()
-	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": "execute", "params": params}); err != nil {
-		// The process died between ensure and send.
-		p.kill()
+	// The deadline runs from here, whatever the send does.
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": key.id, "secret": key.secret, "method": "execute", "params": params}); err != nil {
+		it.violation(p, "it did not take the agent's request ("+err.Error()+")", nil)
 	}
 
 	var memory *memoryWatch
@@ -117,11 +133,8 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		go memory.watch(p, stopWatch)
 	}
 
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
 	var graceC <-chan time.Time
 	var stopReason protocol.Status // set once SIGINT was sent by us
-	killed := false
 	sigint := func(reason protocol.Status) {
 		if stopReason != "" {
 			return
@@ -130,28 +143,22 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		_ = p.cmd.Process.Signal(syscall.SIGINT)
 		graceC = time.After(grace)
 	}
-	want := strconv.Quote(id)
-	var reply json.RawMessage
+	var reply *rpcMessage
 loop:
 	for {
 		select {
-		case m, ok := <-p.msgs:
-			if !ok {
-				break loop // the interpreter died
+		case m := <-p.msgs:
+			if why := check(&m, key, true); why != "" {
+				// Accepted for an earlier request a moment before it ended.
+				it.violation(p, why, nil)
+				continue
 			}
-			switch {
-			case m.Method != "":
-				if m.Run == id {
-					it.bridge(p, m, hooks, done)
-				}
-			case string(m.ID) == want:
-				reply = m.Result
-				if m.Error != nil {
-					reply = nil
-					res.Error = &protocol.Error{Type: "AgentError", Message: m.Error.Message}
-				}
-				break loop
+			if m.Method != "" {
+				it.bridge(p, m, hooks, done)
+				continue
 			}
+			reply = &m
+			break loop
 		case <-p.exited:
 			break loop
 		case <-deadline.C:
@@ -159,16 +166,21 @@ loop:
 		case <-interrupt:
 			sigint(protocol.StatusInterrupted)
 		case <-graceC:
-			killed = true
-			p.kill()
+			graceC = nil
+			p.setEnd(protocol.ErrorInterpreterKilled, fmt.Sprintf(
+				"the code did not stop within %s after SIGINT, so the agent killed the interpreter and its processes", grace))
+			go p.kill()
 		}
 	}
 
-	if reply != nil || res.Error != nil {
+	if reply != nil {
 		waitMarkers(outSeen, errSeen)
 	} else {
-		// Dead: read what it wrote before it died, then start a fresh one.
-		<-p.exited
+		// Ended (or being killed): read what it wrote before it ended, within a bound.
+		select {
+		case <-p.exited:
+		case <-time.After(killWait):
+		}
 		drainWait(p)
 	}
 	p.stdout.detach()
@@ -177,31 +189,38 @@ loop:
 	res.Stdout, res.StdoutTruncated = stdout.String("stdout"), stdout.Truncated()
 	res.Stderr, res.StderrTruncated = stderr.String("stderr"), stderr.Truncated()
 
-	if reply == nil && res.Error == nil {
-		res.StateLost = true
+	if reply == nil || !p.alive() {
+		// The process ended: the run says so, and the next one starts fresh.
+		it.servedBy(0)
 		it.restartAsync()
+		kind, why := p.ending()
+		res.StateLost = true
+		res.StateLostReason = why
+		res.Result = nil
 		switch {
 		case memory != nil && memory.overError() != "":
 			res.Status = protocol.StatusFailed
 			res.Error = &protocol.Error{Type: ErrorMemoryLimitExceeded, Message: memory.overError()}
-		case killed:
+			res.StateLostReason = memory.overError()
+		case stopReason != "":
+			// The deadline (or an interrupt) fired: that is how the run ended,
+			// whatever the code did after it.
 			res.Status = stopReason
-			res.Error = &protocol.Error{Type: protocol.ErrorInterpreterKilled, Message: fmt.Sprintf(
-				"the code did not stop within %s after SIGINT, so the interpreter was killed and a fresh one started: "+
-					"variables and imports of earlier executions are lost", grace)}
+			res.Error = &protocol.Error{Type: kind, Message: why + ": variables and imports of earlier executions are lost"}
 		default:
 			res.Status = protocol.StatusFailed
-			if stopReason != "" {
-				res.Status = stopReason
-			}
-			res.Error = &protocol.Error{Type: protocol.ErrorInterpreterDied, Message: fmt.Sprintf(
-				"the interpreter died (%s), so a fresh one was started: variables and imports of earlier executions are lost",
-				exitDescription(p.waitErr))}
+			res.Error = &protocol.Error{Type: kind, Message: why + ", so a fresh one was started: variables and imports of " +
+				"earlier executions are lost"}
 		}
 		return finish(), nil
 	}
-	if res.Error != nil { // the REPL server refused the request
+	it.servedBy(p.gen)
+	if reply.Error != nil { // the REPL server refused the request
 		res.Status = protocol.StatusFailed
+		if stopReason != "" {
+			res.Status = stopReason
+		}
+		res.Error = &protocol.Error{Type: "AgentError", Message: reply.Error.Message}
 		return finish(), nil
 	}
 	var r struct {
@@ -209,31 +228,50 @@ loop:
 		Result *string         `json:"result"`
 		Error  *protocol.Error `json:"error"`
 	}
-	if err := json.Unmarshal(reply, &r); err != nil {
-		return nil, fmt.Errorf("decode interpreter reply: %w", err)
+	if err := json.Unmarshal(reply.Result, &r); err != nil {
+		it.violation(p, "a reply that is not a result", nil)
+		res.Status, res.StateLost, res.StateLostReason = protocol.StatusFailed, true, "the interpreter broke the agent's protocol"
+		res.Error = &protocol.Error{Type: ErrorProtocolViolation, Message: "the interpreter's reply is not a result: " + err.Error()}
+		it.servedBy(0)
+		return finish(), nil
 	}
 	res.Result, res.Error = r.Result, r.Error
 	p.strayInterrupt = stopReason != "" && r.Status != "interrupted"
-	switch r.Status {
-	case "ok":
-		res.Status = protocol.StatusSucceeded
-	case "final":
-		res.Status, res.Final = protocol.StatusSucceeded, true
-	case "interrupted":
+	switch {
+	case stopReason != "":
+		// Whatever the code did once it was stopped (caught the
+		// KeyboardInterrupt, was in a slow __repr__ when it came), the run
+		// ended at its deadline or at the interrupt.
 		res.Status = stopReason
-		if stopReason == "" { // the code raised KeyboardInterrupt itself
-			res.Status = protocol.StatusFailed
+		if res.Error == nil || r.Status == "ok" || r.Status == "final" {
+			res.Error = stoppedError(stopReason, timeout)
 		}
-	default:
+		res.Final = false
+	case r.Status == "ok":
+		res.Status = protocol.StatusSucceeded
+	case r.Status == "final":
+		res.Status, res.Final = protocol.StatusSucceeded, true
+	default: // "error", and a KeyboardInterrupt the code raised itself
 		res.Status = protocol.StatusFailed
 	}
 	return finish(), nil
+}
+
+// stoppedError says why a run that the agent stopped, and that went on to
+// end by itself, is reported stopped.
+func stoppedError(status protocol.Status, timeout time.Duration) *protocol.Error {
+	if status == protocol.StatusTimedOut {
+		return &protocol.Error{Type: "TimeoutError", Message: fmt.Sprintf(
+			"the run passed its timeout of %s: it was interrupted then (SIGINT), and what it did after that does not count", timeout)}
+	}
+	return &protocol.Error{Type: "KeyboardInterrupt", Message: "the run was interrupted (SIGINT) at the caller's request"}
 }
 
 // bridge hands a call from the code to the caller and sends back the answer.
 func (it *Interpreter) bridge(p *process, m rpcMessage, hooks Hooks, done <-chan struct{}) {
 	call := protocol.BridgeCall{ID: strings.Trim(string(m.ID), `"`), Method: m.Method, Params: m.Params}
 	go func() {
+		defer p.answered()
 		var answer map[string]any
 		if hooks.OnBridge == nil {
 			answer = map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{"code": -32601, "message": "no bridge handler"}}
@@ -275,6 +313,17 @@ func drainWait(p *process) {
 }
 
 func exitDescription(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			switch {
+			case ws.Signaled():
+				return fmt.Sprintf("killed by signal %d, %s", ws.Signal(), ws.Signal())
+			case ws.Exited():
+				return fmt.Sprintf("exit code %d", ws.ExitStatus())
+			}
+		}
+	}
 	if err == nil {
 		return "exit status 0"
 	}

@@ -1,41 +1,42 @@
 // Package interpreter supervises one warm Python interpreter: it starts the
 // embedded REPL server, speaks JSON-RPC with it on pipes of their own (fd 3 and
 // 4), captures the user's fd 1 and 2, interrupts with SIGINT, and kills and
-// restarts the interpreter when it does not stop or dies.
+// restarts the interpreter when it does not stop, dies or breaks the protocol.
 //
 // The code runs in the REPL server's process, so it can write to the protocol
 // pipe and read the server's memory: it can always lie about its own execution.
-// It must not be able to lie about a later one, nor to hurt the agent:
+// It must not be able to lie about a later one, stretch its run, lose state
+// without a word, nor hurt the agent. docs/security.md states the invariants
+// the agent keeps against it; each is kept here:
 //
-//   - Every request gets a fresh id of 128 random bits (newID). A reply counts
-//     only if it carries the id of the request in flight, a bridge call only if
-//     its "run" is that id (process.accepts); everything else is dropped as it
-//     is read. The code can find the id of its own request (it is in a frame of
-//     the server loop), but not the id of the next one, which does not exist
-//     before its own execution ended. (A thread the code leaves running is the
-//     code still running: it shares the process with every later execution.)
-//   - Messages are lines of at most MaxMessageBytes; a longer line is dropped
-//     while it is read, without holding more than the limit in memory. The REPL
-//     server starts every message on a new line, so a fragment the code left on
-//     the pipe spoils only itself. What is logged of a dropped message is cut to
-//     logSample bytes, and only the first few and then every 1000th are logged.
+//   - The deadline is the agent's (execute.go): SIGINT at the timeout, then,
+//     after the grace, SIGKILL of the interpreter's whole process tree. Every
+//     wait on the interpreter has a deadline of its own.
+//   - The agent knows its interpreter's generation (process.gen): every death,
+//     exit or replacement, while running or idle, is recorded with its reason
+//     and reported as stateLost by the next result; an idle interpreter that
+//     ended is restarted at once.
+//   - Replies belong to their run (channel.go): a per-run secret, and anything
+//     else on the channel ends the interpreter.
+//   - Nothing the code left running can read a request or answer for it
+//     (foreign.go): before each request the agent looks for threads and
+//     processes the code left behind, and replaces an interpreter that has any.
+//   - The interpreter runs in its own user and PID namespaces where the kernel
+//     allows it (containment.go): the code cannot name the agent's process to
+//     signal or trace it, and the interpreter's death ends every process it
+//     started.
 package interpreter
 
 import (
-	"bufio"
-	"bytes"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,7 +82,10 @@ type Config struct {
 	VariableTimeout time.Duration
 	// Limits bound the memory and processes of the code (limits.go).
 	Limits Limits
-	Log    logr.Logger
+	// NoNamespaces starts the interpreter in the agent's own namespaces
+	// (containment.go), as where the kernel refuses new ones.
+	NoNamespaces bool
+	Log          logr.Logger
 }
 
 // DefaultMaxVariableBytes is the default bound of Variable's JSON.
@@ -152,30 +156,30 @@ type Hooks struct {
 // Interpreter is one supervised Python process, restarted when needed.
 type Interpreter struct {
 	cfg  Config
-	busy sync.Mutex // one execution (or variable read, or reset) at a time
+	busy sync.Mutex // one execution (or variable read, snapshot, reset) at a time
+	// startMu serialises starts; mu is not held while a process starts, so
+	// readiness and interrupts answer meanwhile.
+	startMu sync.Mutex
 
 	mu        sync.Mutex
 	proc      *process
 	startErr  error
 	interrupt chan struct{} // non-nil while an execution runs
+	closed    bool          // Close was called: nothing restarts
+	gens      uint64        // processes started so far
+	// served is the generation of the process whose state the last run left
+	// (0: none, or its loss was reported); lost is why that process ended.
+	served uint64
+	lost   string
+	// contain is how the interpreter is kept apart (containment.go), decided
+	// at the first start.
+	contain containment
 }
 
 // New returns an interpreter; Start (or the first use) starts the process.
 func New(cfg Config) *Interpreter {
 	cfg.setDefaults()
 	return &Interpreter{cfg: cfg}
-}
-
-type rpcMessage struct {
-	ID json.RawMessage `json:"id,omitempty"`
-	// Run is the id of the request a bridge call belongs to.
-	Run    string          `json:"run,omitempty"`
-	Method string          `json:"method,omitempty"`
-	Params json.RawMessage `json:"params,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *struct {
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
 }
 
 // ReadyInfo is what the interpreter reports once warm.
@@ -186,11 +190,14 @@ type ReadyInfo struct {
 	PID       int               `json:"pid"`
 	Preloaded []string          `json:"preloaded"`
 	Failed    map[string]string `json:"failed"`
+	// Containment says how the interpreter is kept apart from the agent.
+	Containment string `json:"-"`
 }
 
 type process struct {
 	cmd            *exec.Cmd
 	tag            string // in the environment of every process the interpreter starts (procs.go)
+	gen            uint64
 	writeMu        sync.Mutex
 	req            *os.File
 	msgs           chan rpcMessage
@@ -199,126 +206,62 @@ type process struct {
 	stdout, stderr stream
 	drained        sync.WaitGroup // the output readers hit EOF
 	info           ReadyInfo
+	// threads is how many threads the REPL server had when it was ready (its
+	// own, and the preloaded libraries'); pipes are the inodes of the channel's
+	// two pipes (foreign.go).
+	threads int
+	pipes   [2]uint64
 	// strayInterrupt: the last run was sent a SIGINT that it did not end
 	// with, which may have landed after its code and would stop the next
 	// run's code before it starts. Only Execute, one run at a time, uses it.
 	strayInterrupt bool
+	abandoned      atomic.Bool
 
-	mu      sync.Mutex
-	ready   bool   // the ready message arrived
-	current string // quoted id of the request in flight; "" when none
-	dropped int    // messages dropped, for the log
+	mu    sync.Mutex
+	ready bool    // the ready message arrived
+	key   *runKey // the request in flight; nil when none
+	// Bridge calls of the request in flight: unanswered, made, allowed.
+	bridgePending, bridgeCalls, maxBridge int
+	// endType and end say why the agent ended the process ("" while it did not).
+	endType, end string
 }
 
-// expect makes id the request in flight ("" for none); messages for any other
-// request are dropped from then on.
-func (p *process) expect(id string) {
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// expect makes key the request in flight (nil for none), allowing it
+// maxBridge bridge calls.
+func (p *process) expect(key *runKey, maxBridge int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.current = ""
-	if id != "" {
-		p.current = strconv.Quote(id)
-	}
+	p.key, p.bridgePending, p.bridgeCalls, p.maxBridge = key, 0, 0, maxBridge
 }
 
-// accepts says whether a message from the interpreter belongs to the request
-// in flight (or is the ready message of a starting interpreter).
-func (p *process) accepts(m *rpcMessage) bool {
+// setEnd records why the agent ends the process; false if a reason was
+// recorded already.
+func (p *process) setEnd(kind, reason string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case !p.ready:
-		p.ready = m.Method == "ready"
-		return p.ready
-	case p.current == "":
+	if p.end != "" {
 		return false
-	case m.Method != "":
-		return strconv.Quote(m.Run) == p.current
-	default:
-		return string(m.ID) == p.current
 	}
+	p.endType, p.end = kind, reason
+	return true
 }
 
-// logSample is how much of a dropped message the log shows.
-const logSample = 120
-
-// drop logs a message it drops: the first five, then every 1000th.
-func (p *process) drop(log logr.Logger, reason string, size int, start []byte) {
+// ending is why the process ended: the reason the agent recorded, or how it
+// exited. Call once exited is closed.
+func (p *process) ending() (kind, reason string) {
 	p.mu.Lock()
-	p.dropped++
-	n := p.dropped
-	p.mu.Unlock()
-	if n <= 5 || n%1000 == 0 {
-		log.Info("dropped a message from the interpreter", "reason", reason, "bytes", size,
-			"start", string(start[:min(len(start), logSample)]), "droppedSoFar", n)
+	defer p.mu.Unlock()
+	if p.end != "" {
+		return p.endType, p.end
 	}
+	return protocol.ErrorInterpreterDied, "the interpreter ended by itself (" + exitDescription(p.waitErr) + ")"
 }
 
-// readMessages reads the interpreter's messages until EOF and passes on those
-// of the request in flight.
-func (it *Interpreter) readMessages(p *process, r io.Reader) {
-	br := bufio.NewReaderSize(r, 64*1024)
-	for {
-		line, size, err := readLine(br, it.cfg.MaxMessageBytes)
-		switch {
-		case size > it.cfg.MaxMessageBytes:
-			p.drop(it.cfg.Log, fmt.Sprintf("longer than %d bytes", it.cfg.MaxMessageBytes), size, line)
-		case len(bytes.TrimSpace(line)) == 0:
-		default:
-			var m rpcMessage
-			if jerr := json.Unmarshal(line, &m); jerr != nil {
-				p.drop(it.cfg.Log, "not JSON-RPC: "+jerr.Error(), size, line)
-			} else if !p.accepts(&m) {
-				p.drop(it.cfg.Log, "not for the request in flight", size, line)
-			} else {
-				select {
-				case p.msgs <- m:
-				case <-p.exited:
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// readLine reads one line of at most max bytes. For a longer line it returns
-// the line's length and only its start, having read and dropped the rest; it
-// never holds more than max bytes of it.
-func readLine(r *bufio.Reader, max int) (line []byte, size int, err error) {
-	var chunks [][]byte // copies of the buffer's fragments, joined once at the end
-	for {
-		frag, err := r.ReadSlice('\n')
-		switch {
-		case size+len(frag) <= max+1: // +1: the newline
-			chunks = append(chunks, append([]byte(nil), frag...))
-		case size <= max: // the line just became too long: keep a sample of its start
-			var sample []byte
-			for _, c := range append(chunks, frag) {
-				sample = append(sample, c[:min(len(c), logSample-len(sample))]...)
-			}
-			chunks = [][]byte{sample}
-		}
-		size += len(frag)
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			if size > 0 && err == nil {
-				size-- // the newline
-			}
-			if len(chunks) == 1 {
-				return chunks[0], size, err
-			}
-			return bytes.Join(chunks, nil), size, err
-		}
-	}
-}
-
-// newID is a request id the code cannot guess.
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+// sendTimeout bounds writing one message to the interpreter: a pipe whose
+// reader stopped reading blocks the writer once full.
+const sendTimeout = 10 * time.Second
 
 func (p *process) send(msg any) error {
 	b, err := json.Marshal(msg)
@@ -327,6 +270,7 @@ func (p *process) send(msg any) error {
 	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
+	_ = p.req.SetWriteDeadline(time.Now().Add(sendTimeout))
 	_, err = p.req.Write(append(b, '\n'))
 	return err
 }
@@ -336,16 +280,31 @@ func (p *process) alive() bool {
 	case <-p.exited:
 		return false
 	default:
-		return true
+		return !p.abandoned.Load()
 	}
 }
 
-// kill ends the interpreter and every process it started (procs.go).
+// killWait bounds how long a kill waits for the process to be gone.
+const killWait = 10 * time.Second
+
+// kill ends the interpreter and every process it started (procs.go) and
+// waits, within killWait, until it is gone. Safe to call more than once.
 func (p *process) kill() {
-	killProcesses(p.cmd.Process.Pid, p.tag)
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.exited
+	p.setEnd(ErrorInterpreterKilled, "the agent killed the interpreter")
+	killProcesses(p.pid(), p.tag)
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	_ = syscall.Kill(p.pid(), syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(killWait):
+		// Not gone after SIGKILL (a process stuck in the kernel): it serves
+		// nothing more, and a fresh one takes its place.
+		p.abandoned.Store(true)
+	}
 }
+
+// ErrorInterpreterKilled is the error type of an interpreter the agent ended.
+const ErrorInterpreterKilled = protocol.ErrorInterpreterKilled
 
 // outputPipe makes a pipe for the interpreter's stdout or stderr whose read
 // end blocks in read(2) instead of joining Go's poller: a poller's epoll
@@ -359,6 +318,12 @@ func outputPipe() (r, w *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
 }
 
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
 func (it *Interpreter) spawn() (*process, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
@@ -366,14 +331,17 @@ func (it *Interpreter) spawn() (*process, error) {
 	}
 	respR, respW, err := os.Pipe()
 	if err != nil {
+		closeAll(reqR, reqW)
 		return nil, err
 	}
 	outR, outW, err := outputPipe()
 	if err != nil {
+		closeAll(reqR, reqW, respR, respW)
 		return nil, err
 	}
 	errR, errW, err := outputPipe()
 	if err != nil {
+		closeAll(reqR, reqW, respR, respW, outR, outW)
 		return nil, err
 	}
 	tag := newID()
@@ -384,28 +352,25 @@ func (it *Interpreter) spawn() (*process, error) {
 	cmd.Env = append(cmd.Env, it.cfg.Limits.env(cmd.Env)...)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
-	// Own process group: SIGKILL reaches subprocesses of the code too; Pdeathsig:
-	// the interpreter never outlives the agent.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	procs.BecomeSubreaper() // see procs.go
-	err = procs.Start(cmd)
-	for _, f := range []*os.File{reqR, respW, outW, errW} {
-		_ = f.Close()
-	}
+	err = it.start(cmd)
+	closeAll(reqR, respW, outW, errW)
 	if err != nil {
-		for _, f := range []*os.File{reqW, respR, outR, errR} {
-			_ = f.Close()
-		}
+		closeAll(reqW, respR, outR, errR)
 		return nil, fmt.Errorf("start %s: %w", it.cfg.Python, err)
 	}
-	p := &process{cmd: cmd, tag: tag, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
+	it.mu.Lock()
+	it.gens++
+	gen := it.gens
+	it.mu.Unlock()
+	p := &process{cmd: cmd, tag: tag, gen: gen, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
+	p.pipes = [2]uint64{inode(reqW), inode(respR)}
 	// Before the interpreter reads its first request, so no code runs unlimited.
 	limitErr := applyLimits(cmd.Process.Pid, it.cfg.Limits)
 	p.drained.Add(2)
 	go func() { defer p.drained.Done(); p.stdout.run(outR); _ = outR.Close() }()
 	go func() { defer p.drained.Done(); p.stderr.run(errR); _ = errR.Close() }()
 	go func() {
-		defer close(p.msgs)
 		defer func() { _ = respR.Close() }()
 		it.readMessages(p, respR)
 	}()
@@ -417,33 +382,52 @@ func (it *Interpreter) spawn() (*process, error) {
 		killProcesses(0, tag)
 		_ = reqW.Close()
 		close(p.exited)
+		it.exited(p)
 	}()
 
 	if limitErr != nil {
+		p.setEnd(protocol.ErrorInterpreterDied, limitErr.Error())
 		p.kill()
 		return nil, limitErr
 	}
 
 	timer := time.NewTimer(it.cfg.ReadyTimeout)
 	defer timer.Stop()
-	for {
-		select {
-		case m, ok := <-p.msgs:
-			if !ok {
-				<-p.exited
-				return nil, fmt.Errorf("interpreter exited during start-up (%v); stderr is the pod's log", p.waitErr)
-			}
-			if m.Method == "ready" {
-				if err := json.Unmarshal(m.Params, &p.info); err != nil {
-					p.kill()
-					return nil, fmt.Errorf("bad ready message: %w", err)
-				}
-				return p, nil
-			}
-		case <-timer.C:
+	select {
+	case m := <-p.msgs:
+		if err := json.Unmarshal(m.Params, &p.info); err != nil {
 			p.kill()
-			return nil, fmt.Errorf("interpreter not ready after %s (preloads: %v)", it.cfg.ReadyTimeout, it.cfg.Preload)
+			return nil, fmt.Errorf("bad ready message: %w", err)
 		}
+		p.info.Containment = it.contain.String()
+		p.threads = threadCount(p.pid())
+		return p, nil
+	case <-p.exited:
+		_, why := p.ending()
+		return nil, fmt.Errorf("interpreter exited during start-up: %s; stderr is the pod's log", why)
+	case <-timer.C:
+		p.kill()
+		return nil, fmt.Errorf("interpreter not ready after %s (preloads: %v)", it.cfg.ReadyTimeout, it.cfg.Preload)
+	}
+}
+
+// exited records the end of a process. The current one's end is what the
+// next run reports as the reason its state was lost; an idle interpreter
+// is restarted at once, so that readiness says the truth.
+func (it *Interpreter) exited(p *process) {
+	kind, why := p.ending()
+	it.mu.Lock()
+	current := it.proc == p
+	if current && p.gen == it.served && it.lost == "" {
+		it.lost = why
+	}
+	restart := current && !it.closed && it.interrupt == nil
+	it.mu.Unlock()
+	if current {
+		it.cfg.Log.Info("interpreter ended", "pid", p.pid(), "generation", p.gen, "why", why, "type", kind)
+	}
+	if restart {
+		it.restartAsync()
 	}
 }
 
@@ -453,23 +437,43 @@ func (it *Interpreter) Start() error {
 	return err
 }
 
-func (it *Interpreter) ensure() (*process, error) {
+func (it *Interpreter) current() *process {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.proc != nil && it.proc.alive() {
-		return it.proc, nil
+		return it.proc
+	}
+	return nil
+}
+
+func (it *Interpreter) ensure() (*process, error) {
+	if p := it.current(); p != nil {
+		return p, nil
+	}
+	it.startMu.Lock()
+	defer it.startMu.Unlock()
+	if p := it.current(); p != nil {
+		return p, nil
+	}
+	it.mu.Lock()
+	closed := it.closed
+	it.mu.Unlock()
+	if closed {
+		return nil, errors.New("the agent is shutting down")
 	}
 	start := time.Now()
 	p, err := it.spawn()
+	it.mu.Lock()
 	it.proc, it.startErr = p, err
+	if err == nil && len(p.info.Failed) > 0 {
+		it.startErr = fmt.Errorf("preload failed: %v", p.info.Failed)
+	}
+	it.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	it.cfg.Log.V(1).Info("interpreter ready", "pid", p.info.PID, "python", p.info.Python,
-		"preloaded", p.info.Preloaded, "startup", time.Since(start))
-	if len(p.info.Failed) > 0 {
-		it.startErr = fmt.Errorf("preload failed: %v", p.info.Failed)
-	}
+	it.cfg.Log.V(1).Info("interpreter ready", "pid", p.pid(), "python", p.info.Python, "generation", p.gen,
+		"preloaded", p.info.Preloaded, "containment", p.info.Containment, "startup", time.Since(start))
 	return p, nil
 }
 
@@ -519,60 +523,111 @@ func (it *Interpreter) Interrupt() bool {
 	return true
 }
 
-// Close kills the interpreter.
+// Close kills the interpreter; nothing restarts it.
 func (it *Interpreter) Close() {
 	it.mu.Lock()
 	p := it.proc
-	it.proc = nil
+	it.proc, it.closed = nil, true
 	it.mu.Unlock()
 	if p != nil {
 		p.kill()
 	}
 }
 
-// Reset replaces the interpreter with a fresh one: all state is gone.
+// Reset replaces the interpreter with a fresh one: all state is gone, as the
+// caller asked, so the next run does not report it lost.
 func (it *Interpreter) Reset() error {
 	if !it.busy.TryLock() {
 		return ErrBusy
 	}
 	defer it.busy.Unlock()
-	it.Close()
+	it.mu.Lock()
+	p := it.proc
+	it.proc, it.served, it.lost = nil, 0, ""
+	it.mu.Unlock()
+	if p != nil {
+		p.setEnd(protocol.ErrorInterpreterKilled, "the interpreter was reset")
+		p.kill()
+	}
 	_, err := it.ensure()
 	return err
 }
 
+// prepare returns the process a request goes to, after replacing one that
+// something the code left running could answer for (foreign.go). lost is why
+// the state the last run left is gone ("" when it is not).
+func (it *Interpreter) prepare() (p *process, lost string, err error) {
+	p, err = it.ensure()
+	if err != nil {
+		return nil, "", err
+	}
+	if why := foreignPresence(p); why != "" {
+		p.setEnd(ErrorForeignPresence, why)
+		it.cfg.Log.Info("replacing the interpreter before a request", "why", why, "pid", p.pid())
+		p.kill()
+		it.exited(p) // recorded before the new process is current (exited may still be on its way)
+		if p, err = it.ensure(); err != nil {
+			return nil, "", err
+		}
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.served != 0 && it.served != p.gen {
+		lost = it.lost
+		if lost == "" {
+			lost = "the interpreter was replaced"
+		}
+	}
+	return p, lost, nil
+}
+
+// servedBy records the process whose state the last request left; 0 when
+// that request reported the state lost itself.
+func (it *Interpreter) servedBy(gen uint64) {
+	it.mu.Lock()
+	it.served, it.lost = gen, ""
+	it.mu.Unlock()
+}
+
 // call sends one request and waits for its response (not for executions).
 func (it *Interpreter) call(method string, params any, timeout time.Duration) (json.RawMessage, error) {
-	p, err := it.ensure()
+	p, lost, err := it.prepare()
 	if err != nil {
 		return nil, err
 	}
-	id := newID()
-	p.expect(id)
-	defer p.expect("")
-	drainStale(p)
-	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
-		return nil, fmt.Errorf("send %s: %w", method, err)
+	if lost != "" {
+		// Said here, and by the next run too (served is left as it is).
+		return nil, fmt.Errorf("%s: the interpreter's state is lost (%s)", method, lost)
 	}
-	want := strconv.Quote(id)
+	key := newRunKey()
+	p.expect(key, 0)
+	defer p.expect(nil, 0)
+	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": key.id, "secret": key.secret, "method": method, "params": params}); err != nil {
+		it.violation(p, "it did not read the agent's request: "+err.Error(), nil)
+	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var graceC <-chan time.Time
 	for {
 		select {
-		case m, ok := <-p.msgs:
-			if !ok {
-				return nil, fmt.Errorf("%s: the interpreter died, and the state with it", method)
+		case m := <-p.msgs:
+			if check(&m, key, true) != "" || m.Method != "" {
+				it.violation(p, "a message that is not the reply to "+method, nil)
+				continue
 			}
-			if m.Method == "" && string(m.ID) == want {
-				if m.Error != nil {
-					return nil, errors.New(m.Error.Message)
-				}
-				if graceC != nil {
-					return nil, fmt.Errorf("%s: interrupted after %s (the value's __repr__ or JSON did not finish)", method, timeout)
-				}
-				return m.Result, nil
+			if m.Error != nil {
+				return nil, errors.New(m.Error.Message)
 			}
+			if graceC != nil {
+				return nil, fmt.Errorf("%s: interrupted after %s (the value's __repr__ or JSON did not finish)", method, timeout)
+			}
+			if method == "restore" { // the state is the snapshot's now, and lives in this process
+				it.servedBy(p.gen)
+			}
+			return m.Result, nil
+		case <-p.exited:
+			_, why := p.ending()
+			return nil, fmt.Errorf("%s: %s, so a fresh one was started: the state is lost", method, why)
 		case <-timer.C:
 			// Code of the user's runs in the interpreter (a __repr__ that never
 			// returns): interrupt it as a run is, or the next run finds the
@@ -580,15 +635,12 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 			_ = p.cmd.Process.Signal(syscall.SIGINT)
 			graceC = time.After(it.cfg.DefaultGrace)
 		case <-graceC:
-			p.kill()
-			<-p.exited
-			it.restartAsync()
-			return nil, fmt.Errorf("%s: no answer within %s nor after SIGINT, so the interpreter was killed and a fresh one "+
-				"started: the state is lost", method, timeout)
+			p.setEnd(protocol.ErrorInterpreterKilled, fmt.Sprintf("%s did not answer within %s nor after SIGINT", method, timeout))
+			go p.kill()
+			graceC = nil
 		}
 	}
 }
-
 // Variable returns a global of the interpreter: found, and its JSON or repr.
 func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 	if !it.busy.TryLock() {
@@ -623,18 +675,4 @@ func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 func newMarkers() (end, display []byte) {
 	id := newID()
 	return []byte("\x1ewarmpool-end-" + id + "\x1e"), []byte("\x1ewarmpool-display-" + id + "\x1e")
-}
-
-// drainStale drops messages left over from an earlier request.
-func drainStale(p *process) {
-	for {
-		select {
-		case _, ok := <-p.msgs:
-			if !ok {
-				return
-			}
-		default:
-			return
-		}
-	}
 }

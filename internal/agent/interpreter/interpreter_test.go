@@ -272,7 +272,7 @@ func TestInterpreterDeathIsReportedAndRecovered(t *testing.T) {
 				t.Fatalf("error = %+v", res.Error)
 			}
 			t.Logf("message: %s", res.Error.Message)
-			if name == "os._exit" && (!strings.Contains(res.Error.Message, "exit status 3") || res.Stdout != "bye\n") {
+			if name == "os._exit" && (!strings.Contains(res.Error.Message, "exit code 3") || res.Stdout != "bye\n") {
 				t.Fatalf("message=%q stdout=%q", res.Error.Message, res.Stdout)
 			}
 			if name == "segfault" && !strings.Contains(res.Error.Message, "signal") {

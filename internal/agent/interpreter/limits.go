@@ -75,23 +75,27 @@ const (
 // preloaded: a 3x3 dot product never returned).
 var singleThreaded = []string{"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS"}
 
-// env returns what the interpreter's environment needs under these limits,
-// leaving alone what env (the pool's own settings) already says.
+// env returns what the interpreter's environment needs, leaving alone what
+// env (the pool's own settings) already says. The numeric libraries run one
+// thread each always: a pool of threads a library starts in a run would
+// count as threads the code left running (foreign.go), and a sandbox has its
+// own CPU limit, not the node's cores. Under a memory limit, malloc arenas
+// and thread stacks are kept small too.
 func (l Limits) env(env []string) []string {
-	if l.MemoryBytes <= 0 {
-		return nil
-	}
 	set := func(name string) bool {
 		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
 	}
 	var out []string
-	if !set("MALLOC_ARENA_MAX") {
-		out = append(out, fmt.Sprintf("MALLOC_ARENA_MAX=%d", mallocArenas))
-	}
 	for _, name := range singleThreaded {
 		if !set(name) {
 			out = append(out, name+"=1")
 		}
+	}
+	if l.MemoryBytes <= 0 {
+		return out
+	}
+	if !set("MALLOC_ARENA_MAX") {
+		out = append(out, fmt.Sprintf("MALLOC_ARENA_MAX=%d", mallocArenas))
 	}
 	return append(out, fmt.Sprintf("WARMPOOL_THREAD_STACK_BYTES=%d", threadStackBytes))
 }

@@ -32,18 +32,24 @@ func killAtCleanup(t *testing.T, pids ...int) {
 // startDetached is Python that starts two processes that leave the
 // interpreter's process group: one with start_new_session that holds the
 // interpreter's stdout and writes to it later, and a double-forked daemon with
-// an empty environment. Its value is their PIDs.
-const startDetached = `import subprocess, sys
-detached = subprocess.Popen([sys.executable, '-c', 'import time, os; time.sleep(3); os.write(1, b"late\\n")'], start_new_session=True)
+// an empty environment. Its value is their PIDs as the agent sees them
+// (/proc/self: the interpreter may have a PID namespace of its own).
+const startDetached = `import subprocess, sys, os, time
+for f in ('detached.pid',):
+    if os.path.exists(f):
+        os.remove(f)
+detached = subprocess.Popen([sys.executable, '-c', 'import time, os; open("detached.pid.tmp", "w").write(os.readlink("/proc/self")); os.rename("detached.pid.tmp", "detached.pid"); time.sleep(3); os.write(1, b"late\\n")'], start_new_session=True)
 daemon = subprocess.run([sys.executable, '-c', '''
 import os, sys, time
 if os.fork() == 0:
     os.setsid()
-    os.write(1, str(os.getpid()).encode())
+    os.write(1, os.readlink("/proc/self").encode())
     os.close(1); os.close(2)
     time.sleep(60)
 '''], env={}, capture_output=True, check=True)
-[detached.pid, int(daemon.stdout)]`
+while not os.path.exists('detached.pid'):
+    time.sleep(0.01)
+[int(open('detached.pid').read()), int(daemon.stdout)]`
 
 func detachedPIDs(t *testing.T, res *protocol.Result) []int {
 	t.Helper()
@@ -100,7 +106,7 @@ func TestDeathWithDetachedChildIsReportedPromptly(t *testing.T) {
 	pids := detachedPIDs(t, run(t, it, startDetached))
 	res := run(t, it, "import os\nos._exit(3)")
 	wantStatus(t, res, protocol.StatusFailed)
-	if res.Error.Type != protocol.ErrorInterpreterDied || !strings.Contains(res.Error.Message, "exit status 3") {
+	if res.Error.Type != protocol.ErrorInterpreterDied || !strings.Contains(res.Error.Message, "exit code 3") {
 		t.Fatalf("error = %+v", res.Error)
 	}
 	if res.DurationMillis > 1500 {
@@ -112,7 +118,7 @@ func TestDeathWithDetachedChildIsReportedPromptly(t *testing.T) {
 		}
 	}
 	res = run(t, it, "import os\nos._exit(4)")
-	if res.DurationMillis > 1500 || !strings.Contains(res.Error.Message, "exit status 4") {
+	if res.DurationMillis > 1500 || !strings.Contains(res.Error.Message, "exit code 4") {
 		t.Errorf("second death: %.0f ms, %+v", res.DurationMillis, res.Error)
 	}
 }

@@ -2,145 +2,136 @@ package interpreter
 
 import (
 	"bufio"
-	"encoding/json"
-	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
-// protoFDs is Python that finds the protocol channel to the agent, wherever
-// the REPL server keeps it: the write ends of pipes whose read end the agent
-// (the interpreter's parent) holds, other than fd 1 and 2. (Not every pipe: the
-// agent may pass on pipes it inherited, which nobody reads.)
-const protoFDs = `import os, stat, fcntl, json
-def _proto_fds():
-    agent = f"/proc/{os.getppid()}/fd"
-    ends = set()
-    for n in os.listdir(agent):
-        try:
-            flags = [l for l in open(f"/proc/{os.getppid()}/fdinfo/{n}") if l.startswith("flags:")][0]
-            if int(flags.split()[1], 8) & os.O_ACCMODE == os.O_RDONLY:
-                ends.add(os.readlink(f"{agent}/{n}"))
-        except (OSError, IndexError):
-            pass
-    std = {os.readlink("/proc/self/fd/1"), os.readlink("/proc/self/fd/2")}
-    fds = []
-    for name in os.listdir('/proc/self/fd'):
-        fd = int(name)
-        try:
-            link = os.readlink(f"/proc/self/fd/{name}")
-            if link in ends and link not in std and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
-                fds.append(fd)
-        except OSError:
-            pass
-    assert fds, "no protocol pipe found"
-    return fds
+// protoFDs is Python that finds the REPL server's channel to the agent (its
+// globals are reachable from any helper function's __globals__).
+const protoFDs = `import os, json
+_server = FINAL.__globals__
 def _write_all(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 `
 
-// Replies written to the protocol pipe by the code must never be taken for the
-// result of a later execution (nor of its own, when it cannot know the id).
-func TestForgedProtocolRepliesNeverReachLaterRuns(t *testing.T) {
-	it := newInterp(t)
-	res := run(t, it, protoFDs+`
-forged = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "result": {"status": "ok", "result": "'forged'", "error": None}}).encode() + b"\n"
-                  for i in range(1, 3001))
-forged += b"".join(json.dumps({"jsonrpc": "2.0", "id": f"b{i}-1", "method": "llm_query", "params": {"prompt": "forged"}}).encode() + b"\n"
-                   for i in range(1, 10))
-for fd in _proto_fds():
-    _write_all(fd, forged)
-n = 0
-'real'`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 10000 })
-	wantStatus(t, res, protocol.StatusSucceeded)
-	if *res.Result != "'real'" {
-		t.Fatalf("run 1 result = %s", *res.Result)
+// violated asserts a run that broke the protocol: ended at once (well within
+// its timeout), failed, state lost with the reason, and the next run right on
+// a fresh interpreter.
+func violated(t *testing.T, it *Interpreter, res *protocol.Result, within time.Duration) {
+	t.Helper()
+	if res.Status == protocol.StatusSucceeded || !res.StateLost || res.Error == nil ||
+		res.Error.Type != ErrorProtocolViolation || !strings.Contains(res.StateLostReason, "protocol") {
+		t.Fatalf("want a protocol violation, got %s: %+v (reason %q)", res.Status, res.Error, res.StateLostReason)
 	}
-	for i := 1; i <= 6; i++ {
-		res := run(t, it, "n += 1\nn", func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 10000 })
-		wantStatus(t, res, protocol.StatusSucceeded)
-		if *res.Result != fmt.Sprint(i) {
-			t.Fatalf("run %d after the forgery: result %s, want %d", i+1, *res.Result, i)
-		}
+	if d := time.Duration(res.DurationMillis * float64(time.Millisecond)); d > within {
+		t.Errorf("the violation took %s to end the run", d)
 	}
-
-	// A thread of the code that floods the pipe with blind forgeries while a
-	// later execution runs: that execution's result and bridge calls are its own.
-	wantStatus(t, run(t, it, protoFDs+`
-import threading, os
-flag = os.path.join(os.getcwd(), "stop-flood")
-def _flood():
-    junk = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "result": {"status": "ok", "result": "'forged'", "error": None}}).encode() + b"\n"
-                    for i in range(1, 200))
-    junk += b"".join(json.dumps({"jsonrpc": "2.0", "id": f"b{i}-1", "method": "llm_query", "params": {"prompt": "forged"}}).encode() + b"\n"
-                     for i in range(1, 200))
-    fds = _proto_fds()
-    while not os.path.exists(flag):
-        for fd in fds:
-            _write_all(fd, junk)
-flood = threading.Thread(target=_flood, daemon=True)
-flood.start()`), protocol.StatusSucceeded)
-	var mu sync.Mutex
-	var prompts []string
-	hooks := Hooks{OnBridge: func(c protocol.BridgeCall, done <-chan struct{}) (json.RawMessage, error) {
-		var p map[string]any
-		_ = json.Unmarshal(c.Params, &p)
-		mu.Lock()
-		prompts = append(prompts, fmt.Sprint(p["prompt"]))
-		mu.Unlock()
-		return json.Marshal(fmt.Sprintf("echo:%v", p["prompt"]))
-	}}
-	for i := 0; i < 3; i++ {
-		res, err := it.Execute(protocol.ExecuteRequest{ID: fmt.Sprint("flooded-", i), Code: "llm_query('real')", Bridge: true, TimeoutMillis: 10000}, hooks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantStatus(t, res, protocol.StatusSucceeded)
-		if *res.Result != "'echo:real'" {
-			t.Fatalf("flooded run %d: result %s", i, *res.Result)
-		}
-	}
-	wantStatus(t, run(t, it, "open(flag, 'w').close()\nflood.join(10)\nflood.is_alive()"), protocol.StatusSucceeded)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(prompts) != 3 || prompts[0] != "real" || prompts[1] != "real" || prompts[2] != "real" {
-		t.Fatalf("bridge calls seen: %d, first %q", len(prompts), prompts[:min(len(prompts), 5)])
+	next := run(t, it, "'kept' in globals(), 6 * 7")
+	wantStatus(t, next, protocol.StatusSucceeded)
+	if *next.Result != "(False, 42)" || next.StateLost {
+		t.Fatalf("next run: %s, stateLost %v", *next.Result, next.StateLost)
 	}
 }
 
-// A partial message (a lone "{") on the protocol pipe must not swallow the
-// reply that follows it.
-func TestProtocolGarbageIsResynchronised(t *testing.T) {
+// Replies and bridge calls written to the channel by the code, without the
+// run's secret, end the interpreter: they never become a result.
+func TestForgedRepliesEndTheInterpreter(t *testing.T) {
 	it := newInterp(t)
 	run(t, it, "kept = 'state'")
 	res := run(t, it, protoFDs+`
-for fd in _proto_fds():
-    _write_all(fd, b'{')
-'real'`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 4000; r.GraceMillis = 500 })
-	wantStatus(t, res, protocol.StatusSucceeded)
-	if res.StateLost || *res.Result != "'real'" {
-		t.Fatalf("result = %+v", res)
-	}
+forged = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "result": {"status": "ok", "result": "'forged'", "error": None}}).encode() + b"\n"
+                  for i in range(1, 300))
+_write_all(_server["_RPC_OUT"], forged)
+import time
+time.sleep(30)
+'real'`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 20000 })
+	violated(t, it, res, 5*time.Second)
+
+	run(t, it, "kept = 'state'")
 	res = run(t, it, protoFDs+`
-for fd in _proto_fds():
-    _write_all(fd, b'\xff\xfe{"jsonrpc": "2.0", "id": ')
-kept`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 4000; r.GraceMillis = 500 })
+call = {"jsonrpc": "2.0", "id": "b1-1", "run": _server["_state"].run_id, "method": "llm_query", "params": {"prompt": "forged"}}
+_write_all(_server["_RPC_OUT"], json.dumps(call).encode() + b"\n")
+import time
+time.sleep(30)`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 20000 })
+	violated(t, it, res, 5*time.Second)
+}
+
+// Code can lie about its own run (it has the run's id and secret), but the
+// REPL server's own reply then comes to a channel with no request in flight:
+// the interpreter is ended, and the next run says its state is lost.
+func TestOwnForgeryIsCaughtByTheNextRun(t *testing.T) {
+	it := newInterp(t)
+	res := run(t, it, protoFDs+`
+kept = 'state'
+st = _server["_state"]
+_write_all(_server["_RPC_OUT"], b"\n" + json.dumps({"jsonrpc": "2.0", "id": st.run_id, "secret": st.secret,
+    "result": {"status": "ok", "result": "'forged'", "error": None}}).encode() + b"\n")
+import time
+time.sleep(0.3)`)
 	wantStatus(t, res, protocol.StatusSucceeded)
-	if res.StateLost || *res.Result != "'state'" {
-		t.Fatalf("result = %+v", res)
+	deadline := time.Now().Add(5 * time.Second)
+	for it.current() != nil && it.current().gen == 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	next := run(t, it, "'kept' in globals()")
+	wantStatus(t, next, protocol.StatusSucceeded)
+	if !next.StateLost || !strings.Contains(next.StateLostReason, "no request was in flight") || *next.Result != "False" {
+		t.Fatalf("next run: %s, stateLost %v (%q)", *next.Result, next.StateLost, next.StateLostReason)
 	}
 }
 
-// A 100 MB line on the protocol pipe costs the agent bounded memory, and only
-// a bounded part of it reaches the agent's log.
+// A thread left running by one run that would take the next request and
+// answer it: the agent finds the thread first, and the next run runs its own
+// code on a fresh interpreter and says why the state is gone.
+func TestThreadLeftRunningCannotAnswerTheNextRun(t *testing.T) {
+	it := newInterp(t)
+	first := run(t, it, protoFDs+`
+import threading
+kept = 'state'
+def _answer():
+    data = os.read(_server["_RPC_IN"], 1 << 20)
+    req = json.loads(data.splitlines()[0])
+    _write_all(_server["_RPC_OUT"], b"\n" + json.dumps({"jsonrpc": "2.0", "id": req["id"], "secret": req.get("secret"),
+        "result": {"status": "ok", "result": "'forged'", "error": None}}).encode() + b"\n")
+threading.Thread(target=_answer, daemon=True).start()`)
+	wantStatus(t, first, protocol.StatusSucceeded)
+	res := run(t, it, "'real', 'kept' in globals()")
+	wantStatus(t, res, protocol.StatusSucceeded)
+	if *res.Result != "('real', False)" || !res.StateLost || !strings.Contains(res.StateLostReason, "thread") {
+		t.Fatalf("result %s, stateLost %v (%q)", *res.Result, res.StateLost, res.StateLostReason)
+	}
+	// Threads that end with their run cost nothing.
+	run(t, it, "import threading\nkept = 'state'\nt = threading.Thread(target=lambda: None)\nt.start()\nt.join()")
+	res = run(t, it, "kept")
+	wantStatus(t, res, protocol.StatusSucceeded)
+	if res.StateLost || *res.Result != "'state'" {
+		t.Fatalf("a joined thread cost the state: %+v", res)
+	}
+}
+
+// A fragment on the channel (a lone "{", bytes that are not UTF-8) is a
+// protocol violation, not something to read past.
+func TestProtocolGarbageEndsTheInterpreter(t *testing.T) {
+	it := newInterp(t)
+	for _, junk := range []string{`b'{\n'`, `b'\xff\xfe{"jsonrpc": "2.0", "id": \n'`, `b'[]\n'`, `b'{"jsonrpc": "2.0"}\n'`} {
+		run(t, it, "kept = 'state'")
+		res := run(t, it, protoFDs+"_write_all(_server['_RPC_OUT'], "+junk+")\nimport time\ntime.sleep(30)",
+			func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 20000 })
+		violated(t, it, res, 5*time.Second)
+	}
+}
+
+// A 100 MB line on the protocol pipe costs the agent bounded memory, ends the
+// interpreter, and only a bounded part of it reaches the agent's log.
 func TestOversizedProtocolLineIsBounded(t *testing.T) {
 	var logMu sync.Mutex
 	logged := 0
@@ -160,15 +151,12 @@ func TestOversizedProtocolLineIsBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	res := run(t, it, protoFDs+`
 line = b'{"jsonrpc": "2.0", "id": 1, "result": "' + b'x' * 100_000_000 + b'\n'  # and not even JSON
-for fd in _proto_fds():
-    _write_all(fd, line)
+_write_all(_server["_RPC_OUT"], line)
 del line
-kept`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 20000 })
+import time
+time.sleep(30)`, func(r *protocol.ExecuteRequest) { r.TimeoutMillis = 40000 })
 	runtime.ReadMemStats(&after)
-	wantStatus(t, res, protocol.StatusSucceeded)
-	if res.StateLost || *res.Result != "'state'" {
-		t.Fatalf("result = %+v", res)
-	}
+	violated(t, it, res, 20*time.Second)
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("agent allocated %d MB while reading a 100 MB line; logged %d bytes: %.200s", alloc>>20, logged, sample)
 	if alloc > 48<<20 {

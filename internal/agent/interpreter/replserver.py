@@ -13,20 +13,25 @@
 # the protocol.
 #
 # The code runs in this process, so it can always reach the protocol pipe (it is
-# in /proc/self/fd) and read this server's state. What the agent relies on
-# instead (see process.accepts in interpreter.go):
-#   - every request carries a fresh random id from the agent; replies and bridge
-#     calls ("run": id) count only for the request in flight, so whatever the
-#     code writes to the pipe cannot be taken for a later request, whose id it
-#     cannot know in advance;
-#   - every message starts on a new line ("\n" before it), so garbage the code
-#     left unterminated does not swallow the next message;
+# in /proc/self/fd) and read this server's state. The agent trusts nothing it
+# says (docs/security.md, "The agent supervises code it does not trust"):
+#   - every request carries a fresh id and a per-run secret from the agent, and
+#     every message of that request (the reply, its bridge calls) carries both
+#     back; anything else on the channel (a message for no request, garbage, an
+#     unterminated fragment, EOF) is a protocol violation that the agent ends by
+#     killing this process and reporting the state lost;
+#   - the agent checks, before each request, that no thread or process the code
+#     left running could read the request or answer for it (channel.go);
 #   - messages are bounded (WARMPOOL_MAX_MESSAGE_BYTES): a reply that would be
 #     larger is replaced by an error, a bridge call by an exception in the code.
+# What the server itself runs on is bound before any code runs (builtins, os,
+# json, io, compile): code that patches a module (os.dup2 = None) breaks its own
+# calls, never the server's.
 # Before and after each execution the server restores fd 0, 1, 2 and
 # sys.stdin/stdout/stderr from copies kept at high fds, and it is a child
 # subreaper, so processes the code starts and orphans stay its descendants and
 # the agent finds and kills all of them with the interpreter (procs.go).
+import _thread
 import ast
 import builtins
 import ctypes
@@ -49,6 +54,11 @@ try:
 except ImportError:  # Pyodide
     resource = None
 
+# The server's functions look builtins up in this copy, not in the builtins
+# module the code shares and can patch (builtins.repr = ...): a function takes
+# its builtins from its module's __builtins__ when it is defined.
+__builtins__ = dict(builtins.__dict__)
+
 SERVER_FILE = sys._getframe().f_code.co_filename  # "<string>" with -c, "<exec>" in Pyodide
 _SERVER_GLOBALS = globals()
 _EXCEPTION_GROUPS = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
@@ -70,20 +80,51 @@ def _fd_floor():
     return max(10, min(soft, 4096) - 64)
 
 
+# What the server needs, bound before any code runs: code that patches os,
+# fcntl, io, json or ast must not break the server's own channel to the agent.
+_os_read, _os_write, _getpid, _exit, _dup2, _close = os.read, os.write, os.getpid, os._exit, os.dup2, os.close
+_fcntl, _F_DUPFD_CLOEXEC, _F_GETFL, _F_SETFL = fcntl.fcntl, fcntl.F_DUPFD_CLOEXEC, fcntl.F_GETFL, fcntl.F_SETFL
+_TextIOWrapper, _BufferedReader, _BufferedWriter, _FileIO = io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.FileIO
+_PyCF_ONLY_AST, _ast_Expr, _ast_Expression = ast.PyCF_ONLY_AST, ast.Expr, ast.Expression
+_allocate_lock = _thread.allocate_lock
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode_str = json.encoder.encode_basestring_ascii
+_py_encoder = json.JSONEncoder(separators=(",", ":"), default=repr)  # where there is no C encoder
+_scan_once = json.JSONDecoder().scan_once
+_decoder = json.JSONDecoder()
+
+
+def _dumps(obj):
+    """JSON of obj, by encoder functions bound at start-up (JSONEncoder.encode
+    looks its C encoder up in json.encoder at each call)."""
+    if _c_make_encoder is None:
+        return _py_encoder.encode(obj)
+    return "".join(_c_make_encoder({}, _repr, _encode_str, None, ":", ",", False, False, True)(obj, 0))
+
+
+def _repr(o):
+    return repr(o)
+
+
+def _loads(text):
+    """Decodes one message of the agent's (compact JSON on one line)."""
+    try:
+        obj, end = _scan_once(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip():
+        raise ValueError("extra data after the JSON value")
+    return obj
+
+
 def _stash_fd(fd):
     """A close-on-exec copy of fd at a high number, out of the way of the code's
     own fds and not inherited by its subprocesses."""
     try:
-        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _fd_floor())
+        return _fcntl(fd, _F_DUPFD_CLOEXEC, _fd_floor())
     except OSError:
-        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        return _fcntl(fd, _F_DUPFD_CLOEXEC, 10)
 
-
-# What the server needs, bound before any code runs: code that patches os,
-# json or builtins must not break the server's own channel to the agent.
-_os_read, _os_write, _getpid, _exit = os.read, os.write, os.getpid, os._exit
-_encoder = json.JSONEncoder(separators=(",", ":"), default=repr)
-_decoder = json.JSONDecoder()
 # A child the code forks without exiting returns into the server loop: it
 # must never serve the agent (the next runs would go to a copy).
 _SERVER_PID = os.getpid()
@@ -119,9 +160,9 @@ def _write_fd(fd, data):
 
 
 def _send(msg):
-    data = _encoder.encode(msg).encode()
+    data = _dumps(msg).encode()
     if len(data) > _MAX_MESSAGE_BYTES and "result" in msg:
-        data = _encoder.encode({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": (
+        data = _dumps({"jsonrpc": "2.0", "id": msg.get("id"), "secret": msg.get("secret"), "error": {"code": -32603, "message": (
             f"the reply is {len(data)} bytes of JSON, above the agent's limit of {_MAX_MESSAGE_BYTES} bytes")}}).encode()
     # The leading newline ends whatever the code may have left unterminated on the pipe.
     _write_fd(_RPC_OUT, b"\n" + data + b"\n")
@@ -135,7 +176,7 @@ def _recv():
         if nl >= 0:
             line, _in_buf = _in_buf[:nl], _in_buf[nl + 1:]
             if line.strip():
-                return _decoder.decode(line.decode())
+                return _loads(line.decode())
             continue
         chunk = _os_read(_RPC_IN, 1 << 16)
         if not chunk:
@@ -146,13 +187,13 @@ def _recv():
 def _open_std(name):
     encoding, errors = _STD_TEXT[name]
     if name == "stdin":
-        return io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding, errors=errors)
+        return _TextIOWrapper(_BufferedReader(_FileIO(0, "r", closefd=False)), encoding=encoding, errors=errors)
     fd = 1 if name == "stdout" else 2
     # Line-buffered, as on a terminal: a print is one write, not two (`-u`
     # writes the text and the newline apart, and each write to the agent's
     # pipe is costly under gVisor). The end of each run flushes the rest.
-    return io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), encoding=encoding,
-                            errors=errors, line_buffering=True)
+    return _TextIOWrapper(_BufferedWriter(_FileIO(fd, "w", closefd=False)), encoding=encoding,
+                          errors=errors, line_buffering=True)
 
 
 def _open_transport():
@@ -160,12 +201,28 @@ def _open_transport():
     streams to high close-on-exec fds, out of the code's way."""
     global _RPC_IN, _RPC_OUT
     _RPC_IN, _RPC_OUT = _stash_fd(3), _stash_fd(4)
-    os.close(3)
-    os.close(4)
+    _close(3)
+    _close(4)
     for fd in (0, 1, 2):
         _STD_FDS[fd] = _stash_fd(fd)
-        _STD_FLAGS[fd] = fcntl.fcntl(fd, fcntl.F_GETFL)
+        _STD_FLAGS[fd] = _fcntl(fd, _F_GETFL)
     _STD_STREAMS["stdout"], _STD_STREAMS["stderr"] = _open_std("stdout"), _open_std("stderr")
+    # A process the code forks does not keep the channel: it could read the
+    # next request or answer for it (the agent checks that none does, and
+    # replaces an interpreter whose channel another process holds). Forks that
+    # bypass Python's hooks (a raw syscall) are caught by that check.
+    try:
+        os.register_at_fork(after_in_child=_drop_channel)
+    except AttributeError:  # pragma: no cover
+        pass
+
+
+def _drop_channel():
+    for fd in (_RPC_IN, _RPC_OUT):
+        try:
+            _close(fd)
+        except OSError:
+            pass
 
 
 def _restore_std():
@@ -175,8 +232,8 @@ def _restore_std():
         return
     for fd, saved in _STD_FDS.items():
         try:
-            os.dup2(saved, fd)
-            fcntl.fcntl(fd, fcntl.F_SETFL, _STD_FLAGS[fd])
+            _dup2(saved, fd)
+            _fcntl(fd, _F_SETFL, _STD_FLAGS[fd])
         except OSError:
             pass
     for name in ("stdin", "stdout", "stderr"):
@@ -194,6 +251,7 @@ def _restore_std():
 class _State:
     running = False        # SIGINT raises KeyboardInterrupt only while user code runs
     run_id = None          # the agent's id of the request in flight
+    secret = None          # and its per-run secret, which every message of the request carries
     final_called = False   # FINAL may be called once per interpreter (session)
     exec_count = 0
     bridge_calls = 0
@@ -243,23 +301,29 @@ def _bridge(method, params):
             "(use the streaming execute API with bridge enabled)")
     if _state.bridge_calls >= _state.max_bridge_calls:
         raise RuntimeError(f"{method}: limit of {_state.max_bridge_calls} bridge calls per execution exceeded")
-    _state.bridge_calls += 1
-    _state.bridge_seq += 1
-    call_id = f"b{_state.exec_count}-{_state.bridge_seq}"
-    msg = {"jsonrpc": "2.0", "id": call_id, "run": _state.run_id, "method": method, "params": params}
-    size = len(json.dumps(msg, separators=(",", ":"), default=repr))
-    if size > _MAX_MESSAGE_BYTES:
-        raise ValueError(f"{method}: the call is {size} bytes of JSON, above the agent's limit of {_MAX_MESSAGE_BYTES} bytes")
-    _send(msg)
-    while True:
-        msg = _recv()
-        if msg is None:
-            raise RuntimeError(f"{method}: the agent went away")
-        if msg.get("id") != call_id or "method" in msg:
-            continue  # a stale answer to an interrupted call
-        if "error" in msg:
-            raise RuntimeError(f"{method} failed: {msg['error'].get('message', msg['error'])}")
-        return msg.get("result")
+    # One call at a time, whichever thread of the code makes it: the agent
+    # takes more than one unanswered call as a forgery.
+    with _bridge_lock:
+        _state.bridge_calls += 1
+        _state.bridge_seq += 1
+        call_id = f"b{_state.exec_count}-{_state.bridge_seq}"
+        msg = {"jsonrpc": "2.0", "id": call_id, "run": _state.run_id, "secret": _state.secret, "method": method, "params": params}
+        size = len(_dumps(msg))
+        if size > _MAX_MESSAGE_BYTES:
+            raise ValueError(f"{method}: the call is {size} bytes of JSON, above the agent's limit of {_MAX_MESSAGE_BYTES} bytes")
+        _send(msg)
+        while True:
+            msg = _recv()
+            if msg is None:
+                raise RuntimeError(f"{method}: the agent went away")
+            if msg.get("id") != call_id or "method" in msg:
+                continue  # a stale answer to an interrupted call
+            if "error" in msg:
+                raise RuntimeError(f"{method} failed: {msg['error'].get('message', msg['error'])}")
+            return msg.get("result")
+
+
+_bridge_lock = _allocate_lock()
 
 
 def llm_query(prompt, context=None):
@@ -506,7 +570,7 @@ def _emit_display(data, main=False):
     text = data.pop("text/plain", "")
     for mime, v in data.items():
         content = _content(mime, v)
-        size = len(_encoder.encode(content))
+        size = len(_dumps(content))
         if size > _Display.max_bytes or size > _Display.budget:
             which = "one result" if size > _Display.max_bytes else "a run (all its results)"
             limit = _Display.max_bytes if size > _Display.max_bytes else _Display.budget
@@ -533,7 +597,7 @@ def _emit_display(data, main=False):
         if not main:
             print(text)
         return
-    _emit_frame(_encoder.encode(msg).encode())
+    _emit_frame(_dumps(msg).encode())
 
 
 def display(*objs, raw=False):
@@ -652,10 +716,15 @@ def _format_exception(exc):
 
 
 def _error(exc, limit=65536):
-    if isinstance(exc, SyntaxError):
-        lines = traceback.format_exception_only(type(exc), exc)
-    else:
-        lines = _format_exception(exc)
+    # traceback and linecache are shared with the code, which may have patched
+    # them: their failure costs the traceback, never the reply.
+    try:
+        if isinstance(exc, SyntaxError):
+            lines = traceback.format_exception_only(type(exc), exc)
+        else:
+            lines = _format_exception(exc)
+    except BaseException as e:
+        lines = [f"[the traceback could not be formatted: {type(e).__name__}]\n"]
     try:
         message = str(exc)
     except BaseException as e:  # a broken __str__ must not break the server
@@ -724,10 +793,10 @@ def _execute(params):
     status, result, error = "ok", None, None
     try:
         try:
-            tree = ast.parse(code, filename, "exec")
+            tree = compile(code, filename, "exec", _PyCF_ONLY_AST)
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
+            if tree.body and isinstance(tree.body[-1], _ast_Expr):
+                last = _ast_Expression(tree.body.pop().value)
             body = compile(tree, filename, "exec")
             tail = compile(last, filename, "eval") if last is not None else None
             _state.running = True
@@ -1055,6 +1124,7 @@ def main():
         except KeyboardInterrupt:
             continue
         except ValueError as e:
+            # Not the agent's: the agent ends this process for it.
             _send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"parse error: {e}"}})
             continue
         if msg is None:
@@ -1062,32 +1132,38 @@ def main():
         method = msg.get("method")
         if method is None:
             continue  # a stale bridge answer
-        _state.run_id = msg.get("id")
+        rid = _state.run_id = msg.get("id")
+        secret = _state.secret = msg.get("secret")
         fn = handlers.get(method)
         if fn is None:
-            _send({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32601, "message": f"unknown method {method}"}})
+            _send({"jsonrpc": "2.0", "id": rid, "secret": secret, "error": {"code": -32601, "message": f"unknown method {method}"}})
             continue
         try:
             res = fn(msg.get("params") or {})
         except KeyboardInterrupt:
             res = {"status": "interrupted", "result": None, "error": {"type": "KeyboardInterrupt", "message": "", "traceback": ""}}
-        except Exception as e:
+        except BaseException as e:
             if _getpid() != _SERVER_PID:
                 _exit(0)
-            _send({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32603, "message": f"{type(e).__name__}: {e}"}})
+            try:
+                text = f"{type(e).__name__}: {e}"
+            except BaseException:
+                text = "an error in the REPL server"
+            _send({"jsonrpc": "2.0", "id": rid, "secret": secret, "error": {"code": -32603, "message": text}})
             continue
         if _getpid() != _SERVER_PID:
             # A child the code forked came back here: it ends, and only the
             # interpreter answers (with the child's output flushed first).
             _flush_output()
             _exit(0)
+        marker = (msg.get("params") or {}).get("marker")
         try:
-            _write_marker((msg.get("params") or {}).get("marker"))
+            _write_marker(marker)
         except KeyboardInterrupt:
-            _write_marker((msg.get("params") or {}).get("marker"))
+            _write_marker(marker)
         except OSError:
             pass  # the code closed fd 1 or 2; the agent stops waiting for the marker
-        _send({"jsonrpc": "2.0", "id": msg.get("id"), "result": res})
+        _send({"jsonrpc": "2.0", "id": rid, "secret": secret, "result": res})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+package interpreter
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/warmpool/warmpool/internal/agent/procs"
+)
+
+// The interpreter in namespaces of its own.
+//
+// The code and the agent run as one user (a pod runs as one non-root user
+// with every capability dropped, so the agent cannot give the interpreter
+// another UID). Same-user processes may signal and trace each other; so the
+// agent starts the interpreter in a new user namespace (mapping only the
+// agent's own UID and GID, so files and limits are the same) and, within it, a
+// new PID namespace and a new IPC namespace:
+//
+//   - The code cannot name the agent's process: kill, ptrace and
+//     process_vm_readv take a PID of the caller's namespace, and
+//     pidfd_send_signal refuses a process outside it (a pidfd made from
+//     /proc/1). The agent is also not dumpable (cmd/agent), so its
+//     /proc/PID/mem and environ are closed to the code.
+//   - The interpreter is the namespace's init: when it ends, the kernel kills
+//     every process the code started, however it forked, detached or hid.
+//   - System V IPC objects and POSIX message queues the code makes live in
+//     the namespace and go with it.
+//
+// Where the kernel refuses (a runc pod's RuntimeDefault seccomp profile blocks
+// new user namespaces without CAP_SYS_ADMIN; a kernel may forbid unprivileged
+// ones) the interpreter starts in the agent's namespaces, the process-tree
+// sweep (procs.go) ends what it started, and readiness reports the
+// containment as "process-tree".
+
+// containment is how the interpreter is kept apart from the agent.
+type containment int
+
+const (
+	containUnknown containment = iota
+	containNamespaces
+	containProcessTree
+)
+
+func (c containment) String() string {
+	switch c {
+	case containNamespaces:
+		return "namespaces"
+	case containProcessTree:
+		return "process-tree"
+	}
+	return ""
+}
+
+// Containment names how the interpreter is kept apart: "namespaces" or
+// "process-tree" ("" before it first started).
+func (it *Interpreter) Containment() string {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.contain.String()
+}
+
+// start starts cmd in namespaces of its own when it can (decided once, at
+// the first start), else as before.
+func (it *Interpreter) start(cmd *exec.Cmd) error {
+	it.mu.Lock()
+	contain := it.contain
+	it.mu.Unlock()
+	base := syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if contain != containProcessTree && !it.cfg.NoNamespaces {
+		attr := base
+		uid, gid := os.Getuid(), os.Getgid()
+		attr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+		cmd.SysProcAttr = &attr
+		err := procs.Start(cmd)
+		if err == nil {
+			it.setContainment(containNamespaces)
+			return nil
+		}
+		if contain == containNamespaces || !refused(err) {
+			return err
+		}
+		it.cfg.Log.Info("the kernel refuses new namespaces for the interpreter; it runs in the agent's, "+
+			"and a process-tree sweep ends what it starts", "err", err.Error())
+		// A Cmd starts once: the same command again, without the namespaces.
+		*cmd = exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin,
+			Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles}
+	}
+	it.setContainment(containProcessTree)
+	attr := base
+	cmd.SysProcAttr = &attr
+	return procs.Start(cmd)
+}
+
+func (it *Interpreter) setContainment(c containment) {
+	it.mu.Lock()
+	it.contain = c
+	it.mu.Unlock()
+}
+
+// refused says whether a start failed because new namespaces are not allowed.
+func refused(err error) bool {
+	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) ||
+		errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EUSERS)
+}
