@@ -352,7 +352,7 @@ func (it *Interpreter) spawn() (*process, error) {
 	cmd.Env = append(cmd.Env, it.cfg.Limits.env(cmd.Env)...)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
-	procs.BecomeSubreaper() // see procs.go
+	procs.BecomeSubreaper()                  // see procs.go
 	err = it.start(cmd)
 	closeAll(reqR, respW, outW, errW)
 	if err != nil {
@@ -641,6 +641,7 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 		}
 	}
 }
+
 // Variable returns a global of the interpreter: found, and its JSON or repr.
 func (it *Interpreter) Variable(name string) (*protocol.Variable, bool, error) {
 	if !it.busy.TryLock() {
