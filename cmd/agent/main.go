@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
@@ -177,11 +178,26 @@ func serve(args []string) error {
 	if *socket != "" && ifl.workspace == "/workspace" {
 		ifl.workspace = filepath.Join(filepath.Dir(*socket), "workspace")
 	}
+	if *socket != "" {
+		switch daemonAnswers(*socket) {
+		case socketLive:
+			return fmt.Errorf("an agent already serves %s: stop it first, or serve another --socket", *socket)
+		case socketStale:
+			log.Info("replacing a stale socket that no agent answers on", "socket", *socket)
+		}
+	}
 	ws, err := workspace.Open(ifl.workspace)
 	if err != nil {
 		return err
 	}
 
+	// Out of the code's reach (docs/security.md): not dumpable, so code of
+	// the same user can neither trace the agent nor read its memory,
+	// environment or descriptors through /proc; the interpreter runs in
+	// namespaces of its own where the kernel allows (internal/agent/interpreter).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		log.Info("could not make the agent undumpable", "err", err.Error())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// Orphans of user code are re-parented to the agent: it is PID 1 in a pod and
@@ -223,13 +239,15 @@ func serve(args []string) error {
 		Token: token, Verify: verify, Workers: interps, Workspace: ws, DefaultTimeout: ifl.timeout, DefaultGrace: ifl.grace,
 		MaxOutputBytes: ifl.maxOutput, MaxTimeout: ifl.maxTimeout, Isolation: canary, Log: log,
 		ScratchDirs: splitList(*scratchDirs),
+		// PID 1: a pod's container, where every other process is the code's.
+		Sandbox: os.Getpid() == 1,
 	})
 	var ln net.Listener
 	if *socket != "" {
 		if err := os.MkdirAll(filepath.Dir(*socket), 0o700); err != nil {
 			return err
 		}
-		_ = os.Remove(*socket)
+		_ = os.Remove(*socket) // stale (checked before anything started)
 		old := syscall.Umask(0o177)
 		ln, err = net.Listen("unix", *socket)
 		syscall.Umask(old)
@@ -321,8 +339,12 @@ func execCmd(args []string) (int, error) {
 	case *url != "":
 		c = client.New(*url, token)
 	case !*inProcess:
-		if _, serr := os.Stat(*socket); serr == nil {
+		switch daemonAnswers(*socket) {
+		case socketLive:
 			c = client.NewUnix(*socket, token)
+		case socketStale:
+			fmt.Fprintf(os.Stderr, "agent: no daemon answers on %s (a stale socket: its agent ended); running in-process. "+
+				"Start one with `agent serve --socket %s`, which replaces the socket.\n", *socket, *socket)
 		}
 	}
 	if c != nil {
@@ -366,6 +388,32 @@ func execCmd(args []string) (int, error) {
 		return *res.ExitCode, nil
 	}
 	return 1, nil
+}
+
+// socketState is what answers on a daemon's socket.
+type socketState int
+
+const (
+	socketNone  socketState = iota // no socket: no daemon
+	socketLive                     // a daemon answers
+	socketStale                    // a socket nobody listens on (its agent ended without removing it)
+)
+
+// daemonAnswers says whether a daemon listens on socket.
+func daemonAnswers(socket string) socketState {
+	fi, err := os.Stat(socket)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return socketNone
+	}
+	conn, err := net.DialTimeout("unix", socket, 2*time.Second)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return socketStale
+		}
+		return socketLive // it exists and did not refuse: let the request say what is wrong
+	}
+	_ = conn.Close()
+	return socketLive
 }
 
 // exitWith ends the agent for a reason a person must act on: the reason goes

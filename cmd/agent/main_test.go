@@ -163,3 +163,54 @@ func BenchmarkAgentIdleRSS(b *testing.B) {
 		_ = cmd.Wait()
 	}
 }
+
+// A socket its agent left behind (killed without removing it) is found out:
+// exec runs in-process and says so, and serve replaces it. A live daemon's
+// socket is not taken over.
+func TestStaleDaemonSocket(t *testing.T) {
+	bin := buildAgent(t)
+	sock := filepath.Join(t.TempDir(), "rlm", "daemon.sock")
+	start := func() *exec.Cmd {
+		t.Helper()
+		d := exec.Command(bin, "serve", "--socket", sock)
+		d.Stderr = os.Stderr
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for _, err := os.Stat(sock); err != nil; _, err = os.Stat(sock) {
+			if ctx.Err() != nil {
+				t.Fatal("no socket")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := client.NewUnix(sock, "").WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := start()
+	// Another serve on the same socket refuses, and the daemon still answers.
+	out, err := exec.Command(bin, "serve", "--socket", sock).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "already serves") {
+		t.Fatalf("a second serve: %v %q", err, out)
+	}
+	_ = d.Process.Kill() // SIGKILL: the socket stays
+	_ = d.Wait()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the killed daemon's socket is gone: %v", err)
+	}
+	cmd := exec.Command(bin, "exec", "--socket", sock, "-c", "print('ran'); 6 * 7")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil || stdout.String() != "ran\n42\n" || !strings.Contains(stderr.String(), "stale socket") {
+		t.Fatalf("exec with a stale socket: %v stdout %q stderr %q", err, stdout.String(), stderr.String())
+	}
+	d = start() // replaces the stale socket
+	t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
+	out, err = exec.Command(bin, "exec", "--socket", sock, "-c", "import os; os.getpid() != 0").CombinedOutput()
+	if err != nil || string(out) != "True\n" {
+		t.Fatalf("exec via the new daemon: %v %q", err, out)
+	}
+}

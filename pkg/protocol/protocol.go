@@ -312,6 +312,11 @@ type Health struct {
 	Protocol int `json:"protocol,omitempty"`
 	// Agent is the agent's build (its release, or the commit it was built from).
 	Agent string `json:"agent,omitempty"`
+	// Containment says how the interpreter is kept apart from the agent:
+	// "namespaces" (its own user, PID and IPC namespaces: the code cannot
+	// signal or trace the agent) or "process-tree" (the kernel refused new
+	// namespaces; docs/security.md says what that leaves open).
+	Containment string `json:"containment,omitempty"`
 }
 
 // ErrorBody is every non-2xx answer.

@@ -131,13 +131,28 @@ var _ = Describe("README.md", Ordered, Label("readme"), func() {
 		})
 		state = filepath.Join(GinkgoT().TempDir(), "shell-state")
 		Expect(os.WriteFile(state, nil, 0o600)).To(Succeed())
-		home, _ := os.UserHomeDir()
+		// README's ~ (the agent daemon's socket, the venv, the TypeScript
+		// project) is a home of the test's own: no test writes to the real
+		// one. The build caches stay the real ones, so nothing is built twice.
+		realHome, _ := os.UserHomeDir()
+		home := filepath.Join(GinkgoT().TempDir(), "home")
+		Expect(os.MkdirAll(home, 0o700)).To(Succeed())
 		venv = filepath.Join(home, ".venvs", "warmpool")
+		cacheHome := os.Getenv("XDG_CACHE_HOME")
+		if cacheHome == "" {
+			cacheHome = filepath.Join(realHome, ".cache")
+		}
 		// A fresh shell: the reader's PATH has no kubectl of its own (README
 		// says how to put the cached one on it); KUBECONFIG is unset.
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "KUBECTL=") {
+			if !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "KUBECTL=") && !strings.HasPrefix(kv, "HOME=") {
 				env = append(env, kv)
+			}
+		}
+		env = append(env, "HOME="+home, "XDG_CACHE_HOME="+cacheHome, "npm_config_cache="+filepath.Join(realHome, ".npm"))
+		for _, name := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+			if os.Getenv(name) == "" {
+				env = append(env, name+"="+strings.TrimSpace(run("go", "env", name)))
 			}
 		}
 		DeferCleanup(cleanReadmeObjects)

@@ -130,6 +130,9 @@ func (it *Interpreter) readMessages(p *process, r io.Reader) {
 func (p *process) accept(m *rpcMessage) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.end != "" {
+		return "" // being ended: nothing more it says counts
+	}
 	if reason := check(m, p.key, p.ready); reason != "" {
 		return reason
 	}
@@ -159,6 +162,17 @@ func (p *process) accept(m *rpcMessage) string {
 	}
 }
 
+// closeRequest ends the request in flight: from now on any message is a
+// violation, and one the reader already passed on is one too many.
+func (p *process) closeRequest(it *Interpreter) {
+	p.expect(nil, 0)
+	select {
+	case <-p.msgs:
+		it.violation(p, "a second message for a request that had its reply", nil)
+	default:
+	}
+}
+
 // answered says the unanswered bridge call was answered.
 func (p *process) answered() {
 	p.mu.Lock()
@@ -175,6 +189,7 @@ const logSample = 120
 // reason is the one reported.
 func (it *Interpreter) violation(p *process, reason string, sample []byte) {
 	if !p.setEnd(ErrorProtocolViolation, "the interpreter broke the agent's protocol: "+reason) {
+		// Ended already, for this or another reason.
 		return
 	}
 	it.cfg.Log.Info("protocol violation: killing the interpreter", "reason", reason, "pid", p.pid(),
@@ -190,7 +205,7 @@ const channelGrace = 250 * time.Millisecond
 func (it *Interpreter) channelClosed(p *process, reason string) {
 	select {
 	case <-p.exited:
-	case <-time.After(channelGrace):
+	case <-time.After(it.channelGrace):
 		it.violation(p, reason, nil)
 	}
 }

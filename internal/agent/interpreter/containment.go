@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/procs"
 )
@@ -86,14 +87,38 @@ func (it *Interpreter) start(cmd *exec.Cmd) error {
 		}
 		it.cfg.Log.Info("the kernel refuses new namespaces for the interpreter; it runs in the agent's, "+
 			"and a process-tree sweep ends what it starts", "err", err.Error())
-		// A Cmd starts once: the same command again, without the namespaces.
-		*cmd = exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin,
-			Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles}
+		renew(cmd) // without the namespaces
 	}
 	it.setContainment(containProcessTree)
 	attr := base
 	cmd.SysProcAttr = &attr
 	return procs.Start(cmd)
+}
+
+// startRetries bounds the retries of a start that failed for the process
+// limit: the processes of the interpreter just killed count until they are
+// reaped (a fork bomb's hundreds take a moment).
+const (
+	startRetries = 40
+	startBackoff = 50 * time.Millisecond
+)
+
+// startRetrying is start, tried again while the process limit refuses it.
+func (it *Interpreter) startRetrying(cmd *exec.Cmd) error {
+	for i := 0; ; i++ {
+		err := it.start(cmd)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) || i == startRetries {
+			return err
+		}
+		time.Sleep(startBackoff)
+		renew(cmd)
+	}
+}
+
+// renew makes cmd, whose start failed, startable again: a Cmd starts once.
+func renew(cmd *exec.Cmd) {
+	*cmd = exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin,
+		Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles}
 }
 
 func (it *Interpreter) setContainment(c containment) {

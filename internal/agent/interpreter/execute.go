@@ -173,6 +173,9 @@ loop:
 		}
 	}
 
+	// The request is over: whatever comes for it from now on (a second reply,
+	// the real one after a forgery) is a violation, not the next run's.
+	p.closeRequest(it)
 	if reply != nil {
 		waitMarkers(outSeen, errSeen)
 	} else {

@@ -174,12 +174,15 @@ type Interpreter struct {
 	// contain is how the interpreter is kept apart (containment.go), decided
 	// at the first start.
 	contain containment
+	// channelGrace is how long a closed channel waits for the process's end
+	// before it counts as a violation (default channelGrace).
+	channelGrace time.Duration
 }
 
 // New returns an interpreter; Start (or the first use) starts the process.
 func New(cfg Config) *Interpreter {
 	cfg.setDefaults()
-	return &Interpreter{cfg: cfg}
+	return &Interpreter{cfg: cfg, channelGrace: channelGrace}
 }
 
 // ReadyInfo is what the interpreter reports once warm.
@@ -215,7 +218,8 @@ type process struct {
 	// with, which may have landed after its code and would stop the next
 	// run's code before it starts. Only Execute, one run at a time, uses it.
 	strayInterrupt bool
-	abandoned      atomic.Bool
+	abandoned      atomic.Bool // not to be used: it exited, or did not go when killed
+	noProcess      sync.Once
 
 	mu    sync.Mutex
 	ready bool    // the ready message arrived
@@ -226,7 +230,12 @@ type process struct {
 	endType, end string
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+func (p *process) pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
 
 // expect makes key the request in flight (nil for none), allowing it
 // maxBridge bridge calls.
@@ -291,6 +300,10 @@ const killWait = 10 * time.Second
 // waits, within killWait, until it is gone. Safe to call more than once.
 func (p *process) kill() {
 	p.setEnd(ErrorInterpreterKilled, "the agent killed the interpreter")
+	if p.cmd == nil { // the channel's tests: a process without a process
+		p.noProcess.Do(func() { close(p.exited) })
+		return
+	}
 	killProcesses(p.pid(), p.tag)
 	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 	_ = syscall.Kill(p.pid(), syscall.SIGKILL)
@@ -353,7 +366,7 @@ func (it *Interpreter) spawn() (*process, error) {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3, fd 4
 	procs.BecomeSubreaper()                  // see procs.go
-	err = it.start(cmd)
+	err = it.startRetrying(cmd)
 	closeAll(reqR, respW, outW, errW)
 	if err != nil {
 		closeAll(reqW, respR, outR, errR)
@@ -376,6 +389,7 @@ func (it *Interpreter) spawn() (*process, error) {
 	}()
 	go func() {
 		p.waitErr = cmd.Wait()
+		p.abandoned.Store(true) // no request goes to it from now on, before the sweep below
 		procs.Done(cmd.Process.Pid)
 		// What it started lives on elsewhere when it died by itself: end it too,
 		// before anyone waits for the output pipes those processes hold.
@@ -536,11 +550,17 @@ func (it *Interpreter) Close() {
 
 // Reset replaces the interpreter with a fresh one: all state is gone, as the
 // caller asked, so the next run does not report it lost.
-func (it *Interpreter) Reset() error {
+func (it *Interpreter) Reset() error { return it.ResetWith(nil) }
+
+// ResetWith is Reset that runs between while no interpreter runs (the old one
+// and every process it started are gone, the new one not started): a
+// hand-over's sweep. An error of between is returned, after the restart.
+func (it *Interpreter) ResetWith(between func() error) error {
 	if !it.busy.TryLock() {
 		return ErrBusy
 	}
 	defer it.busy.Unlock()
+	it.startMu.Lock()
 	it.mu.Lock()
 	p := it.proc
 	it.proc, it.served, it.lost = nil, 0, ""
@@ -549,7 +569,15 @@ func (it *Interpreter) Reset() error {
 		p.setEnd(protocol.ErrorInterpreterKilled, "the interpreter was reset")
 		p.kill()
 	}
+	var betweenErr error
+	if between != nil {
+		betweenErr = between()
+	}
+	it.startMu.Unlock()
 	_, err := it.ensure()
+	if betweenErr != nil {
+		return betweenErr
+	}
 	return err
 }
 
@@ -621,6 +649,7 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 			if graceC != nil {
 				return nil, fmt.Errorf("%s: interrupted after %s (the value's __repr__ or JSON did not finish)", method, timeout)
 			}
+			p.closeRequest(it)
 			if method == "restore" { // the state is the snapshot's now, and lives in this process
 				it.servedBy(p.gen)
 			}

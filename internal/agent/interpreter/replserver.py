@@ -37,6 +37,7 @@ import builtins
 import ctypes
 import ctypes.util
 import fcntl
+import functools
 import importlib
 import io
 import json
@@ -276,6 +277,33 @@ def _on_sigint(signum, frame):
 
 
 signal.signal(signal.SIGINT, _on_sigint)
+
+_signal, _pthread_sigmask, _SIGINT, _SIG_UNBLOCK = signal.signal, signal.pthread_sigmask, signal.SIGINT, signal.SIG_UNBLOCK
+_settrace, _setprofile, _getrecursionlimit, _setrecursionlimit = sys.settrace, sys.setprofile, sys.getrecursionlimit, sys.setrecursionlimit
+_RECURSION_LIMIT = max(sys.getrecursionlimit(), 1000)
+
+# Remove a trace or profile function the code set, before the server's own
+# frames run under it. partial objects, so that calling them starts no Python
+# frame a tracer would see (nor a C call a profiler would).
+_no_trace, _no_profile = functools.partial(sys.settrace, None), functools.partial(sys.setprofile, None)
+
+
+def _reclaim():
+    """Takes back, before each request, what the server's own work relies on
+    and a run may have changed: the SIGINT handler and mask (the agent's
+    deadline), no trace or profile function over the server's frames, and a
+    recursion limit the server's own calls fit in."""
+    for step in (lambda: _signal(_SIGINT, _on_sigint), lambda: _pthread_sigmask(_SIG_UNBLOCK, [_SIGINT]),
+                 lambda: _settrace(None), lambda: _setprofile(None)):
+        try:
+            step()
+        except BaseException:
+            pass
+    try:
+        if _getrecursionlimit() < _RECURSION_LIMIT:
+            _setrecursionlimit(_RECURSION_LIMIT)
+    except BaseException:
+        pass
 
 
 class _Final(BaseException):
@@ -805,8 +833,10 @@ def _execute(params):
                     _state.interrupt_pending = False
                     raise KeyboardInterrupt
                 exec(body, _globals)
+                _no_trace(), _no_profile()
                 if tail is not None:
                     value = eval(tail, _globals)
+                    _no_trace(), _no_profile()
                     if value is not None:
                         result = _safe_repr(value, result_limit)
                         bundle = _mime_bundle(value, result_limit)
@@ -815,6 +845,7 @@ def _execute(params):
                 _show_figures()
             finally:
                 _state.running = False
+                _no_trace(), _no_profile()
         except _Final as f:
             result = f.value if isinstance(f.value, str) else _safe_repr(f.value, result_limit)
             if len(result) > result_limit:
@@ -1119,6 +1150,7 @@ def main():
 
     handlers = {"execute": _execute, "get_variable": _get_variable, "snapshot": _snapshot, "restore": _restore}
     while True:
+        _reclaim()
         try:
             msg = _recv()
         except KeyboardInterrupt:

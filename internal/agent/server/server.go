@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/warmpool/warmpool/internal/agent/handover"
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
 	"github.com/warmpool/warmpool/internal/agent/shell"
 	"github.com/warmpool/warmpool/internal/agent/workspace"
@@ -45,6 +46,10 @@ type Config struct {
 	// ScratchDirs are emptied, with the workspace, by a reset with
 	// protocol.QueryWipe (in a pod: /tmp).
 	ScratchDirs []string
+	// Sandbox: the agent is PID 1 of the sandbox and alone in it but for the
+	// code, so a hand-over (a reset with protocol.QueryWipe) also ends every
+	// other process and empties shared memory and IPC (internal/agent/handover).
+	Sandbox bool
 	// KeepResults is how many finished executions are remembered by ID.
 	KeepResults    int
 	DefaultTimeout time.Duration
@@ -671,16 +676,23 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorCode(err, http.StatusBadRequest), err.Error())
 		return
 	}
-	err = wk.interp.Reset()
-	if err == nil && r.URL.Query().Get(protocol.QueryWipe) == "true" {
-		// After the interpreter (and every process it started) is gone, so
-		// nothing writes while the directories are emptied.
-		for _, dir := range append([]string{s.cfg.Workspace.Dir()}, s.cfg.ScratchDirs...) {
-			if werr := workspace.Empty(dir); werr != nil {
-				writeError(w, http.StatusInternalServerError, "empty "+dir+" for the next user: "+werr.Error())
-				return
-			}
+	var sweepErr error
+	if r.URL.Query().Get(protocol.QueryWipe) == "true" {
+		// The sandbox passes to another user: with the interpreter and every
+		// process it started gone, nothing writes while it is emptied, and
+		// what is left is named (the manager then deletes the pod).
+		err = wk.interp.ResetWith(func() error {
+			sweepErr = s.handOver().Sweep()
+			return nil
+		})
+		if err == nil && sweepErr != nil {
+			s.cfg.Log.Info("hand-over left something of the last user; the sandbox must not be reused", "err", sweepErr.Error())
+			writeError(w, http.StatusInternalServerError, "the sandbox could not be emptied for the next user, "+
+				"so it must not be reused: "+sweepErr.Error())
+			return
 		}
+	} else {
+		err = wk.interp.Reset()
 	}
 	if err == nil {
 		s.mu.Lock()
@@ -699,6 +711,16 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
+	}
+}
+
+// handOver is what a hand-over sweeps: every process but the agent's in a
+// sandbox with one interpreter (several serve several users, whose processes
+// the sweep must not touch), the workspace and the scratch directories.
+func (s *Server) handOver() handover.Config {
+	return handover.Config{
+		Sandbox: s.cfg.Sandbox && len(s.workers) == 1,
+		Dirs:    append([]string{s.cfg.Workspace.Dir()}, s.cfg.ScratchDirs...),
 	}
 }
 
@@ -767,7 +789,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 			h.Message = fmt.Sprintf("interpreter %d: %v", i, err)
 			break
 		}
-		h.Python, h.Preloaded = info.Python, info.Preloaded
+		h.Python, h.Preloaded, h.Containment = info.Python, info.Preloaded, info.Containment
 		if len(s.workers) == 1 {
 			h.Interpreter = info.Tag
 		}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
@@ -59,14 +60,49 @@ func wrap(err error) error {
 	return err
 }
 
-// Read opens a file for reading.
+// ErrNotRegular is returned for a path that is a FIFO, a socket or a
+// device: reading or writing one could wait forever for the code at its other end.
+var ErrNotRegular = errors.New("not a regular file")
+
+// Read opens a regular file (or a directory) for reading. It never waits for
+// the code: a FIFO is opened without blocking and refused.
 func (w *Workspace) Read(p string) (*os.File, error) {
 	c, err := clean(p)
 	if err != nil {
 		return nil, err
 	}
-	f, err := w.root.Open(c)
-	return f, wrap(err)
+	f, err := w.root.OpenFile(c, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if err := regularOrDir(f, c); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func regularOrDir(f *os.File, path string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() && !fi.IsDir() {
+		return fmt.Errorf("%w: %q is a %s", ErrNotRegular, "/"+strings.TrimPrefix(path, "."), kind(fi.Mode()))
+	}
+	return nil
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }
 
 // Write writes a file, creating its parent directories, with at most limit bytes.
@@ -83,9 +119,22 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (int64, error) {
 			return 0, wrap(err)
 		}
 	}
-	f, err := w.root.OpenFile(c, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	// Without blocking: a FIFO the code made there would hold the write until
+	// someone read it (ENXIO without a reader; refused below with one).
+	f, err := w.root.OpenFile(c, os.O_CREATE|os.O_WRONLY|syscall.O_NONBLOCK, 0o644)
+	if errors.Is(err, syscall.ENXIO) {
+		return 0, fmt.Errorf("%w: %q is a FIFO", ErrNotRegular, "/"+c)
+	}
 	if err != nil {
 		return 0, wrap(err)
+	}
+	if err := regularOrDir(f, c); err != nil {
+		_ = f.Close()
+		return 0, err
+	}
+	if err := f.Truncate(0); err != nil {
+		_ = f.Close()
+		return 0, err
 	}
 	n, err := io.Copy(f, io.LimitReader(r, limit+1))
 	if cerr := f.Close(); err == nil {
