@@ -150,19 +150,30 @@ func Corpus() ([]*Program, error) {
 	return out, nil
 }
 
+var known = map[string]bool{}
+
+func init() {
+	for _, k := range strings.Fields(`status stateLost error reason stdout stdout-has result timeout grace within pause
+		next-stateLost next-reason next-code next-status next-timeout handover check api-read language modes containment e2e`) {
+		known[k] = true
+	}
+}
+
 func parse(name, src string) (*Program, error) {
 	p := &Program{Name: name, Code: src, Timeout: 2 * time.Second, Grace: time.Second, StatusIn: map[string]protocol.Status{}}
 	var desc, check []string
+	keys := false // the description comes first; after it, every line is a key
 	for _, line := range strings.Split(src, "\n") {
 		if !strings.HasPrefix(line, "#") {
 			break
 		}
 		text := strings.TrimSpace(strings.TrimPrefix(line, "#"))
 		key, val, ok := strings.Cut(text, ":")
-		if !ok || strings.ContainsAny(key, " \t") {
+		if !keys && (!ok || strings.ContainsAny(key, " \t") || !known[strings.SplitN(key, ".", 2)[0]]) {
 			desc = append(desc, text)
 			continue
 		}
+		keys = true
 		val = strings.TrimSpace(val)
 		var err error
 		switch {
@@ -215,6 +226,8 @@ func parse(name, src string) (*Program, error) {
 			p.Containment = val
 		case key == "e2e":
 			p.E2E, err = strconv.ParseBool(val)
+		case key == "language":
+			p.Language = val
 		default:
 			return nil, fmt.Errorf("unknown key %q", key)
 		}

@@ -143,7 +143,7 @@ exec setpriv --reuid=` + strconv.Itoa(sandboxUID) + ` --regid=` + strconv.Itoa(s
 	case ModeDaemon:
 		sock := filepath.Join(root, "daemon.sock")
 		cmd = exec.Command(bin, append(args, "--socket", sock)...)
-		c = client.NewUnix(sock, "")
+		c = client.NewUnix(sock, token)
 	}
 	cmd.Env = append(os.Environ(), "WARMPOOL_AGENT_TOKEN="+token, "TMPDIR="+scratch, "HOME="+root)
 	log, err := os.Create(filepath.Join(root, "agent.log"))

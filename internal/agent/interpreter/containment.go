@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/warmpool/warmpool/internal/agent/procs"
 )
@@ -77,7 +80,7 @@ func (it *Interpreter) start(cmd *exec.Cmd) error {
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
 		cmd.SysProcAttr = &attr
-		err := procs.Start(cmd)
+		err := startDumpable(cmd)
 		if err == nil {
 			it.setContainment(containNamespaces)
 			return nil
@@ -119,6 +122,27 @@ func (it *Interpreter) startRetrying(cmd *exec.Cmd) error {
 func renew(cmd *exec.Cmd) {
 	*cmd = exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin,
 		Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles}
+}
+
+// dumpableMu serialises the starts that make the agent dumpable a moment.
+var dumpableMu sync.Mutex
+
+// startDumpable starts cmd with the agent dumpable for the moment of the
+// start: the agent is otherwise not (cmd/agent), and a child forked from a
+// process that is not dumpable has its /proc files owned by root, so that
+// the agent (not root) could not write the new user namespace's UID and GID
+// maps. The child is dumpable again once it execs python3 (execve resets it).
+// The window is the fork and the maps' writes; no code of the interpreter's
+// runs then (the last generation's namespace is gone with its init).
+func startDumpable(cmd *exec.Cmd) error {
+	dumpableMu.Lock()
+	defer dumpableMu.Unlock()
+	was, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err == nil && was == 0 {
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
+		defer func() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }()
+	}
+	return procs.Start(cmd)
 }
 
 func (it *Interpreter) setContainment(c containment) {

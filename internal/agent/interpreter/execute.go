@@ -274,7 +274,6 @@ func stoppedError(status protocol.Status, timeout time.Duration) *protocol.Error
 func (it *Interpreter) bridge(p *process, m rpcMessage, hooks Hooks, done <-chan struct{}) {
 	call := protocol.BridgeCall{ID: strings.Trim(string(m.ID), `"`), Method: m.Method, Params: m.Params}
 	go func() {
-		defer p.answered()
 		var answer map[string]any
 		if hooks.OnBridge == nil {
 			answer = map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{"code": -32601, "message": "no bridge handler"}}
@@ -286,6 +285,8 @@ func (it *Interpreter) bridge(p *process, m rpcMessage, hooks Hooks, done <-chan
 			}
 			answer = map[string]any{"jsonrpc": "2.0", "id": call.ID, "result": result}
 		}
+		// Answered before it is sent: the code's next call may follow at once.
+		p.answered()
 		if err := p.send(answer); err != nil {
 			it.cfg.Log.V(1).Info("bridge answer not delivered", "call", call.ID, "err", err.Error())
 		}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	agentprocs "github.com/warmpool/warmpool/internal/agent/procs"
 )
@@ -32,9 +33,26 @@ import (
 // a thread or a process that could answer for a later request.
 const ErrorForeignPresence = "LeftRunning"
 
+// foreignGrace is how long a leftover is given to go before it counts: a
+// thread that was joined is gone, but one that is ending, or a child forked
+// a moment ago that has not yet run the at-fork hook that closes its copy of
+// the channel, may take a moment. Something that means to answer stays.
+const foreignGrace = 500 * time.Millisecond
+
 // foreignPresence says what the code left that could answer for the next
 // request, "" when nothing.
 func foreignPresence(p *process) string {
+	deadline := time.Now().Add(foreignGrace)
+	for {
+		why := leftover(p)
+		if why == "" || time.Now().After(deadline) {
+			return why
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func leftover(p *process) string {
 	if n := threadCount(p.pid()); p.threads > 0 && n > p.threads {
 		return fmt.Sprintf("an earlier run left %d thread(s) running in the interpreter, which could answer for this request; "+
 			"join your threads (or shut down your executors) before a run ends", n-p.threads)

@@ -95,6 +95,40 @@ _scan_once = json.JSONDecoder().scan_once
 _decoder = json.JSONDecoder()
 
 
+# os.environ's methods are Python code that looks builtins up in the module
+# the code can patch: the run's env is set on the mapping's data and with
+# putenv directly.
+_environ_data, _putenv, _unsetenv = getattr(os.environ, "_data", None), os.putenv, os.unsetenv
+
+
+def _env_key(k):
+    return k.encode("utf-8", "surrogateescape")
+
+
+def _getenv(k):
+    v = _environ_data.get(_env_key(k)) if _environ_data is not None else os.environ.get(k)
+    return v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
+
+
+def _setenv(k, v):
+    """Sets (v a str) or removes (v None) an environment variable."""
+    if _environ_data is None:  # not CPython's os.environ (Pyodide's is the same; kept for safety)
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+        return
+    if v is None:
+        _environ_data.pop(_env_key(k), None)
+        try:
+            _unsetenv(k)
+        except OSError:
+            pass
+    else:
+        _environ_data[_env_key(k)] = v.encode("utf-8", "surrogateescape")
+        _putenv(k, v)
+
+
 def _dumps(obj):
     """JSON of obj, by encoder functions bound at start-up (JSONEncoder.encode
     looks its C encoder up in json.encoder at each call)."""
@@ -529,7 +563,7 @@ def _figure_png(fig):
     return buf.getvalue()
 
 
-def _mime_bundle(obj, limit):
+def _mime_bundle(obj, limit, text=None):
     """The MIME bundle of obj: its _repr_mimebundle_, its _repr_*_ methods, a
     matplotlib figure as PNG, and text/plain (its repr) always. A rich form
     that raises is left out; the exception goes to stderr."""
@@ -558,7 +592,9 @@ def _mime_bundle(obj, limit):
     if "image/png" not in data and type(obj).__module__.startswith("matplotlib") and hasattr(obj, "savefig"):
         _Display.shown.add(id(obj))
         data["image/png"] = _figure_png(obj)
-    data["text/plain"] = _safe_repr(obj, limit) if not isinstance(data.get("text/plain"), str) else data["text/plain"]
+    if not isinstance(data.get("text/plain"), str):
+        # The repr made already: a slow __repr__ runs once, not twice.
+        data["text/plain"] = text if text is not None else _safe_repr(obj, limit)
     return data
 
 
@@ -806,8 +842,9 @@ def _execute(params):
     if "context" in params:
         _globals["context"] = params["context"]
     env = params.get("env") or {}
-    saved_env = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
+    saved_env = {k: _getenv(k) for k in env}
+    for k, v in env.items():
+        _setenv(k, str(v))
     _state.bridge_calls = 0
     _state.bridge_enabled = bool(params.get("bridge"))
     _state.bridge_methods = frozenset(params.get("bridge_methods") or ()) if _state.bridge_enabled else frozenset()
@@ -839,7 +876,7 @@ def _execute(params):
                     _no_trace(), _no_profile()
                     if value is not None:
                         result = _safe_repr(value, result_limit)
-                        bundle = _mime_bundle(value, result_limit)
+                        bundle = _mime_bundle(value, result_limit, text=result)
                         if len(bundle) > 1:  # a rich form besides its repr
                             _emit_display(bundle, main=True)
                 _show_figures()
@@ -862,10 +899,7 @@ def _execute(params):
         status, error = "interrupted", _error(e, result_limit)
     finally:
         for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+            _setenv(k, v)
         _state.bridge_enabled = False
         _state.bridge_methods = frozenset()
     if status not in ("ok", "final"):

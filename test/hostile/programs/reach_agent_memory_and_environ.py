@@ -1,8 +1,10 @@
 # Reads the agent's memory, environment and descriptors through /proc: the
-# agent is not dumpable, so each is refused.
+# agent is not dumpable, so each is refused. (A sandbox runs as a non-root
+# user; root's own descriptors listing, in a daemon run as root, is root's.)
 # status: succeeded
 # stdout: "mem: blocked\nenviron: blocked\nfd: blocked\n"
 # containment: namespaces
+# modes: sandbox
 # e2e: true
 import os
 def agent_pid():

@@ -55,14 +55,14 @@ export async function loadCore(o: CoreOptions): Promise<Core> {
   ns.set("_js_display", o.display);
   py.runPython(`
 def _send(msg):
-    _js_send(_encoder.encode(msg))
+    _js_send(_dumps(msg))
 
 
 def _recv():
     s = _js_recv()
     if s is None:
         raise KeyboardInterrupt
-    return _decoder.decode(s)
+    return _loads(s)
 
 
 def _emit_frame(payload):
@@ -71,13 +71,13 @@ def _emit_frame(payload):
 
 
 def _js_execute(s):
-    params = _decoder.decode(s)
+    params = _loads(s)
     params["display"] = "pyodide"  # rich results go through _emit_frame above
-    return _encoder.encode(_execute(params))
+    return _dumps(_execute(params))
 
 
 def _js_get_variable(s):
-    return _encoder.encode(_get_variable(_decoder.decode(s)))
+    return _dumps(_get_variable(_loads(s)))
 `, { globals: ns });
   const execute = ns.get("_js_execute");
   const getVariable = ns.get("_js_get_variable");
