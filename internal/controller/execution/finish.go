@@ -103,7 +103,11 @@ func (r *Reconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1
 			}
 		}
 		if res.StateLost {
-			msg += "; the interpreter was killed or died, so the pod is deleted"
+			why := res.StateLostReason
+			if why == "" {
+				why = "the interpreter was killed or died"
+			}
+			msg += "; " + why + ", so the pod is deleted"
 		}
 		clean = !res.StateLost
 	}
