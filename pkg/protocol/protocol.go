@@ -317,6 +317,10 @@ type Health struct {
 	// signal or trace the agent) or "process-tree" (the kernel refused new
 	// namespaces; docs/security.md says what that leaves open).
 	Containment string `json:"containment,omitempty"`
+	// LastEnd says why the interpreter before this one ended (its exit code or
+	// signal, or why the agent ended it), with one worker; "" if none did
+	// but by a reset.
+	LastEnd string `json:"lastEnd,omitempty"`
 }
 
 // ErrorBody is every non-2xx answer.

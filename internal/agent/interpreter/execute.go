@@ -133,7 +133,7 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 		go memory.watch(p, stopWatch)
 	}
 
-	var graceC <-chan time.Time
+	var graceC, killC <-chan time.Time
 	var stopReason protocol.Status // set once SIGINT was sent by us
 	sigint := func(reason protocol.Status) {
 		if stopReason != "" {
@@ -170,6 +170,9 @@ loop:
 			p.setEnd(protocol.ErrorInterpreterKilled, fmt.Sprintf(
 				"the code did not stop within %s after SIGINT, so the agent killed the interpreter and its processes", grace))
 			go p.kill()
+			killC = time.After(killWait)
+		case <-killC:
+			break loop // not gone after SIGKILL: abandoned (kill), and the run ends all the same
 		}
 	}
 

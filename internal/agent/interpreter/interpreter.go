@@ -171,6 +171,8 @@ type Interpreter struct {
 	// (0: none, or its loss was reported); lost is why that process ended.
 	served uint64
 	lost   string
+	// lastEnd is why the last interpreter that was current ended.
+	lastEnd string
 	// contain is how the interpreter is kept apart (containment.go), decided
 	// at the first start.
 	contain containment
@@ -435,6 +437,9 @@ func (it *Interpreter) exited(p *process) {
 	if current && p.gen == it.served && it.lost == "" {
 		it.lost = why
 	}
+	if current {
+		it.lastEnd = why
+	}
 	restart := current && !it.closed && it.interrupt == nil
 	it.mu.Unlock()
 	if current {
@@ -504,6 +509,14 @@ func (it *Interpreter) Ready() (ReadyInfo, error) {
 	info := it.proc.info
 	info.Tag = it.proc.tag
 	return info, nil
+}
+
+// LastEnd says why the last interpreter ended by itself or was ended by the
+// agent (not by a reset), "" if none did.
+func (it *Interpreter) LastEnd() string {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.lastEnd
 }
 
 // Busy reports whether an execution runs.
@@ -635,7 +648,7 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var graceC <-chan time.Time
+	var graceC, killC <-chan time.Time
 	for {
 		select {
 		case m := <-p.msgs:
@@ -666,7 +679,9 @@ func (it *Interpreter) call(method string, params any, timeout time.Duration) (j
 		case <-graceC:
 			p.setEnd(protocol.ErrorInterpreterKilled, fmt.Sprintf("%s did not answer within %s nor after SIGINT", method, timeout))
 			go p.kill()
-			graceC = nil
+			graceC, killC = nil, time.After(killWait)
+		case <-killC:
+			return nil, fmt.Errorf("%s: the interpreter did not go when killed; a fresh one takes its place: the state is lost", method)
 		}
 	}
 }

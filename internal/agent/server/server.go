@@ -791,7 +791,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 		h.Python, h.Preloaded, h.Containment = info.Python, info.Preloaded, info.Containment
 		if len(s.workers) == 1 {
-			h.Interpreter = info.Tag
+			h.Interpreter, h.LastEnd = info.Tag, wk.interp.LastEnd()
 		}
 		s.mu.Lock()
 		held := wk.busy // a run of either language holds its worker

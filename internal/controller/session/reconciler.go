@@ -497,8 +497,12 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	health, herr := r.health(ctx, pod)
 	if herr == nil && health.Interpreter != "" && ses.Status.Interpreter != "" && health.Interpreter != ses.Status.Interpreter {
+		why := health.LastEnd
+		if why == "" {
+			why = "killed at its memory limit, or it did not stop at an interrupt"
+		}
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonInterpreterRestarted,
-			"the interpreter was replaced (killed at its memory limit, or it did not stop at an interrupt): its state is gone")
+			"the interpreter was replaced ("+why+"): its state is gone")
 	}
 	down := notReadyFor(pod, now)
 	if herr != nil && down >= sessionUnreachableGrace {
