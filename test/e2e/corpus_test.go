@@ -84,7 +84,7 @@ var _ = Describe("the hostile-program corpus under gVisor", Ordered, Label("corp
 			if p.Stdout != nil {
 				Expect(res.Stdout).To(Equal(*p.Stdout), what)
 			}
-			Expect(time.Duration(res.DurationMillis * float64(time.Millisecond))).To(BeNumerically("<=", p.Within+e2eSlack), what)
+			Expect(time.Duration(res.DurationMillis*float64(time.Millisecond))).To(BeNumerically("<=", p.Within+e2eSlack), what)
 			time.Sleep(p.Pause)
 
 			next, err := s.Run(ctx, sessions.ExecRequest{Code: "('kept' in globals(), 6 * 7)", TimeoutMillis: 20000})
