@@ -73,7 +73,13 @@ func (it *Interpreter) start(cmd *exec.Cmd) error {
 	it.mu.Unlock()
 	base := syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if contain != containProcessTree && !it.cfg.NoNamespaces {
-		attr := base
+		// No Pdeathsig here: Go's child checks that its parent lives by
+		// getppid, which is 0 in a new PID namespace, and then sends itself
+		// the signal; Linux spares a namespace's init from its own SIGKILL,
+		// gVisor does not (every interpreter died at start). The REPL server
+		// asks for it itself (PR_SET_PDEATHSIG), and ends at EOF on its
+		// request pipe when the agent is gone.
+		attr := syscall.SysProcAttr{Setpgid: true}
 		uid, gid := os.Getuid(), os.Getgid()
 		attr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}

@@ -184,6 +184,11 @@ try:  # PR_SET_CHILD_SUBREAPER: orphans of the code's processes are re-parented 
 except Exception:  # pragma: no cover
     pass
 
+try:  # PR_SET_PDEATHSIG SIGKILL: the interpreter never outlives the agent (set here: see containment.go)
+    _libc.prctl(1, ctypes.c_ulong(9), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+except Exception:  # pragma: no cover
+    pass
+
 
 def _write_fd(fd, data):
     view = memoryview(data)
