@@ -57,7 +57,7 @@ func leftover(p *process) string {
 		return fmt.Sprintf("an earlier run left %d thread(s) running in the interpreter, which could answer for this request; "+
 			"join your threads (or shut down your executors) before a run ends", n-p.threads)
 	}
-	for _, pid := range codeProcesses(p.pid()) {
+	for _, pid := range codeProcesses(p.pid(), p.contained) {
 		if holdsPipe(pid, p.pipes) {
 			return fmt.Sprintf("process %d, which an earlier run started, holds the interpreter's channel to the agent "+
 				"and could answer for this request", pid)
@@ -76,9 +76,11 @@ func threadCount(pid int) int {
 }
 
 // codeProcesses lists the processes the code started: the interpreter's
-// descendants, and the agent's children it did not start itself (orphans of
-// the code, re-parented to the agent) with their descendants.
-func codeProcesses(root int) []int {
+// descendants, and, unless the interpreter is its PID namespace's init (in
+// which case every orphan of the code is re-parented to it), the agent's
+// children it did not start itself (orphans re-parented to the agent) with
+// their descendants.
+func codeProcesses(root int, contained bool) []int {
 	var out []int
 	visit := func(pid int) {
 		if pid != root {
@@ -86,6 +88,9 @@ func codeProcesses(root int) []int {
 		}
 	}
 	walkTree(root, visit)
+	if contained {
+		return out
+	}
 	for _, c := range childrenOf(os.Getpid()) {
 		if c != root && !agentprocs.Own(c) {
 			walkTree(c, visit)

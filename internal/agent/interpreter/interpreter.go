@@ -216,6 +216,8 @@ type process struct {
 	// two pipes (foreign.go).
 	threads int
 	pipes   [2]uint64
+	// contained: the interpreter is the init of a PID namespace of its own.
+	contained bool
 	// strayInterrupt: the last run was sent a SIGINT that it did not end
 	// with, which may have landed after its code and would stop the next
 	// run's code before it starts. Only Execute, one run at a time, uses it.
@@ -416,6 +418,7 @@ func (it *Interpreter) spawn() (*process, error) {
 			return nil, fmt.Errorf("bad ready message: %w", err)
 		}
 		p.info.Containment = it.contain.String()
+		p.contained = it.contain == containNamespaces
 		p.threads = threadCount(p.pid())
 		return p, nil
 	case <-p.exited:
