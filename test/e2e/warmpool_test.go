@@ -174,7 +174,19 @@ except OSError:
     checks['root_writable'] = False
 caps = dict(l.split(':\t') for l in open('/proc/self/status').read().splitlines() if l.startswith('Cap'))
 checks['cap_eff'] = caps['CapEff'].strip()
-checks['cap_bnd'] = caps['CapBnd'].strip()
+checks['cap_prm'] = caps['CapPrm'].strip()
+# The interpreter runs in a user namespace of its own that maps only the
+# sandbox's uid: a new user namespace's bounding set is full by the kernel's
+# design, but bounds nothing the pod holds (no root is mapped, and with no
+# new privileges nothing can gain a capability). Outside one, it is empty.
+uid_map = open('/proc/self/uid_map').read().split()
+checks['cap_bnd_empty_or_own_userns'] = caps['CapBnd'].strip() == '0000000000000000' or uid_map == ['65532', '65532', '1']
+checks['no_new_privs'] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')] == ['1']
+try:
+    os.setuid(0)
+    checks['setuid_root'] = True
+except OSError:
+    checks['setuid_root'] = False
 checks['workspace_writable'] = os.access('/workspace', os.W_OK)
 checks`
 		ex := execute(wrappers.Execution(ns, "security").Pool("py").Code(code).Obj())
@@ -184,7 +196,10 @@ checks`
 			ContainSubstring("'sa_token': False"),
 			ContainSubstring("'root_writable': False"),
 			ContainSubstring("'cap_eff': '0000000000000000'"),
-			ContainSubstring("'cap_bnd': '0000000000000000'"),
+			ContainSubstring("'cap_prm': '0000000000000000'"),
+			ContainSubstring("'cap_bnd_empty_or_own_userns': True"),
+			ContainSubstring("'no_new_privs': True"),
+			ContainSubstring("'setuid_root': False"),
 			ContainSubstring("'workspace_writable': True"),
 		))
 

@@ -423,6 +423,8 @@ func (a *agent) checkAgent(t *testing.T) {
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		u = a.usage(t)
 		if u.rss <= a.base.rss+rssBound && u.threads <= a.base.threads+threadsBound && u.fds <= a.base.fds+fdsBound {
+			t.Logf("agent after the program: RSS %.1f MiB, %d threads, %d fds (baseline %.1f MiB, %d, %d)",
+				float64(u.rss)/(1<<20), u.threads, u.fds, float64(a.base.rss)/(1<<20), a.base.threads, a.base.fds)
 			return
 		}
 		if time.Now().After(deadline) {
