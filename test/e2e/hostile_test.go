@@ -175,7 +175,7 @@ var _ = Describe("the bad-input catalogue", Ordered, func() {
 		},
 		Entry("os._exit", "import os\nprint('bye', flush=True)\nos._exit(3)", want{
 			phase: sandboxv1alpha1.PhaseFailed, reason: "InterpreterDied", errorType: "InterpreterDied",
-			message: "exit status 3", stdout: "bye\n"}),
+			message: "exit code 3", stdout: "bye\n"}),
 		Entry("a segmentation fault", "print('before', flush=True)\nimport ctypes\nctypes.string_at(0)", want{
 			phase: sandboxv1alpha1.PhaseFailed, reason: "InterpreterDied", errorType: "InterpreterDied",
 			message: "killed by signal 11", stdout: "before\n"}),

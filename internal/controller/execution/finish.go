@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"strings"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,11 +104,14 @@ func (r *Reconciler) finish(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1
 			}
 		}
 		if res.StateLost {
-			why := res.StateLostReason
-			if why == "" {
-				why = "the interpreter was killed or died"
+			switch why := res.StateLostReason; {
+			case why == "":
+				msg += "; the interpreter was killed or died, so the pod is deleted"
+			case strings.Contains(msg, why):
+				msg += "; so the pod is deleted"
+			default:
+				msg += "; " + why + ", so the pod is deleted"
 			}
-			msg += "; " + why + ", so the pod is deleted"
 		}
 		clean = !res.StateLost
 	}
