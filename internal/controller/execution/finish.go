@@ -1,11 +1,11 @@
 package execution
 
 import (
-	"strings"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
