@@ -198,6 +198,12 @@ func serve(args []string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		log.Info("could not make the agent undumpable", "err", err.Error())
 	}
+	// No process of the sandbox gains a privilege by exec (a setuid binary, file
+	// capabilities), whatever the runtime did with allowPrivilegeEscalation
+	// (gVisor did not set it): inherited by the interpreter and every command.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		log.Info("could not set no-new-privileges", "err", err.Error())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// Orphans of user code are re-parented to the agent: it is PID 1 in a pod and
