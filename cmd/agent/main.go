@@ -192,9 +192,10 @@ func serve(args []string) error {
 	}
 
 	// Out of the code's reach (docs/security.md): not dumpable, so code of
-	// the same user can neither trace the agent nor read its memory,
-	// environment or descriptors through /proc; the interpreter runs in
-	// namespaces of its own where the kernel allows (internal/agent/interpreter).
+	// the same user can neither trace the agent nor read its memory through
+	// /proc (on Linux not its environment nor descriptors either); the
+	// interpreter runs in namespaces of its own where the kernel allows
+	// (internal/agent/interpreter).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		log.Info("could not make the agent undumpable", "err", err.Error())
 	}
