@@ -320,6 +320,9 @@ func drainWait(p *process) {
 }
 
 func exitDescription(err error) string {
+	if err == nil {
+		return "exit code 0"
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
@@ -329,14 +332,6 @@ func exitDescription(err error) string {
 			case ws.Exited():
 				return fmt.Sprintf("exit code %d", ws.ExitStatus())
 			}
-		}
-	}
-	if err == nil {
-		return "exit status 0"
-	}
-	if ee, ok := err.(interface{ Sys() any }); ok {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Sprintf("killed by signal %d, %s", ws.Signal(), ws.Signal())
 		}
 	}
 	return err.Error()
