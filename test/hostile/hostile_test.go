@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,13 @@ exec setpriv --reuid=` + strconv.Itoa(sandboxUID) + ` --regid=` + strconv.Itoa(s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// In the sandbox mode the agent is unshare's child and the init of its
+		// PID namespace, which ends with it: killed first (unshare's own
+		// death would not end it: setpriv's change of user clears a parent-death
+		// signal).
+		for _, pid := range children(cmd.Process.Pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
