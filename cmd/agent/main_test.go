@@ -177,6 +177,7 @@ func TestStaleDaemonSocket(t *testing.T) {
 		if err := d.Start(); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() }) // a second Kill and Wait are harmless
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		for _, err := os.Stat(sock); err != nil; _, err = os.Stat(sock) {
@@ -207,8 +208,7 @@ func TestStaleDaemonSocket(t *testing.T) {
 	if err := cmd.Run(); err != nil || stdout.String() != "ran\n42\n" || !strings.Contains(stderr.String(), "stale socket") {
 		t.Fatalf("exec with a stale socket: %v stdout %q stderr %q", err, stdout.String(), stderr.String())
 	}
-	d = start() // replaces the stale socket
-	t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
+	start() // replaces the stale socket
 	out, err = exec.Command(bin, "exec", "--socket", sock, "-c", "import os; os.getpid() != 0").CombinedOutput()
 	if err != nil || string(out) != "True\n" {
 		t.Fatalf("exec via the new daemon: %v %q", err, out)
