@@ -358,7 +358,9 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 			out.unschedulable = fmt.Sprintf("pod %s cannot be scheduled: %s", p.Name, msg)
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			out.failed = append(out.failed, p)
+			if !r.awaitsFinalStatus(ctx, &out, p, now) { // ended.go
+				out.failed = append(out.failed, p)
+			}
 			continue
 		}
 		if s := lease.Session(p); s != "" && lease.ClaimedBy(p) == "" {
