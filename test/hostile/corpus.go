@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,19 +99,10 @@ func (p *Program) WantStatus(c string) protocol.Status {
 
 // RunsIn says whether the program runs in mode under containment c.
 func (p *Program) RunsIn(mode, c string) bool {
-	if len(p.Modes) > 0 && !contains(p.Modes, mode) {
+	if len(p.Modes) > 0 && !slices.Contains(p.Modes, mode) {
 		return false
 	}
 	return p.Containment == "" || p.Containment == c
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Request is the program's execute request.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -358,19 +359,12 @@ func (a *agent) checkFileAPIRefuses(t *testing.T, path string) {
 	t.Helper()
 	for _, m := range []string{http.MethodGet, http.MethodPut} {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		p := protocol.PathFileRead
-		var body *strings.Reader
+		p, body := protocol.PathFileRead, io.Reader(nil)
 		if m == http.MethodPut {
 			p, body = protocol.PathFileWrite, strings.NewReader("x")
 		}
 		start := time.Now()
-		var resp *http.Response
-		var err error
-		if body != nil {
-			resp, err = a.c.Raw(ctx, m, p+"?path="+path, body, "application/octet-stream", "")
-		} else {
-			resp, err = a.c.Raw(ctx, m, p+"?path="+path, nil, "", "")
-		}
+		resp, err := a.c.Raw(ctx, m, p+"?path="+path, body, "application/octet-stream", "")
 		cancel()
 		var ae *client.APIError
 		switch {

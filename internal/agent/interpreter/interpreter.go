@@ -224,6 +224,7 @@ type process struct {
 	strayInterrupt bool
 	abandoned      atomic.Bool // not to be used: it exited, or did not go when killed
 	noProcess      sync.Once
+	recorded       atomic.Bool // its end was recorded (exited)
 
 	mu    sync.Mutex
 	ready bool    // the ready message arrived
@@ -303,12 +304,14 @@ const killWait = 10 * time.Second
 // kill ends the interpreter and every process it started (procs.go) and
 // waits, within killWait, until it is gone. Safe to call more than once.
 func (p *process) kill() {
-	p.setEnd(ErrorInterpreterKilled, "the agent killed the interpreter")
+	p.setEnd(protocol.ErrorInterpreterKilled, "the agent killed the interpreter")
 	if p.cmd == nil { // the channel's tests: a process without a process
 		p.noProcess.Do(func() { close(p.exited) })
 		return
 	}
-	killProcesses(p.pid(), p.tag)
+	if !p.contained { // a namespace's init takes every process of it along
+		killProcesses(p.pid(), p.tag)
+	}
 	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 	_ = syscall.Kill(p.pid(), syscall.SIGKILL)
 	select {
@@ -319,9 +322,6 @@ func (p *process) kill() {
 		p.abandoned.Store(true)
 	}
 }
-
-// ErrorInterpreterKilled is the error type of an interpreter the agent ended.
-const ErrorInterpreterKilled = protocol.ErrorInterpreterKilled
 
 // outputPipe makes a pipe for the interpreter's stdout or stderr whose read
 // end blocks in read(2) instead of joining Go's poller: a poller's epoll
@@ -378,9 +378,9 @@ func (it *Interpreter) spawn() (*process, error) {
 	}
 	it.mu.Lock()
 	it.gens++
-	gen := it.gens
+	gen, contained := it.gens, it.contain == containNamespaces
 	it.mu.Unlock()
-	p := &process{cmd: cmd, tag: tag, gen: gen, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
+	p := &process{cmd: cmd, tag: tag, gen: gen, contained: contained, req: reqW, msgs: make(chan rpcMessage, 16), exited: make(chan struct{})}
 	p.pipes = [2]uint64{inode(reqW), inode(respR)}
 	// Before the interpreter reads its first request, so no code runs unlimited.
 	limitErr := applyLimits(cmd.Process.Pid, it.cfg.Limits)
@@ -396,8 +396,11 @@ func (it *Interpreter) spawn() (*process, error) {
 		p.abandoned.Store(true) // no request goes to it from now on, before the sweep below
 		procs.Done(cmd.Process.Pid)
 		// What it started lives on elsewhere when it died by itself: end it too,
-		// before anyone waits for the output pipes those processes hold.
-		killProcesses(0, tag)
+		// before anyone waits for the output pipes those processes hold (in
+		// its own PID namespace the kernel did).
+		if !p.contained {
+			killProcesses(0, tag)
+		}
 		_ = reqW.Close()
 		close(p.exited)
 		it.exited(p)
@@ -418,7 +421,6 @@ func (it *Interpreter) spawn() (*process, error) {
 			return nil, fmt.Errorf("bad ready message: %w", err)
 		}
 		p.info.Containment = it.contain.String()
-		p.contained = it.contain == containNamespaces
 		p.threads = threadCount(p.pid())
 		return p, nil
 	case <-p.exited:
@@ -434,6 +436,9 @@ func (it *Interpreter) spawn() (*process, error) {
 // next run reports as the reason its state was lost; an idle interpreter
 // is restarted at once, so that readiness says the truth.
 func (it *Interpreter) exited(p *process) {
+	if !p.recorded.CompareAndSwap(false, true) {
+		return // prepare records a process it replaces before its waiter does
+	}
 	kind, why := p.ending()
 	it.mu.Lock()
 	current := it.proc == p
@@ -570,8 +575,8 @@ func (it *Interpreter) Reset() error { return it.ResetWith(nil) }
 
 // ResetWith is Reset that runs between while no interpreter runs (the old one
 // and every process it started are gone, the new one not started): a
-// hand-over's sweep. An error of between is returned, after the restart.
-func (it *Interpreter) ResetWith(between func() error) error {
+// hand-over's sweep.
+func (it *Interpreter) ResetWith(between func()) error {
 	if !it.busy.TryLock() {
 		return ErrBusy
 	}
@@ -585,15 +590,11 @@ func (it *Interpreter) ResetWith(between func() error) error {
 		p.setEnd(protocol.ErrorInterpreterKilled, "the interpreter was reset")
 		p.kill()
 	}
-	var betweenErr error
 	if between != nil {
-		betweenErr = between()
+		between()
 	}
 	it.startMu.Unlock()
 	_, err := it.ensure()
-	if betweenErr != nil {
-		return betweenErr
-	}
 	return err
 }
 

@@ -681,10 +681,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		// The sandbox passes to another user: with the interpreter and every
 		// process it started gone, nothing writes while it is emptied, and
 		// what is left is named (the manager then deletes the pod).
-		err = wk.interp.ResetWith(func() error {
-			sweepErr = s.handOver().Sweep()
-			return nil
-		})
+		err = wk.interp.ResetWith(func() { sweepErr = s.handOver().Sweep() })
 		if err == nil && sweepErr != nil {
 			s.cfg.Log.Info("hand-over left something of the last user; the sandbox must not be reused", "err", sweepErr.Error())
 			writeError(w, http.StatusInternalServerError, "the sandbox could not be emptied for the next user, "+
