@@ -61,6 +61,12 @@ const (
 	ReasonCancelled      = "Cancelled"
 	ReasonSandboxLost    = "SandboxLost"
 	ReasonSessionLost    = "SessionLost"
+	// ReasonSandboxRefused: a pod that named the Execution (its claim, or the
+	// name of its pod) is not one the manager may give its code: not its
+	// pool's, not built as the pool builds its pods, an agent of another
+	// protocol, or another pod than the one the Execution recorded. Nothing
+	// was sent to it.
+	ReasonSandboxRefused = "SandboxRefused"
 	// ReasonTimeoutAboveLimit: the Execution asks for a longer timeout than
 	// its pool's executionDefaults.maxTimeout.
 	ReasonTimeoutAboveLimit = "TimeoutAboveLimit"

@@ -330,6 +330,13 @@ type ExecutionStatus struct {
 	// +optional
 	PodName string `json:"podName,omitempty"`
 
+	// podUID is the UID of the pod named in podName, recorded with the
+	// claim: every later step (following the run after a manager restart,
+	// the pod's disposition) acts only on that pod, never on another made
+	// later under its name.
+	// +optional
+	PodUID types.UID `json:"podUID,omitempty"`
+
 	// startTime is when the code started in the pod.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`

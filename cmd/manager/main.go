@@ -24,10 +24,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller"
 	"github.com/warmpool/warmpool/internal/controller/agentkeys"
 	"github.com/warmpool/warmpool/internal/dataplane"
-	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/tenancy"
 )
@@ -150,7 +150,7 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := controller.Config{Mode: controller.Mode(mode), ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
-		Resolver: runner.PodIPResolver{Port: agentPort}, SharedPoolNamespaces: tenancy.ParseNamespaces(sharedPoolNamespaces)}
+		Resolver: agentgate.PodIPResolver{Port: agentPort}, SharedPoolNamespaces: tenancy.ParseNamespaces(sharedPoolNamespaces)}
 	if cfg.SharedPoolNamespaces == nil {
 		cfg.SharedPoolNamespaces = tenancy.Namespaces{} // "" is none, not the default
 	}

@@ -296,8 +296,9 @@ while True:
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		ex := wrappers.Execution(ns, "orphan").Code("import time; time.sleep(60)").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
-		Eventually(func() string { return getExec(ex).Status.PodName }).ShouldNot(BeEmpty())
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: getExec(ex).Status.PodName}}
+		// Its claim, not only its Running status: a pod deleted before the claim
+		// commits never ran the code, and the Execution claims another.
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: waitClaimed(ex)}}
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		done := finished(ex)
 		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
@@ -398,8 +399,7 @@ while True:
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		ex := wrappers.Execution(ns, "doomed").Code("import time; time.sleep(60)").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
-		Eventually(func() string { return getExec(ex).Status.PodName }).ShouldNot(BeEmpty())
-		pod := getExec(ex).Status.PodName
+		pod := waitClaimed(ex)
 		Expect(k8s.Delete(ctx, ex)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)) }).Should(BeTrue())
 		Eventually(func() []corev1.Pod { return poolPods(ns, "python") }).ShouldNot(ContainElement(HaveField("Name", pod)))
@@ -411,8 +411,7 @@ while True:
 		ex := wrappers.Execution(ns, "deleted-offline").Code("import time; time.sleep(60)").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
-		pod := getExec(ex).Status.PodName
-		waitClaimed(ex)
+		pod := waitClaimed(ex)
 		stopManager()
 		<-managerDone
 		Expect(k8s.Delete(ctx, ex)).To(Succeed())

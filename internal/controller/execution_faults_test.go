@@ -228,7 +228,7 @@ var _ = Describe("Execution under faults", func() {
 		// fails the Execution before it reaches the pod.
 		Expect(condition(second.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(Or(
 			And(HaveField("Reason", sandboxv1alpha1.ReasonSessionLost), HaveField("Message", ContainSubstring("interpreter"))),
-			HaveField("Reason", "InterpreterDied")))
+			HaveField("Reason", "InterpreterDied")), "%+v", second.Status)
 		if second.Status.PodName != "" {
 			Expect(second.Status.PodDisposition).To(Equal(sandboxv1alpha1.DispositionDelete))
 		}

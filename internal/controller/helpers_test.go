@@ -38,15 +38,24 @@ func getExec(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
 // state in which the code may have been sent (a stop before the claim is
 // stored leaves a clean idle pod and the Execution queued, as the claim-race
 // specs show).
-func waitClaimed(ex *sandboxv1alpha1.Execution) {
+func waitClaimed(ex *sandboxv1alpha1.Execution) string {
 	GinkgoHelper()
-	got := getExec(ex)
-	Expect(got.Status.PodName).NotTo(BeEmpty())
+	// Re-read each time: Running is written together with the claim, and an
+	// Execution whose claim did not commit goes back to Pending and may claim
+	// another pod.
+	var name string
 	Eventually(func() types.UID {
+		got := getExec(ex)
+		if name = got.Status.PodName; name == "" {
+			return ""
+		}
 		p := &corev1.Pod{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: got.Status.PodName}, p)).To(Succeed())
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: name}, p); err != nil {
+			return ""
+		}
 		return lease.ClaimedBy(p)
-	}).Should(Equal(got.UID))
+	}).Should(Equal(ex.UID), "the Execution runs on a pod it claimed")
+	return name
 }
 
 // poolPods lists the live pods of a pool.

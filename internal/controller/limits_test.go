@@ -77,8 +77,7 @@ time.sleep(30)`).Obj())
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		ex := wrappers.Execution(ns, "oom").Code("print('before the kill', flush=True)\nimport time\ntime.sleep(60)").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
-		Eventually(func() string { return getExec(ex).Status.PodName }).ShouldNot(BeEmpty())
-		pod := getExec(ex).Status.PodName
+		pod := waitClaimed(ex)
 		// The output reaches the manager as it is printed: wait for it to be
 		// there before the kill, as it would be for code that printed a while ago.
 		time.Sleep(time.Second)
@@ -88,6 +87,18 @@ time.sleep(30)`).Obj())
 		Expect(completeReason(done)).To(Equal(sandboxv1alpha1.ReasonOOMKilled))
 		Expect(done.Status.Error.Message).To(ContainSubstring("more than its memory limit of 512Mi"))
 		Expect(done.Status.Stdout).To(Equal("before the kill\n"))
+	})
+
+	It("says OOMKilled when the kernel kills a Session's sandbox, the pod kept until the Session read why", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "s").Obj())).To(Succeed())
+		pod := sessionIn(ns, "s", sandboxv1alpha1.SessionReady).Status.PodName
+		Expect(kubelet.OOMKill(ns, pod)).To(BeTrue())
+		lost := sessionIn(ns, "s", sandboxv1alpha1.SessionLost)
+		Expect(condition(lost.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Reason", sandboxv1alpha1.ReasonOOMKilled), HaveField("Message", ContainSubstring("more than its memory limit of 512Mi"))),
+			"%+v", lost.Status)
+		Eventually(sessionPodGone(ns, pod)).Should(BeTrue(), "then freed")
 	})
 
 	It("holds every run to the pool's maxTimeout and maxOutputBytes, whatever it asks for", func() {

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -179,5 +180,108 @@ var _ = Describe("Pods that only look like a pool's", func() {
 			_, err := os.Stat(filepath.Join(kubelet.Dir, ns, fake.Name, "workspace", f))
 			Expect(os.IsNotExist(err)).To(BeTrue(), "%s reached the look-alike: %v", f, err)
 		}
+	})
+
+	// The claimed-earlier path: a waiting Execution whose Running status was
+	// lost carries on with the pod that carries its claim. Anyone who may
+	// create pods can write that claim on one.
+	It("never get a waiting Execution's code by carrying its claim", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Obj())
+		real := poolPods(ns, "python")[0]
+		busy := wrappers.Execution(ns, "busy").Code("import time; time.sleep(2)").Obj()
+		Expect(k8s.Create(ctx, busy)).To(Succeed())
+		waitClaimed(busy)
+		waiting := wrappers.Execution(ns, "waiting").Code("open('ran.txt', 'w').write('the victim code')\n'done'").Obj()
+		Expect(k8s.Create(ctx, waiting)).To(Succeed())
+		Eventually(func() *metaCondition {
+			return condition(getExec(waiting).Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
+		}).Should(HaveField("Reason", sandboxv1alpha1.ReasonMaxPodsReached))
+		waiting = getExec(waiting)
+		claim := func(p *corev1.Pod) {
+			p.Annotations = map[string]string{}
+			for k, v := range real.Annotations {
+				p.Annotations[k] = v
+			}
+			p.Annotations[sandboxpod.AnnotationClaimedUID] = string(waiting.UID)
+			p.Annotations[sandboxpod.AnnotationClaimedBy] = waiting.Name
+		}
+		fakes := []*corev1.Pod{
+			// Built exactly like the pool's pods, not the pool's.
+			lookalike(&real, "aa-claims", claim),
+			// runc, another image. (One that names the pool as its controller
+			// is replaced by the pool as a pod not built right.)
+			lookalike(&real, "ab-runc-claims", func(p *corev1.Pod) {
+				claim(p)
+				p.Spec.RuntimeClassName = nil
+				p.Spec.Containers[0].Image = "example.com/tenant/not-the-agent:1"
+			}),
+		}
+		Eventually(func() []string {
+			var evs eventsv1.EventList
+			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			var notes []string
+			for _, e := range evs.Items {
+				if e.Regarding.Name == "waiting" && e.Reason == sandboxv1alpha1.ReasonSandboxRefused {
+					notes = append(notes, e.Note)
+				}
+			}
+			return notes
+		}).Should(And(ContainElement(ContainSubstring("aa-claims")), ContainElement(ContainSubstring("ab-runc-claims"))),
+			"the user is told of each pod that was ignored")
+		done := finished(waiting)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.PodName).NotTo(Or(Equal(fakes[0].Name), Equal(fakes[1].Name)), "it ran on a pod of the pool")
+		ran := &corev1.Pod{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: done.Status.PodName}, ran); err == nil {
+			Expect(done.Status.PodUID).To(Equal(ran.UID))
+		}
+		for _, f := range fakes {
+			_, err := os.Stat(filepath.Join(kubelet.Dir, ns, f.Name, "workspace", "ran.txt"))
+			Expect(os.IsNotExist(err)).To(BeTrue(), "the code reached the look-alike %s: %v", f.Name, err)
+		}
+		for _, f := range fakes {
+			got := &corev1.Pod{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(f), got)).To(Succeed(), "the manager did not delete %s, which it does not own", f.Name)
+			Expect(got.DeletionTimestamp).To(BeNil())
+		}
+	})
+
+	// Re-attach after a restart finds the pod by the name in the status: the
+	// pod under that name must be the one the Execution recorded.
+	It("never get a running Execution's run, its code again, or a deletion, when made under the name of its pod while the manager was away", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		log := runLog()
+		ex := wrappers.Execution(ns, "running").Code(logged("running", log) + "import time\ntime.sleep(3)\n'done'").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		name := waitClaimed(ex)
+		orig := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, orig)).To(Succeed())
+		Expect(getExec(ex).Status.PodUID).To(Equal(orig.UID), "the Execution records its pod's UID with the claim")
+
+		stopManager()
+		<-managerDone
+		Expect(k8s.Delete(ctx, orig, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(orig), &corev1.Pod{}))
+		}).Should(BeTrue())
+		// Its labels, its claim, the pool as its controller, the agent's
+		// arguments: all but the UID.
+		fake := lookalike(orig, orig.Name, func(p *corev1.Pod) { p.OwnerReferences = orig.OwnerReferences })
+		Eventually(func() bool {
+			got := &corev1.Pod{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fake), got)).To(Succeed())
+			return sandboxpod.IsReady(got)
+		}).Should(BeTrue(), "the look-alike's agent runs and it is Ready")
+		startManager()
+
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", done.Status)
+		Expect(condition(done.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete)).To(HaveField("Reason", sandboxv1alpha1.ReasonSandboxLost))
+		Expect(done.Status.Error.Message).To(ContainSubstring("a pod now under its name is another one"))
+		Expect(done.Status.PodDisposition).To(BeEmpty(), "nothing is done to a pod that is not the Execution's")
+		Expect(runCounts(log)).To(Equal(map[string]int{"running": 1}), "the code was not sent again")
+		Consistently(func() error {
+			return k8s.Get(ctx, client.ObjectKeyFromObject(fake), &corev1.Pod{})
+		}, 2*time.Second).Should(Succeed(), "the manager did not delete the look-alike as the Execution's pod")
 	})
 })

@@ -1,15 +1,15 @@
 package controller
 
 import (
-	"context"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
 	"github.com/warmpool/warmpool/internal/agentcheck"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/pool"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
@@ -17,7 +17,6 @@ import (
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/tenancy"
-	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Runtime is the machinery the manager's parts share, built once by
@@ -43,10 +42,11 @@ type Runtime struct {
 	// Dispatcher hands free pods to waiting Executions and Sessions, one
 	// queue per pool, fed by the reconcilers' watch events.
 	Dispatcher *dispatch.Dispatcher
-	// Runner runs Executions on their agents and calls agents for the data
-	// plane and the Session controller.
-	Runner   *runner.Runner
-	Resolver runner.Resolver
+	// Gate is the one door to the pods' agents: every client of an agent
+	// the manager uses is opened there (agentgate).
+	Gate *agentgate.Gate
+	// Runner runs Executions on the agents the gate opened for them.
+	Runner *runner.Runner
 	// Clock decides the reconcilers' time policies (Config.Clock).
 	Clock clock.PassiveClock
 	// Autoscalers keep each pool's demand record: the dispatcher records
@@ -54,8 +54,8 @@ type Runtime struct {
 	Autoscalers *pool.Autoscalers
 	// Tenancy says which namespaces may use which pools (shared pools).
 	Tenancy *tenancy.Gate
-	// Agents knows which agent build and protocol each pod runs: the
-	// dispatcher leases only pods whose agent this manager speaks.
+	// Agents knows which agent build and protocol each pod runs (the
+	// gate's): the dispatcher leases only pods whose agent this manager speaks.
 	Agents *agentcheck.Checker
 
 	// The wake-ups the dispatcher and the runner deliver to each
@@ -63,18 +63,17 @@ type Runtime struct {
 	executionWakes, sessionWakes, poolWakes *wakeup.Source
 }
 
-func newRuntime(cfg Config) *Runtime {
-	rt := &Runtime{Keys: &agentauth.Keyring{}, Resolver: cfg.Resolver, Clock: cfg.Clock,
+// newRuntime builds the runtime; pools reads the pools of the pods the gate
+// asks the version of (the manager's cache).
+func newRuntime(cfg Config, pools client.Reader) *Runtime {
+	rt := &Runtime{Keys: &agentauth.Keyring{}, Clock: cfg.Clock,
 		executionWakes: &wakeup.Source{Priority: wakeup.High}, sessionWakes: &wakeup.Source{Priority: wakeup.High},
 		// A burst of Executions becomes one pool reconcile.
 		poolWakes: &wakeup.Source{Delay: pool.DemandDebounce}}
-	if rt.Resolver == nil {
-		rt.Resolver = runner.PodIPResolver{}
-	}
 	if rt.Clock == nil {
 		rt.Clock = clock.RealClock{}
 	}
-	rt.Runner = runner.New(rt.Keys, rt.executionWakes.Wake)
+	rt.Runner = runner.New(rt.executionWakes.Wake)
 	rt.Autoscalers = pool.NewAutoscalers(rt.Clock.Now, cfg.AutoscaleWindow)
 	d := dispatch.New(rt.executionWakes.Wake, rt.poolWakes.Wake)
 	d.WakeSession = rt.sessionWakes.Wake
@@ -82,16 +81,11 @@ func newRuntime(cfg Config) *Runtime {
 	// Until the keys are loaded (just after a start) a pod's key is not
 	// judged: judged then, all would be unusable until their next change. A
 	// pod whose key really is gone is replaced by its pool.
-	rt.Agents = agentcheck.New(func(ctx context.Context, p *corev1.Pod) (*protocol.Health, error) {
-		addr, err := rt.Resolver.Address(p)
-		if err != nil {
-			return nil, err
-		}
-		return rt.Runner.Agent(addr, p.UID, p.Labels[sandboxpod.LabelAgentKey]).Health(ctx)
-	}, func(p *corev1.Pod) {
+	rt.Gate = agentgate.New(rt.Keys, cfg.Resolver, pools, func(p *corev1.Pod) {
 		d.Recheck(p)
 		rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
 	})
+	rt.Agents = rt.Gate.Agents()
 	d.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
 		return lease.MayServe(pool, p, rt.Keys) == nil && rt.Agents.Usable(p)
 	}

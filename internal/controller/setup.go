@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/agentkeys"
 	"github.com/warmpool/warmpool/internal/controller/execution"
 	"github.com/warmpool/warmpool/internal/controller/index"
@@ -22,7 +23,6 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/session"
 	"github.com/warmpool/warmpool/internal/dataplane"
 	"github.com/warmpool/warmpool/internal/llm"
-	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/servingcert"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/internal/tenancy"
@@ -63,7 +63,7 @@ type Config struct {
 	// AgentKeysSecret names that Secret (agentkeys.DefaultSecret when empty).
 	AgentKeysSecret string
 	// Resolver finds a pod's agent (the pod IP in a cluster).
-	Resolver runner.Resolver
+	Resolver agentgate.Resolver
 	// DataPlane, when set, serves the Sessions data plane (data.warmpool.dev)
 	// from this process, in every replica; ModeDataPlane requires it and
 	// ModeControllers ignores it.
@@ -146,7 +146,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	case mode == ModeDataPlane && cfg.DataPlane == nil:
 		return errors.New("mode data-plane serves the data plane: give it a port")
 	}
-	rt := newRuntime(cfg)
+	rt := newRuntime(cfg, mgr.GetClient())
 	keys := rt.Keys
 	rt.Tenancy.Labels = tenancy.FromClient(mgr.GetClient())
 
@@ -207,12 +207,12 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := (&modelendpoint.Reconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&execution.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Keys: keys, Dispatcher: rt.Dispatcher,
-		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, Tenancy: rt.Tenancy, Agents: rt.Agents}).SetupWithManager(mgr); err != nil {
+	if err := (&execution.Reconciler{Client: mgr.GetClient(), Gate: rt.Gate, Keys: keys, Dispatcher: rt.Dispatcher,
+		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, Tenancy: rt.Tenancy}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&session.Reconciler{Client: mgr.GetClient(), Resolver: rt.Resolver, Runner: rt.Runner, Dispatcher: rt.Dispatcher,
-		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Tenancy: rt.Tenancy, Agents: rt.Agents}).SetupWithManager(mgr)
+	return (&session.Reconciler{Client: mgr.GetClient(), Gate: rt.Gate, Dispatcher: rt.Dispatcher,
+		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Tenancy: rt.Tenancy}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They
@@ -225,8 +225,8 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 	// A pool's ModelEndpoint answers llm_query in a Session's runs as in its
 	// Executions, when the caller does not answer the calls itself.
 	models := &modelendpoint.Endpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
-	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: rt.Runner,
-		KeysLoaded: keys.Loaded, Keys: keys, Resolver: rt.Resolver, Models: models, Informers: mgr.GetCache(),
+	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: rt.Gate,
+		KeysLoaded: keys.Loaded, Models: models, Informers: mgr.GetCache(),
 		Log: mgr.GetLogger().WithName("dataplane"),
 		// The data plane's role may get namespaces, not watch them: it reads
 		// a tenant's labels only for a one-call run on a shared pool.

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -84,8 +84,9 @@ func ok(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 // target is what a request in a Session works with.
 type target struct {
 	ses   *sandboxv1alpha1.Session
+	pool  *sandboxv1alpha1.SandboxPool
 	pod   *corev1.Pod
-	agent *agentclient.Client
+	agent *agentgate.Agent
 	// resumed: the Session was Suspended, and resumed for this request;
 	// timing says how long that took (a Server-Timing entry).
 	resumed bool
@@ -148,11 +149,15 @@ func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, me
 	if t == nil {
 		return nil, code, reason, msg
 	}
-	addr, err := s.Resolver.Address(t.pod)
+	agent, err := s.Gate.Open(ctx, t.pool, t.pod, agentgate.ForSession(t.ses))
+	if agentgate.IsRefused(err) {
+		return nil, http.StatusConflict, metav1.StatusReasonConflict,
+			fmt.Sprintf("Session %s's pod %s is gone (%v); the Session is being marked Lost: start a new Session", name, t.ses.Status.PodName, err)
+	}
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("reach pod %s: %v", t.pod.Name, err)
 	}
-	t.agent = s.Runner.Agent(addr, t.pod.UID, t.pod.Labels[sandboxpod.LabelAgentKey])
+	t.agent = agent
 	return t, 0, "", ""
 }
 
@@ -179,21 +184,17 @@ func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name stri
 	}
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, ses.PodKey(), pod)
-	gone := err != nil || !lease.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.DeletionTimestamp != nil
-	if !gone {
-		// The pod under the name the Session's status gives must be one its
-		// pool owns: anyone who may create pods can reuse a deleted pod's name.
-		pool := &sandboxv1alpha1.SandboxPool{}
-		if perr := r.Get(ctx, ses.PoolKey(), pool); perr != nil ||
-			lease.MayServe(pool, pod, s.Keys) != nil {
-			gone = true
-		}
-	}
-	if gone {
+	// The pod under the name the Session's status gives must be the one it
+	// holds, its pool's: anyone who may create pods can reuse a deleted
+	// pod's name. The gate judges that (resolve); this is what the cache can
+	// tell before it.
+	gone := err != nil || !lease.HeldBy(pod, ses) || sandboxpod.IsTerminal(pod) || pod.UID != ses.Status.PodUID
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if gone || r.Get(ctx, ses.PoolKey(), pool) != nil {
 		return nil, http.StatusConflict, metav1.StatusReasonConflict,
 			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
 	}
-	return &target{ses: ses, pod: pod}, 0, "", ""
+	return &target{ses: ses, pod: pod, pool: pool}, 0, "", ""
 }
 
 // ownerOnly refuses the caller a Session bound to its owner (spec.access
@@ -451,7 +452,7 @@ func (s *Server) callerGone(r *http.Request, t *target, id string, stream bool) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), interruptTimeout)
 	defer cancel()
-	if err := t.agent.Interrupt(ctx, id); err != nil && !agentclient.IsStatus(err, http.StatusNotFound) && !agentclient.IsStatus(err, http.StatusConflict) {
+	if err := t.agent.Interrupt(ctx, id); err != nil && !agentgate.IsStatus(err, http.StatusNotFound) && !agentgate.IsStatus(err, http.StatusConflict) {
 		s.Log.Info("could not interrupt the run of a caller that went away", "session", t.ses.Name, "run", id, "err", err.Error())
 	}
 }
@@ -642,7 +643,7 @@ func reasonFor(code int) metav1.StatusReason {
 }
 
 func agentFailed(w http.ResponseWriter, err error) {
-	var ae *agentclient.APIError
+	var ae *agentgate.APIError
 	if errors.As(err, &ae) && ae.Code != http.StatusUnauthorized && ae.Code != http.StatusForbidden {
 		writeStatus(w, ae.Code, reasonFor(ae.Code), "sandbox agent: "+ae.Message)
 		return

@@ -46,8 +46,7 @@ import (
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/pkg/protocol"
 
-	"github.com/warmpool/warmpool/internal/lease"
-	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
@@ -103,8 +102,9 @@ type Server struct {
 	// APIReader reads around the cache when the cache says no: a caller who
 	// just saw its Session Ready must not be told it is Pending.
 	APIReader client.Reader
-	// Runner signs the calls to the pods' agents.
-	Runner *runner.Runner
+	// Gate opens a Session's pod's agent (agentgate): the calls are signed
+	// there, and made only to the pod the Session holds.
+	Gate *agentgate.Gate
 	// Tenancy refuses a one-call run a shared pool does not admit, at once
 	// (nil: pools of the caller's namespace only).
 	Tenancy *tenancy.Gate
@@ -113,10 +113,6 @@ type Server struct {
 	// instead of reading a failed call to its agent as a broken sandbox.
 	// Nil: always.
 	KeysLoaded func() bool
-	// Keys check that the Session's pod may serve it (lease.MayServe): a pod
-	// someone made under the name of the Session's gone pod gets no code.
-	Keys     lease.Keys
-	Resolver runner.Resolver
 	// Certs, when set, is the serving certificate the APIService trusts
 	// (servingcert); until it has one the server serves a self-signed one.
 	Certs CertSource

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 	"github.com/warmpool/warmpool/pkg/snapshot"
@@ -180,7 +180,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, t *target) {
 
 // takeSnapshot reads a snapshot of the Session into memory, within maxForkBytes.
 func (s *Server) takeSnapshot(ctx context.Context, t *target, workspace bool) ([]byte, *snapshot.Manifest, error) {
-	body, _, err := t.agent.Snapshot(ctx, agentclient.SnapshotOptions{Workspace: workspace, MaxBytes: maxForkBytes})
+	body, _, err := t.agent.Snapshot(ctx, agentgate.SnapshotOptions{Workspace: workspace, MaxBytes: maxForkBytes})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -668,8 +668,11 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 			d.requeue(a, w)
 		}
 	}
-	if e := d.execs[pi.claimedBy]; e != nil && pi.claimedBy != "" {
-		d.markRunning(e, pi.name, w) // the claim is seen before the Execution's status
+	if e := d.execs[pi.claimedBy]; e != nil && pi.claimedBy != "" && usable {
+		// The claim is seen before the Execution's status. Only on a pod the
+		// pool may lease: anyone who may create pods can write a waiting
+		// Execution's claim on one, which must not take it out of the queue.
+		d.markRunning(e, pi.name, w)
 	}
 	if oldSession != "" && oldSession != pi.session {
 		d.dropSessionPod(p, oldSession, pi.name, w)

@@ -422,6 +422,19 @@ func TestClaimSeenBeforeTheStatusEndsTheWait(t *testing.T) {
 	}
 }
 
+func TestAForgedClaimOnAPodNotThePoolsLeavesTheExecutionWaiting(t *testing.T) {
+	d, _ := newDispatcher()
+	d.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "lookalike" }
+	d.UpdatePool(wrappers.Pool(ns, "python").Obj())
+	a := ex("a", 0).Obj()
+	d.UpdateExecution(a)
+	d.UpdatePod(pod("lookalike").ClaimedBy(a).Obj())
+	d.UpdatePod(pod("p1").Obj())
+	if pl := d.Place(a); pl.Pod != "p1" {
+		t.Fatalf("a: %+v, want the pool's pod p1 (the claim on the look-alike is not a claim)", pl)
+	}
+}
+
 func TestCurrentTemplateFirstAndUnusablePodsNever(t *testing.T) {
 	d, _ := newDispatcher()
 	d.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "bad" }

@@ -19,13 +19,11 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/internal/agent/output"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -46,27 +44,6 @@ var ErrBusy = errors.New("the sandbox's interpreter was busy with another run of
 // attachPoll is how often a re-attached run asks the agent how it ended.
 const attachPoll = 500 * time.Millisecond
 
-// Resolver finds the agent of a pod. Production uses the pod IP; the envtest
-// harness maps pods to local agent processes.
-type Resolver interface {
-	Address(pod *corev1.Pod) (string, error)
-}
-
-// PodIPResolver reaches agents at http://<pod IP>:<port>.
-type PodIPResolver struct{ Port int }
-
-// Address implements Resolver.
-func (r PodIPResolver) Address(pod *corev1.Pod) (string, error) {
-	if pod.Status.PodIP == "" {
-		return "", fmt.Errorf("pod %s has no IP yet", pod.Name)
-	}
-	port := r.Port
-	if port == 0 {
-		port = sandboxpod.AgentPort
-	}
-	return fmt.Sprintf("http://%s:%d", pod.Status.PodIP, port), nil
-}
-
 // Job is one run.
 type Job struct {
 	UID       types.UID
@@ -74,11 +51,11 @@ type Job struct {
 	Name      string
 	// Pod runs the job; StartTime is when the Execution was marked Running.
 	Pod       string
+	PodUID    types.UID
 	StartTime time.Time
-	Address   string
-	// PodUID and KeyID address the agent's tokens to this pod (TokenSource).
-	PodUID types.UID
-	KeyID  string
+	// Agent is the pod's agent, as the gate opened it for this Execution
+	// (agentgate): the runner calls nothing else.
+	Agent *agentgate.Agent
 	// CodeDigest is the digest of Request.Code, for the status.
 	CodeDigest string
 	Request    protocol.ExecuteRequest
@@ -119,40 +96,18 @@ type run struct {
 	outcome   Outcome
 }
 
-// TokenSource signs the tokens that open one pod's agent (agentauth.Keyring).
-type TokenSource interface {
-	Token(podUID, keyID string) (string, error)
-}
-
 // Runner tracks the runs of one manager.
 type Runner struct {
-	// Tokens signs each call to an agent.
-	Tokens TokenSource
-
 	mu   sync.Mutex
 	runs map[types.UID]*run
-	// http is shared by the clients of all agents; idle connections to pods
-	// that are gone expire instead of piling up.
-	http *http.Client
 	// wake asks for a reconcile of the Execution whenever a run ends. It must
 	// not block: a run's goroutine must end even when nobody reconciles.
 	wake func(types.NamespacedName)
 }
 
 // New returns a Runner; wake asks for a reconcile of an Execution (without blocking).
-func New(tokens TokenSource, wake func(types.NamespacedName)) *Runner {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 2
-	tr.IdleConnTimeout = 30 * time.Second
-	return &Runner{Tokens: tokens, runs: map[types.UID]*run{}, http: &http.Client{Transport: tr}, wake: wake}
-}
-
-// client returns a client of the pod's agent whose every request carries a
-// token for that pod alone (signed anew when the last one nears its expiry).
-func (r *Runner) client(addr string, podUID types.UID, keyID string) *client.Client {
-	return client.NewWithHTTP(addr, "", r.http).WithTokenSource(func() (string, error) {
-		return r.Tokens.Token(string(podUID), keyID)
-	})
+func New(wake func(types.NamespacedName)) *Runner {
+	return &Runner{runs: map[types.UID]*run{}, wake: wake}
 }
 
 // Start runs the job unless a run of this UID is already tracked. Starting the
@@ -164,7 +119,7 @@ func (r *Runner) Start(job Job) {
 		return
 	}
 
-	c := r.client(job.Address, job.PodUID, job.KeyID)
+	c := job.Agent
 	req := job.Request
 	req.ID = string(job.UID)
 	req.TimeoutMillis = max(time.Until(job.Deadline).Milliseconds(), 1)
@@ -216,7 +171,7 @@ func (r *Runner) Start(job Job) {
 			}
 		}
 		res, err := r.execute(ctx, c, req, onEvent, job.Deadline)
-		if err != nil && !errors.Is(err, ErrBusy) && ctx.Err() == nil && !client.IsAPIError(err) {
+		if err != nil && !errors.Is(err, ErrBusy) && ctx.Err() == nil && !agentgate.IsAPIError(err) {
 			// The connection broke mid-run (a reset, a proxy, the manager's own
 			// network): the code may well still run. Follow it by its ID, as a
 			// restarted manager does, instead of calling the sandbox lost.
@@ -252,12 +207,12 @@ const busyRetry = 500 * time.Millisecond
 // refuses it with 409 and keeps nothing of it; the run is sent again until
 // the agent takes it, so it queues behind the other run, or until its
 // deadline, when it ends with ErrBusy without having run.
-func (r *Runner) execute(ctx context.Context, c *client.Client, req protocol.ExecuteRequest, onEvent func(protocol.Event),
+func (r *Runner) execute(ctx context.Context, c *agentgate.Agent, req protocol.ExecuteRequest, onEvent func(protocol.Event),
 	deadline time.Time) (*protocol.Result, error) {
 	wait := 50 * time.Millisecond
 	for {
 		res, err := c.ExecuteStream(ctx, req, onEvent)
-		if !client.IsStatus(err, http.StatusConflict) {
+		if !agentgate.IsStatus(err, http.StatusConflict) {
 			return res, err
 		}
 		left := time.Until(deadline)
@@ -350,7 +305,7 @@ func (r *Runner) Attach(job Job) {
 	if !ok {
 		return
 	}
-	c := r.client(job.Address, job.PodUID, job.KeyID)
+	c := job.Agent
 	go func() {
 		defer cancel()
 		r.follow(ctx, job, c)
@@ -359,7 +314,7 @@ func (r *Runner) Attach(job Job) {
 
 // follow asks the agent how the run ended, or waits for it to end, without
 // sending the code again, until ctx ends.
-func (r *Runner) follow(ctx context.Context, job Job, c *client.Client) {
+func (r *Runner) follow(ctx context.Context, job Job, c *agentgate.Agent) {
 	id := string(job.UID)
 	{
 		interrupted := false
@@ -367,7 +322,7 @@ func (r *Runner) follow(ctx context.Context, job Job, c *client.Client) {
 		for {
 			info, err := c.Execution(ctx, id)
 			switch {
-			case client.IsStatus(err, http.StatusNotFound):
+			case agentgate.IsStatus(err, http.StatusNotFound):
 				r.finish(job.UID, Outcome{Err: ErrNotStarted})
 				return
 			case err == nil && info.Result != nil:
@@ -429,7 +384,7 @@ func (r *Runner) Cancel(uid types.UID) {
 	rn.cancelled = true
 	job := rn.job
 	r.mu.Unlock()
-	c := r.client(job.Address, job.PodUID, job.KeyID)
+	c := job.Agent
 	go func() {
 		// A cancel can come as soon as the Running status is stored, which is
 		// also when the code is sent: the interrupt may reach the agent before
@@ -526,34 +481,5 @@ func (r *Runner) Forget(uid types.UID) {
 	if rn, ok := r.runs[uid]; ok {
 		rn.cancel()
 		delete(r.runs, uid)
-	}
-}
-
-// Agent returns a client of a pod's agent whose requests carry tokens for that
-// pod alone, over the runner's shared connection pool.
-func (r *Runner) Agent(addr string, podUID types.UID, keyID string) *client.Client {
-	return r.client(addr, podUID, keyID)
-}
-
-// Reset gives a pod's agent a fresh interpreter (reusePolicy FreshInterpreter).
-// The agent publishes a run's result a moment before it frees the
-// interpreter, so a reset that follows the result at once can find it busy
-// (409): that is retried for a few seconds.
-func (r *Runner) Reset(ctx context.Context, addr string, podUID types.UID, keyID string) error {
-	c := r.client(addr, podUID, keyID)
-	for wait := 20 * time.Millisecond; ; wait *= 2 {
-		err := c.ResetForReuse(ctx)
-		if !client.IsStatus(err, http.StatusConflict) || wait > 2*time.Second {
-			if err != nil {
-				metrics.AgentErrors.WithLabelValues("reset").Inc()
-			}
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			metrics.AgentErrors.WithLabelValues("reset").Inc()
-			return err
-		case <-time.After(wait):
-		}
 	}
 }

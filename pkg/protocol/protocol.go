@@ -137,6 +137,9 @@ const (
 	// ErrorInterpreterRestarted: the request named an interpreter (its session's)
 	// that is no longer the one running; the code did not run.
 	ErrorInterpreterRestarted = "InterpreterRestarted"
+	// ErrorMemoryLimitExceeded: the run's processes were killed for using
+	// more memory than the sandbox's budget together.
+	ErrorMemoryLimitExceeded = "MemoryLimitExceeded"
 )
 
 // Error describes why the code failed.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
 // Resource limits of the code: hit as errors the code can see, before the
@@ -50,7 +52,7 @@ type Limits struct {
 
 // ErrorMemoryLimitExceeded is the error type of a run whose processes were
 // killed for using more memory than the budget together.
-const ErrorMemoryLimitExceeded = "MemoryLimitExceeded"
+const ErrorMemoryLimitExceeded = protocol.ErrorMemoryLimitExceeded
 
 // memoryPollInterval is how often the watchdog sums resident memory while
 // code runs. A single process is stopped by RLIMIT_AS without polling; the

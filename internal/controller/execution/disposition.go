@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,8 +33,9 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 	if err := r.Get(ctx, ex.PodKey(), pod); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if lease.ClaimedBy(pod) != ex.UID {
-		// Done already, or the pod is someone else's now. A stale cache that
+	if lease.ClaimedBy(pod) != ex.UID || (ex.Status.PodUID != "" && pod.UID != ex.Status.PodUID) {
+		// Done already, or the pod is someone else's now (another pod made
+		// under its name is never the Execution's). A stale cache that
 		// still shows the claim fails the writes below on the resourceVersion.
 		return nil
 	}
@@ -43,11 +43,6 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 	case sandboxv1alpha1.DispositionReleaseToSession:
 		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return lease.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
 	case sandboxv1alpha1.DispositionReset:
-		addr, err := r.Resolver.Address(pod)
-		if err != nil {
-			logf.FromContext(ctx).Info("cannot reach the agent to reset it for reuse; deleting the pod", "pod", pod.Name, "err", err.Error())
-			return r.deleteClaimedPod(ctx, pod, ex.UID)
-		}
 		released := false
 		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
 			released = false
@@ -63,7 +58,7 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 		// A new interpreter takes about a second under gVisor: replace it off
 		// the request path. A manager that stops during the reset leaves the pod
 		// resetting; the pool controller replaces it after recycle.ResetTimeout.
-		go r.reset(logf.FromContext(ctx).WithValues("pod", pod.Name), client.ObjectKeyFromObject(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
+		go recycle.Pod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Gate, client.ObjectKeyFromObject(pod), pod.UID)
 		return nil
 	default: // Delete, and Executions finished before dispositions were recorded
 		return r.deleteClaimedPod(ctx, pod, ex.UID)
@@ -74,6 +69,11 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 // holds it: the preconditions make the API server refuse when the pod
 // changed since it was read, and then the pod is read again.
 func (r *Reconciler) deleteClaimedPod(ctx context.Context, pod *corev1.Pod, uid types.UID) error {
+	if !r.ownedByItsPool(ctx, pod) {
+		// A pod that only carries the claim: never the manager's to delete.
+		logf.FromContext(ctx).Info("not deleting a pod its pool does not own", "pod", pod.Name)
+		return nil
+	}
 	return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
 		if lease.ClaimedBy(p) != uid || p.DeletionTimestamp != nil {
 			// Someone else's, or on its way out already: every later
@@ -89,12 +89,16 @@ func (r *Reconciler) deleteClaimedPod(ctx context.Context, pod *corev1.Pod, uid 
 	})
 }
 
-// reset gives a pod released for reuse a fresh interpreter (see recyclePod).
-func (r *Reconciler) reset(log logr.Logger, key client.ObjectKey, addr string, podUID types.UID, keyID string) {
-	recycle.Pod(log, r.Client, r.APIReader, r.Runner, key, addr, podUID, keyID)
-}
-
 // retryOnConflict applies a pod update (see retryPodUpdate).
 func (r *Reconciler) retryOnConflict(ctx context.Context, pod *corev1.Pod, update func(*corev1.Pod) error) error {
 	return recycle.RetryPodUpdate(ctx, r.APIReader, pod, update)
+}
+
+// ownedByItsPool reports whether the pool the pod's label names controls it.
+func (r *Reconciler) ownedByItsPool(ctx context.Context, pod *corev1.Pod) bool {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
+		return false
+	}
+	return lease.Owned(pod, pool)
 }

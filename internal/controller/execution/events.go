@@ -18,7 +18,6 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/index"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/lease"
-	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -30,9 +29,6 @@ type queue = workqueue.TypedRateLimitingInterface[ctrl.Request]
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("execution-controller")
-	}
-	if r.Resolver == nil {
-		r.Resolver = runner.PodIPResolver{}
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agent/interpreter"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -28,7 +27,7 @@ func limitHit(e *protocol.Error, pool *sandboxv1alpha1.SandboxPool) (reason, adv
 	}
 	memory, processes := sandboxpod.CodeLimits(pool)
 	switch {
-	case e.Type == interpreter.ErrorMemoryLimitExceeded || e.Type == "MemoryError":
+	case e.Type == protocol.ErrorMemoryLimitExceeded || e.Type == "MemoryError":
 		return sandboxv1alpha1.ReasonMemoryLimitExceeded, fmt.Sprintf("the code may use %d MiB in pool %s "+
 			"(spec.resources.limits.memory less spec.limits.memoryReserve): use less, or raise the pool's memory limit",
 			memory>>20, pool.Name)

@@ -20,6 +20,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -34,7 +35,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 	if job, ok := r.Runner.Job(ex.UID); ok {
 		// It claimed a pod and started, but the cache does not show it yet (or
 		// writing Running lost a race): claiming again would take a second pod.
-		r.markRunning(ex, job.Pod, metav1.NewTime(job.StartTime), job.CodeDigest)
+		r.markRunning(ex, job.Pod, job.PodUID, metav1.NewTime(job.StartTime), job.CodeDigest)
 		return ctrl.Result{}, nil
 	}
 	first := ex.Status.Phase == ""
@@ -77,10 +78,19 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 			return ctrl.Result{}, nil
 		}
 	}
-	// Claimed earlier, but the Running status was lost: carry on with that pod.
-	if pod, err := r.claimedPod(ctx, ex.PoolKey().Namespace, ex.UID); err != nil || pod != nil {
-		if err != nil {
-			return ctrl.Result{}, err
+	// Claimed earlier, but the Running status was lost: carry on with that
+	// pod, if it is one the gate admits (anyone who may create pods can
+	// write the claim of a waiting Execution on one).
+	claimed, err := r.claimedPods(ctx, ex.PoolKey().Namespace, ex.UID)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, pod := range claimed {
+		if err := r.Gate.Admit(pool, pod, agentgate.ForExecution(ex)); err != nil {
+			logf.FromContext(ctx).Info("ignoring a pod that carries the Execution's claim", "pod", pod.Name, "reason", err.Error())
+			r.Recorder.Eventf(ex, pod, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSandboxRefused, "Claim",
+				"ignoring pod %s, which carries this Execution's claim: %v", pod.Name, err)
+			continue
 		}
 		return r.start(ctx, ex, pool, pod, next)
 	}
@@ -199,7 +209,7 @@ func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Exec
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	if err := r.Agents.Check(ctx, pod); err != nil {
+	if err := r.Gate.Agents().Check(ctx, pod); err != nil {
 		// Its pool replaces a pod whose agent the manager does not speak.
 		logf.FromContext(ctx).Info("not claiming a pod whose agent cannot be called", "pod", podName, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
@@ -211,7 +221,7 @@ func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Exec
 	res, err := r.start(ctx, ex, pool, pod, next)
 	if next.send == nil {
 		// It ended before it ran (its code could not be read): the pod was never claimed.
-		ex.Status.PodName, ex.Status.PodDisposition = "", ""
+		ex.Status.PodName, ex.Status.PodUID, ex.Status.PodDisposition = "", "", ""
 		r.Dispatcher.ClaimFailed(ex.UID, podName, "")
 		return res, err
 	}
@@ -236,7 +246,7 @@ func (r *Reconciler) claimConcurrently(ctx context.Context, ex *sandboxv1alpha1.
 // Running status are both stored.
 func (r *Reconciler) unclaimed(ex *sandboxv1alpha1.Execution, why string) {
 	ex.Status.Phase = sandboxv1alpha1.PhasePending
-	ex.Status.PodName, ex.Status.StartTime, ex.Status.CodeDigest = "", nil, ""
+	ex.Status.PodName, ex.Status.PodUID, ex.Status.StartTime, ex.Status.CodeDigest = "", "", nil, ""
 	r.waiting(ex, sandboxv1alpha1.ReasonNoIdleSandbox, why)
 }
 
@@ -248,13 +258,10 @@ func (r *Reconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, p
 	code, err := r.code(ctx, ex)
 	if err != nil {
 		r.codeFailed(ex, err)
-		ex.Status.PodName, ex.Status.PodDisposition = pod.Name, unusedPodDisposition(ex)
+		ex.Status.PodName, ex.Status.PodUID, ex.Status.PodDisposition = pod.Name, pod.UID, unusedPodDisposition(ex)
 		return ctrl.Result{}, nil
 	}
-	job, err := r.job(ex, pool, pod, r.now())
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	job := r.job(ex, pool, pod, r.now())
 	job.Request = r.request(ex, pool, code)
 	if ex.Spec.Session != "" {
 		// Only on the interpreter that holds the session's state.
@@ -262,14 +269,14 @@ func (r *Reconciler) start(ctx context.Context, ex *sandboxv1alpha1.Execution, p
 	}
 	job.Bridge, job.MaxBridgeCalls = r.Models.Bridge(ctx, pool)
 	job.CodeDigest = digest(code)
-	r.markRunning(ex, pod.Name, metav1.NewTime(job.StartTime), job.CodeDigest)
-	next.send = &job
+	r.markRunning(ex, pod.Name, pod.UID, metav1.NewTime(job.StartTime), job.CodeDigest)
+	next.send, next.pool, next.pod = &job, pool, pod
 	return ctrl.Result{}, nil
 }
 
-func (r *Reconciler) markRunning(ex *sandboxv1alpha1.Execution, pod string, start metav1.Time, codeDigest string) {
+func (r *Reconciler) markRunning(ex *sandboxv1alpha1.Execution, pod string, podUID types.UID, start metav1.Time, codeDigest string) {
 	ex.Status.Phase = sandboxv1alpha1.PhaseRunning
-	ex.Status.PodName = pod
+	ex.Status.PodName, ex.Status.PodUID = pod, podUID
 	ex.Status.StartTime = &start
 	ex.Status.CodeDigest = codeDigest
 	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
@@ -281,20 +288,16 @@ func digest(code string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// job is the run of ex on pod, without its request (re-attaching sends none).
-func (r *Reconciler) job(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, start time.Time) (runner.Job, error) {
-	addr, err := r.Resolver.Address(pod)
-	if err != nil {
-		return runner.Job{}, err
-	}
+// job is the run of ex on pod, without its request (re-attaching sends
+// none) and without its agent (the gate opens it just before the call).
+func (r *Reconciler) job(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, start time.Time) runner.Job {
 	if ex.Status.StartTime != nil {
 		start = ex.Status.StartTime.Time
 	}
 	return runner.Job{
-		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, StartTime: start, Address: addr,
-		PodUID: pod.UID, KeyID: pod.Labels[sandboxpod.LabelAgentKey], CodeDigest: ex.Status.CodeDigest,
-		Deadline: start.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
-	}, nil
+		UID: ex.UID, Namespace: ex.Namespace, Name: ex.Name, Pod: pod.Name, PodUID: pod.UID, StartTime: start,
+		CodeDigest: ex.Status.CodeDigest, Deadline: start.Add(timeoutOf(ex, pool)), Grace: graceOf(pool),
+	}
 }
 
 func (r *Reconciler) request(ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, code string) protocol.ExecuteRequest {

@@ -28,7 +28,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
-	"github.com/warmpool/warmpool/internal/agentcheck"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/modelendpoint"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
@@ -52,11 +52,11 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Runner    *runner.Runner
-	// Agents is asked before a pod is claimed: only an agent that speaks
-	// the manager's protocol is sent code (internal/agentcheck).
-	Agents   *agentcheck.Checker
-	Resolver runner.Resolver
-	// Keys sign the tokens of each call to an agent (for the runner NewRunner makes).
+	// Gate opens the agent of a pod for this Execution: the pod is its
+	// pool's, built as the pool builds them, speaks the manager's protocol,
+	// is claimed by the Execution and is the pod its status records.
+	Gate *agentgate.Gate
+	// Keys say whether the agent signing keys are loaded, and which are still held.
 	Keys *agentauth.Keyring
 	// Dispatcher decides which waiting Execution gets which free pod.
 	Dispatcher *dispatch.Dispatcher
@@ -78,6 +78,10 @@ type Reconciler struct {
 // write and so never runs code a second time.
 type afterWrite struct {
 	send *runner.Job
+	// pool and pod are the send's: the gate opens the pod's agent for it
+	// once the status (with the pod's UID) and the claim are stored.
+	pool *sandboxv1alpha1.SandboxPool
+	pod  *corev1.Pod
 	// claim is the pod to claim while the Running status is written, both
 	// before the send. Written one after the other they cost a round trip more.
 	claim *corev1.Pod
@@ -144,7 +148,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
 		}
 		if next.send != nil {
-			r.Runner.Start(*next.send)
+			if res, err := r.send(ctx, ex, next); err != nil || res != (ctrl.Result{}) {
+				return res, err
+			}
 		}
 		if !orig.Status.Phase.IsFinished() && ex.Status.Phase.IsFinished() {
 			r.recordEnd(ex)
@@ -173,6 +179,35 @@ func (r *Reconciler) claimFailed(ctx context.Context, ex *sandboxv1alpha1.Execut
 	}
 	r.refreshPod(ctx, pod)
 	return ctrl.Result{RequeueAfter: waitBackstop}, nil
+}
+
+// send starts the run once its status is stored: on the pod the gate
+// opens for it, the pod as claimed (next.claim, written with the status) or
+// as read. A pod the gate refuses gets nothing; the Execution goes back to
+// the queue (its code never left).
+func (r *Reconciler) send(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
+	pod := next.pod
+	if next.claim != nil {
+		pod = next.claim
+	}
+	agent, err := r.Gate.Open(ctx, next.pool, pod, agentgate.ForExecution(ex))
+	if err != nil {
+		logf.FromContext(ctx).Info("the gate refused the pod: back in the queue", "pod", pod.Name, "err", err.Error())
+		r.Recorder.Eventf(ex, pod, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSandboxRefused, "Send",
+			"pod %s: %v; the code was not sent", pod.Name, err)
+		r.Dispatcher.ClaimFailed(ex.UID, pod.Name, pod.ResourceVersion)
+		orig := ex.DeepCopy()
+		r.unclaimed(ex, fmt.Sprintf("pod %s could not be given the code (%v): back in the queue", pod.Name, err))
+		if perr := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+			// Running stays stored without a run; reconcileRunning finds no outcome and sends it again through the gate.
+			return ctrl.Result{Requeue: true}, fmt.Errorf("take back the Running status of execution %s: %w", ex.Name, perr)
+		}
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	job := *next.send
+	job.Agent = agent
+	r.Runner.Start(job)
+	return ctrl.Result{}, nil
 }
 
 // refreshPod tells the dispatcher the pod as it is now: it took the pod for
@@ -289,11 +324,11 @@ func (r *Reconciler) deleted(ctx context.Context, key types.NamespacedName) erro
 		return nil
 	}
 	r.Runner.Cancel(uid)
-	pod, err := r.claimedPod(ctx, key.Namespace, uid)
+	pods, err := r.claimedPods(ctx, key.Namespace, uid)
 	if err != nil {
 		return err
 	}
-	if pod != nil {
+	for _, pod := range pods { // only a pod its pool owns is deleted
 		if err := r.deleteClaimedPod(ctx, pod, uid); err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/podstatus"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
@@ -55,7 +56,7 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 	if poolErr != nil && !apierrors.IsNotFound(poolErr) {
 		return ctrl.Result{}, poolErr
 	}
-	pod, err := r.runningPod(ctx, ex)
+	pod, replaced, err := r.runningPod(ctx, ex)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -90,6 +91,9 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 	if !ours || sandboxpod.IsTerminal(pod) || poolErr != nil {
 		r.Runner.Cancel(ex.UID)
 		reason, msg := sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName)
+		if replaced {
+			msg += " (a pod now under its name is another one: nothing is asked of it, nor done to it)"
+		}
 		if pod != nil && pod.Status.Message != "" {
 			msg += ": " + pod.Status.Message
 		}
@@ -109,12 +113,9 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 	if !r.Runner.Tracked(ex.UID) {
 		// A restarted manager: ask the agent what became of the run, by the
 		// Execution's UID. The code is not sent again.
-		job, err := r.job(ex, pool, pod, r.now())
-		if err != nil {
-			return r.unreachable(ex, pool, err)
+		if res, done := r.reattach(ctx, ex, pool, pod); done {
+			return res, nil
 		}
-		logf.FromContext(ctx).Info("re-attaching to a running execution", "pod", pod.Name)
-		r.Runner.Attach(job)
 	}
 	if ex.Spec.Cancel {
 		r.Runner.Cancel(ex.UID)
@@ -176,10 +177,7 @@ func (r *Reconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Executi
 	// outlasted the timeout is the operator's delay, not the code's.
 	now := metav1.NewTime(r.now())
 	ex.Status.StartTime = &now
-	job, err := r.job(ex, pool, pod, now.Time)
-	if err != nil {
-		return r.unreachable(ex, pool, err)
-	}
+	job := r.job(ex, pool, pod, now.Time)
 	job.Request = r.request(ex, pool, code)
 	if ex.Spec.Session != "" {
 		job.Request.Interpreter = r.sessionInterpreter(ctx, ex, pod)
@@ -189,8 +187,34 @@ func (r *Reconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Executi
 	meta.SetStatusCondition(&ex.Status.Conditions, metav1.Condition{Type: sandboxv1alpha1.ExecutionConditionWaitingForSandbox,
 		Status: metav1.ConditionFalse, Reason: sandboxv1alpha1.ReasonSandboxClaimed,
 		Message: "running on pod " + pod.Name + "; sent again after a manager restart (the first request never reached the agent)"})
-	next.send = &job
+	next.send, next.pool, next.pod = &job, pool, pod
 	return ctrl.Result{}, nil
+}
+
+// reattach follows the run on the pod the gate opens for the Execution. A
+// run started by a manager from before status.podUID existed records none:
+// its pod is adopted, once, if the gate admits it as its claimed pod.
+func (r *Reconciler) reattach(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) (ctrl.Result, bool) {
+	if ex.Status.PodUID == "" && r.Gate.Admit(pool, pod, agentgate.ForExecution(ex)) == nil {
+		ex.Status.PodUID = pod.UID
+	}
+	agent, err := r.Gate.Open(ctx, pool, pod, agentgate.ForExecution(ex))
+	if agentgate.IsRefused(err) {
+		r.Runner.Cancel(ex.UID)
+		r.Recorder.Eventf(ex, pod, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSandboxRefused, "Attach", "pod %s: %v", pod.Name, err)
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxRefused, fmt.Sprintf("the run cannot be followed: %v; nothing was asked of that pod, "+
+			"and nothing is done to it", err), "")
+		return ctrl.Result{}, true
+	}
+	if err != nil {
+		res, _ := r.unreachable(ex, pool, err)
+		return res, true
+	}
+	job := r.job(ex, pool, pod, r.now())
+	job.Agent = agent
+	logf.FromContext(ctx).Info("re-attaching to a running execution", "pod", pod.Name)
+	r.Runner.Attach(job)
+	return ctrl.Result{}, false
 }
 
 // unusedPodDisposition is the fate of a claimed pod on which nothing ran: a
@@ -222,22 +246,30 @@ func deleteIfOurs(ours bool) sandboxv1alpha1.PodDisposition {
 // runningPod returns the pod of a running Execution, read around the cache
 // when the cache does not show it claimed by ex: the pod informer can lag
 // behind the Execution informer (a run can end before the claim is in the cache).
-func (r *Reconciler) runningPod(ctx context.Context, ex *sandboxv1alpha1.Execution) (*corev1.Pod, error) {
+func (r *Reconciler) runningPod(ctx context.Context, ex *sandboxv1alpha1.Execution) (pod *corev1.Pod, replaced bool, err error) {
 	key := ex.PodKey()
-	pod := &corev1.Pod{}
-	err := r.Get(ctx, key, pod)
-	if err == nil && !sandboxpod.IsTerminal(pod) && lease.ClaimedBy(pod) == ex.UID {
-		return pod, nil
+	pod = &corev1.Pod{}
+	err = r.Get(ctx, key, pod)
+	if err == nil && !sandboxpod.IsTerminal(pod) && lease.ClaimedBy(pod) == ex.UID && samePod(ex, pod) {
+		return pod, false, nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
+		return nil, false, err
 	}
 	live := &corev1.Pod{}
 	switch err := r.APIReader.Get(ctx, key, live); {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, err
+		return nil, false, err
+	case !samePod(ex, live):
+		return nil, true, nil // gone: the pod under its name now is another one
 	}
-	return live, nil
+	return live, false, nil
+}
+
+// samePod reports whether pod is the one the Execution recorded (any, for
+// an Execution started before status.podUID existed).
+func samePod(ex *sandboxv1alpha1.Execution, pod *corev1.Pod) bool {
+	return ex.Status.PodUID == "" || pod.UID == ex.Status.PodUID
 }

@@ -185,16 +185,19 @@ func (r *Reconciler) sessionPredecessors(ctx context.Context, ex *sandboxv1alpha
 	return out, nil
 }
 
-// claimedPod returns the live (not ending) pod claimed by the Execution with this UID.
-func (r *Reconciler) claimedPod(ctx context.Context, namespace string, uid types.UID) (*corev1.Pod, error) {
+// claimedPods returns the live (not ending) pods that carry the claim of
+// the Execution with this UID: one it claimed, and any a tenant wrote the
+// claim on.
+func (r *Reconciler) claimedPods(ctx context.Context, namespace string, uid types.UID) ([]*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{index.ClaimedUID: string(uid)}); err != nil {
-		return nil, fmt.Errorf("list the pod claimed by %s: %w", uid, err)
+		return nil, fmt.Errorf("list the pods claimed by %s: %w", uid, err)
 	}
+	var live []*corev1.Pod
 	for i := range pods.Items {
 		if !sandboxpod.IsTerminal(&pods.Items[i]) {
-			return &pods.Items[i], nil
+			live = append(live, &pods.Items[i])
 		}
 	}
-	return nil, nil
+	return live, nil
 }

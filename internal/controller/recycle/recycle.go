@@ -4,6 +4,7 @@ package recycle
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -12,8 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/lease"
-	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 // ResetTimeout bounds an interpreter reset; the pool controller deletes pods
@@ -22,13 +26,28 @@ const ResetTimeout = time.Minute
 
 // Pod gives a pod released for reuse a fresh interpreter and returns
 // it to the pool's idle pods, or deletes it when the reset fails. Executions
-// and Sessions both end this way under reusePolicy FreshInterpreter.
-func Pod(log logr.Logger, c client.Client, reader client.Reader, rn *runner.Runner,
-	key client.ObjectKey, addr string, podUID types.UID, keyID string) {
+// and Sessions both end this way under reusePolicy FreshInterpreter. The pod
+// is the one with podUID, released for its reset: the gate refuses any other
+// (one made under its name meanwhile is never called, nor deleted).
+func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, key client.ObjectKey, podUID types.UID) {
 	ctx, cancel := context.WithTimeout(context.Background(), ResetTimeout)
 	defer cancel()
-	resetErr := rn.Reset(ctx, addr, podUID, keyID)
 	pod := &corev1.Pod{}
+	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != podUID {
+		return // gone; nothing to return
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
+		pool = nil // the gate refuses: a pod without its pool is deleted
+	}
+	agent, resetErr := gate.Open(ctx, pool, pod, agentgate.ForReset(podUID))
+	if agentgate.IsRefused(resetErr) && (pool == nil || !lease.Owned(pod, pool)) {
+		log.Info("not resetting a pod its pool does not own", "err", resetErr.Error())
+		return
+	}
+	if resetErr == nil {
+		resetErr = reset(ctx, agent)
+	}
 	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != podUID {
 		return // gone; nothing to return
 	}
@@ -41,6 +60,27 @@ func Pod(log logr.Logger, c client.Client, reader client.Reader, rn *runner.Runn
 	}
 	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return lease.ReturnToPool(ctx, c, p) }); err != nil {
 		log.Error(err, "return reset pod to its pool")
+	}
+}
+
+// reset gives the agent a fresh interpreter. The agent publishes a run's
+// result a moment before it frees the interpreter, so a reset that follows
+// the result at once can find it busy (409): that is retried for a few seconds.
+func reset(ctx context.Context, agent *agentgate.Agent) error {
+	for wait := 20 * time.Millisecond; ; wait *= 2 {
+		err := agent.ResetForReuse(ctx)
+		if !agentgate.IsStatus(err, http.StatusConflict) || wait > 2*time.Second {
+			if err != nil {
+				metrics.AgentErrors.WithLabelValues("reset").Inc()
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			metrics.AgentErrors.WithLabelValues("reset").Inc()
+			return err
+		case <-time.After(wait):
+		}
 	}
 }
 

@@ -26,14 +26,13 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	"github.com/warmpool/warmpool/internal/agentcheck"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/podstatus"
 	"github.com/warmpool/warmpool/internal/controller/recycle"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/internal/tenancy"
@@ -78,12 +77,10 @@ type Reconciler struct {
 	// pod already labelled with the Session's name, a pod that is gone.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	// Agents is asked before a pod is claimed: only an agent that speaks
-	// the manager's protocol is leased (internal/agentcheck).
-	Agents *agentcheck.Checker
-	// Runner calls the pods' agents (the Execution reconciler's).
-	Runner   *runner.Runner
-	Resolver runner.Resolver
+	// Gate opens a pod's agent for its Session (agentgate): only an agent
+	// that speaks the manager's protocol, on the pool's pod the Session
+	// holds under the UID it recorded.
+	Gate *agentgate.Gate
 	// Dispatcher is shared with the Execution reconciler: one queue per pool.
 	Dispatcher *dispatch.Dispatcher
 	// Tenancy says whether the Session's namespace may use its pool (a shared pool of another namespace).
@@ -207,7 +204,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	if init == nil {
 		tag = make(chan tagAnswer, 1)
 		go func(pod *corev1.Pod) {
-			h, err := r.health(tagCtx, pod)
+			h, err := r.Gate.Health(tagCtx, pool, pod)
 			if err == nil && h.Interpreter == "" {
 				err = fmt.Errorf("the agent did not say which interpreter runs")
 			}
@@ -223,7 +220,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: claimRetry}, nil
 	}
-	if err := r.Agents.Check(ctx, pod); err != nil {
+	if err := r.Gate.Agents().Check(ctx, pod); err != nil {
 		// Its pool replaces a pod whose agent the manager does not speak.
 		log.Info("not claiming a pod whose agent cannot be called", "pod", pod.Name, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
@@ -246,7 +243,7 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		a := <-tag
 		interp, err = a.interp, a.err
 	} else {
-		interp, err = r.initialize(ctx, ses, pod, init)
+		interp, err = r.initialize(ctx, ses, pool, pod, init)
 	}
 	interpreted, fetchedAt := time.Now(), time.Time{}
 	if err == nil && resuming {
@@ -385,16 +382,17 @@ func initRequest(ses *sandboxv1alpha1.Session) (*protocol.ExecuteRequest, error)
 // initialize applies the Session's context and env to its interpreter and
 // returns the interpreter's tag. Doing it again (after a restart between the
 // claim and the status) is harmless: nothing of the Session ran yet.
-func (r *Reconciler) initialize(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, init *protocol.ExecuteRequest) (string, error) {
-	addr, err := r.Resolver.Address(pod)
+func (r *Reconciler) initialize(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, init *protocol.ExecuteRequest) (string, error) {
+	agent, err := r.Gate.Open(ctx, pool, pod, agentgate.ForSessionLease(ses, pod))
 	if err != nil {
-		return "", fmt.Errorf("reach the agent of pod %s: %w", pod.Name, err)
+		return "", err
 	}
 	req := *init
 	req.ID += "-" + pod.Name
 	ctx, cancel := context.WithTimeout(ctx, sessionInitTimeout)
 	defer cancel()
-	res, err := r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Execute(ctx, req)
+	res, err := agent.Execute(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("apply the session's context on pod %s: %w", pod.Name, err)
 	}
@@ -484,8 +482,12 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if gone != "" {
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, gone)
+	if gone.msg != "" {
+		reason := sandboxv1alpha1.ReasonSandboxLost
+		if gone.reason != "" {
+			reason = gone.reason
+		}
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, reason, gone.msg)
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
@@ -495,7 +497,7 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonMaxLifetime,
 			fmt.Sprintf("reached its maximum lifetime of %s", m.Duration))
 	}
-	health, herr := r.health(ctx, pod)
+	health, herr := r.health(ctx, ses, pool, pod)
 	if herr == nil && health.Interpreter != "" && ses.Status.Interpreter != "" && health.Interpreter != ses.Status.Interpreter {
 		why := health.LastEnd
 		if why == "" {
@@ -532,7 +534,7 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		// failed): the seal decided it, whatever happened since.
 		return r.suspend(ctx, ses, pod, last, runs)
 	case herr == nil && health.Sealed:
-		if agent, err := r.agent(pod); err == nil {
+		if agent, err := r.agent(ctx, ses, pod, agentgate.ForSession(ses)); err == nil {
 			_ = agent.Unseal(ctx) // sealed by a manager that had a store; this one has none
 		}
 	case suspends && !busy && herr == nil && due <= 0 && now.Before(last.Add(idle)):
@@ -583,47 +585,57 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 
 // sessionPod returns a Ready Session's pod, or why it is gone. A pod the
 // cache does not show is looked up around it before the Session is lost.
-func (r *Reconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, string, error) {
+func (r *Reconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Session) (*corev1.Pod, podGone, error) {
 	key := ses.PodKey()
 	pod := &corev1.Pod{}
 	err := r.Get(ctx, key, pod)
 	if err == nil && lease.HeldBy(pod, ses) && !sandboxpod.IsTerminal(pod) && pod.DeletionTimestamp == nil {
-		return pod, "", nil
+		return pod, podGone{}, nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, "", err
+		return nil, podGone{}, err
 	}
 	if err := r.APIReader.Get(ctx, key, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Sprintf("pod %s was deleted, and with it the session's state", key.Name), nil
+			return nil, podGone{msg: fmt.Sprintf("pod %s was deleted, and with it the session's state", key.Name)}, nil
 		}
-		return nil, "", err
+		return nil, podGone{}, err
 	}
 	switch {
 	case ses.Status.PodUID != "" && pod.UID != ses.Status.PodUID:
-		return nil, fmt.Sprintf("pod %s was deleted, and with it the session's state (a pod now under its name is another one)", key.Name), nil
+		return nil, podGone{msg: fmt.Sprintf("pod %s was deleted, and with it the session's state (a pod now under its name is another one)", key.Name)}, nil
 	case !lease.HeldBy(pod, ses):
-		return nil, fmt.Sprintf("pod %s no longer belongs to the session", key.Name), nil
-	case pod.DeletionTimestamp != nil:
-		return nil, fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name), nil
+		return nil, podGone{msg: fmt.Sprintf("pod %s no longer belongs to the session", key.Name)}, nil
 	case sandboxpod.IsTerminal(pod):
+		// Why it ended, when the kubelet said (the memory limit, an
+		// eviction): its pool keeps an ended pod until this is stored.
+		if why, msg := podstatus.End(pod); why != "" {
+			return nil, podGone{reason: why, msg: msg + ", and with it the session's state"}, nil
+		}
+		if pod.DeletionTimestamp != nil {
+			return nil, podGone{msg: fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name)}, nil
+		}
 		reason, msg := podstatus.Trouble(pod)
 		if reason == "" {
 			reason, msg = string(pod.Status.Phase), pod.Status.Message
 		}
-		return nil, fmt.Sprintf("pod %s stopped (%s: %s)", key.Name, reason, msg), nil
+		return nil, podGone{msg: fmt.Sprintf("pod %s stopped (%s: %s)", key.Name, reason, msg)}, nil
 	}
-	return pod, "", nil
+	return pod, podGone{}, nil
 }
 
-func (r *Reconciler) health(ctx context.Context, pod *corev1.Pod) (*protocol.Health, error) {
-	addr, err := r.Resolver.Address(pod)
+// podGone says why a Session's pod is gone: msg, and a reason of its own
+// when the pod said why it ended.
+type podGone struct{ reason, msg string }
+
+func (r *Reconciler) health(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) (*protocol.Health, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	agent, err := r.Gate.Open(ctx, pool, pod, agentgate.ForSession(ses))
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	h, err := r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]).Ready(ctx)
+	h, err := agent.Ready(ctx)
 	if err != nil {
 		metrics.AgentErrors.WithLabelValues("health").Inc()
 	}
@@ -718,7 +730,7 @@ func (r *Reconciler) free(ctx context.Context, ses *sandboxv1alpha1.Session) (ct
 	// An Execution of the Session that was given the pod just before the
 	// Session ended may claim it meanwhile: look again when it is done.
 	held := false
-	if addr, aerr := r.Resolver.Address(pod); reuse && aerr == nil {
+	if reuse {
 		released := false
 		if err := recycle.RetryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
 			held = lease.ClaimedBy(p) != ""
@@ -729,8 +741,8 @@ func (r *Reconciler) free(ctx context.Context, ses *sandboxv1alpha1.Session) (ct
 			return ctrl.Result{}, err
 		}
 		if released {
-			go recycle.Pod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Runner,
-				client.ObjectKeyFromObject(pod), addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey])
+			go recycle.Pod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Gate,
+				client.ObjectKeyFromObject(pod), pod.UID)
 		}
 	} else {
 		err = recycle.RetryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
@@ -768,9 +780,6 @@ const sessionWorkers = 16
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("session-controller")
-	}
-	if r.Resolver == nil {
-		r.Resolver = runner.PodIPResolver{}
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -18,11 +18,10 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
-	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/recycle"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/pkg/snapshot"
 )
@@ -112,7 +111,7 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 		// The pod stays the Session's, serving again.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if agent, aerr := r.agent(pod); aerr == nil {
+		if agent, aerr := r.agent(ctx, ses, pod, agentgate.ForSession(ses)); aerr == nil {
 			if uerr := agent.Unseal(uctx); uerr != nil {
 				log.Info("could not unseal the pod after a failed suspend; the next look tries again", "pod", pod.Name, "err", uerr.Error())
 			}
@@ -129,7 +128,7 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 			"Session keeps pod %s: %v; trying again in %s", pod.Name, err, suspendRetry)
 		return ctrl.Result{RequeueAfter: suspendRetry}, nil
 	}
-	agent, err := r.agent(pod)
+	agent, err := r.agent(ctx, ses, pod, agentgate.ForSession(ses))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -144,8 +143,8 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	}
 	sctx, cancel := context.WithTimeout(ctx, suspendTimeout)
 	defer cancel()
-	body, _, err := agent.Snapshot(sctx, agentclient.SnapshotOptions{Seal: true, Workspace: true, MaxBytes: r.Snapshots.MaxBytes()})
-	if agentclient.IsStatus(err, http.StatusConflict) {
+	body, _, err := agent.Snapshot(sctx, agentgate.SnapshotOptions{Seal: true, Workspace: true, MaxBytes: r.Snapshots.MaxBytes()})
+	if agentgate.IsStatus(err, http.StatusConflict) {
 		// A data-plane run started meanwhile: not idle after all, and the
 		// Session's Executions may have the pod again.
 		if uerr := recycle.RetryPodUpdate(ctx, r.APIReader, pod, func(p *corev1.Pod) error {
@@ -317,7 +316,7 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 		// The store did not answer: not the pod's fault; the next look asks again.
 		return &storeFailed{snap.err}
 	}
-	agent, err := r.agent(pod)
+	agent, err := r.agent(ctx, ses, pod, agentgate.ForSessionLease(ses, pod))
 	if err != nil {
 		return err
 	}
@@ -325,7 +324,7 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	defer cancel()
 	// Unsealing first: the pod it was suspended from, adopted again, is still sealed.
 	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), true)
-	var ae *agentclient.APIError
+	var ae *agentgate.APIError
 	if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 && ae.Code != http.StatusConflict {
 		return &snapshotLost{msg: fmt.Sprintf("pod %s refused its snapshot: %s", pod.Name, ae.Message)}
 	}
@@ -384,10 +383,12 @@ func (r *Reconciler) dropSnapshots(ctx context.Context, ses *sandboxv1alpha1.Ses
 	return nil
 }
 
-func (r *Reconciler) agent(pod *corev1.Pod) (*agentclient.Client, error) {
-	addr, err := r.Resolver.Address(pod)
-	if err != nil {
-		return nil, fmt.Errorf("reach the agent of pod %s: %w", pod.Name, err)
+// agent opens the pod's agent for ses (h: agentgate.ForSession, or
+// ForSessionLease while the lease is being taken).
+func (r *Reconciler) agent(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, h agentgate.Holder) (*agentgate.Agent, error) {
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
+		pool = nil // the gate refuses a pod without its pool
 	}
-	return r.Runner.Agent(addr, pod.UID, pod.Labels[sandboxpod.LabelAgentKey]), nil
+	return r.Gate.Open(ctx, pool, pod, h)
 }

@@ -2,7 +2,7 @@
 // no kubelet: for each sandbox pod it starts the real agent binary (with a real
 // python3) as a local process on a free loopback port, marks the pod Running
 // and Ready, and stops the process when the pod is deleted. It also resolves
-// pods to their agents' addresses for the manager (runner.Resolver), so the
+// pods to their agents' addresses for the manager (agentgate.Resolver), so the
 // manager has no test-only code paths.
 package localkubelet
 
@@ -60,7 +60,7 @@ type Kubelet struct {
 	// AgentPort, when set, gives every pod an address of its own on the
 	// loopback network (127.1.0.1, 127.1.0.2...) with the agents all on this
 	// port, as pod IPs on a cluster: a manager in another process then reaches
-	// them with runner.PodIPResolver{Port: AgentPort}. Unset: 127.0.0.1 and a
+	// them with agentgate.PodIPResolver{Port: AgentPort}. Unset: 127.0.0.1 and a
 	// free port per agent, reachable through Address only.
 	AgentPort int
 	nextIP    uint32
@@ -110,7 +110,7 @@ type proc struct {
 	endReason string
 }
 
-// Address implements runner.Resolver.
+// Address implements agentgate.Resolver.
 func (k *Kubelet) Address(pod *corev1.Pod) (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
