@@ -188,6 +188,12 @@ const logSample = 120
 // violation ends the interpreter for breaking the channel's rules. The first
 // reason is the one reported.
 func (it *Interpreter) violation(p *process, reason string, sample []byte) {
+	if p.dead() {
+		// It died (killed from outside, at its memory limit): its pipes
+		// closed a moment before the agent reaped it. How it died is the
+		// reason, not what its closed pipes looked like.
+		return
+	}
 	if !p.setEnd(ErrorProtocolViolation, "the interpreter broke the agent's protocol: "+reason) {
 		// Ended already, for this or another reason.
 		return
@@ -198,16 +204,42 @@ func (it *Interpreter) violation(p *process, reason string, sample []byte) {
 }
 
 // channelGrace is how long an interpreter whose channel closed has to exit
-// before the closed channel counts as a violation (its process ending closes
-// the channel a moment before the agent learns that it ended).
-const channelGrace = 250 * time.Millisecond
+// before the closed channel counts as a violation: its process ending closes
+// the channel before the agent learns that it ended, and on a busy machine
+// (or an init of a PID namespace that waits for the rest of it) that takes a
+// while.
+const channelGrace = time.Second
 
+// channelClosed judges a closed channel (EOF, a request it did not take)
+// once the process had channelGrace to end.
 func (it *Interpreter) channelClosed(p *process, reason string) {
-	select {
-	case <-p.exited:
-	case <-time.After(it.channelGrace):
-		it.violation(p, reason, nil)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	grace := time.After(it.channelGrace)
+	for !p.dead() {
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		case <-grace:
+			it.violation(p, reason, nil)
+			return
+		}
 	}
+}
+
+// dead reports whether the process has exited, reaped or not: a zombie
+// (exited, its Wait not returned yet) is dead.
+func (p *process) dead() bool {
+	if !p.alive() {
+		return true
+	}
+	pid := p.pid()
+	if pid == 0 {
+		return false
+	}
+	st, ok := readStat(pid)
+	return !ok || st.state == 'Z' || st.state == 'X'
 }
 
 // readLine reads one line of at most max bytes. For a longer line it returns

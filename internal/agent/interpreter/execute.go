@@ -122,7 +122,8 @@ func (it *Interpreter) Execute(req protocol.ExecuteRequest, hooks Hooks) (*proto
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	if err := p.send(map[string]any{"jsonrpc": "2.0", "id": key.id, "secret": key.secret, "method": "execute", "params": params}); err != nil {
-		it.violation(p, "it did not take the agent's request ("+err.Error()+")", nil)
+		// A process that just died (its pipe closed first) is reported by how it died.
+		go it.channelClosed(p, "it did not take the agent's request ("+err.Error()+")")
 	}
 
 	var memory *memoryWatch

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -560,5 +561,27 @@ func TestInterruptAskedBeforeTheRunBegan(t *testing.T) {
 	// The next run, not interrupted, runs.
 	if res := run(t, it, "6 * 7"); res.Status != protocol.StatusSucceeded || *res.Result != "42" {
 		t.Fatalf("next run: %s %+v", res.Status, res.Error)
+	}
+}
+
+// An interpreter killed from outside (the kernel at its memory limit, kill
+// -9) closes its pipes a moment before the agent reaps it. A run that comes
+// in that moment finds the pipe closed: it reports how the interpreter died,
+// never a protocol violation of the interpreter's.
+func TestKilledFromOutsideIsADeathNotAViolation(t *testing.T) {
+	// Discarded: the restarts outlive the test by a moment, and testr panics on a late line.
+	it := newInterp(t, func(c *Config) { c.Log = logr.Discard() })
+	for i := range 25 {
+		first := run(t, it, "x = 1")
+		it.mu.Lock()
+		_ = it.proc.cmd.Process.Kill()
+		it.mu.Unlock()
+		res := run(t, it, "x", func(r *protocol.ExecuteRequest) { r.Interpreter = first.Interpreter })
+		if res.Error == nil || (res.Error.Type != protocol.ErrorInterpreterDied && res.Error.Type != protocol.ErrorInterpreterRestarted) {
+			t.Fatalf("run %d, just after the kill: %+v", i, res.Error)
+		}
+		if !res.StateLost || !strings.Contains(res.StateLostReason, "signal 9") {
+			t.Fatalf("run %d: state lost %v, reason %q: want the signal named", i, res.StateLost, res.StateLostReason)
+		}
 	}
 }

@@ -48,11 +48,12 @@ import (
 const tagVar = "WARMPOOL_INTERPRETER_TAG"
 
 type procStat struct {
+	state byte // R, S, D, Z (a zombie: exited, not reaped yet)...
 	ppid  int
 	start uint64
 }
 
-// readStat returns a process's parent and start time from /proc.
+// readStat returns a process's state, parent and start time from /proc.
 func readStat(pid int) (procStat, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -69,7 +70,7 @@ func readStat(pid int) (procStat, bool) {
 	}
 	ppid, _ := strconv.Atoi(string(f[1]))
 	start, _ := strconv.ParseUint(string(f[19]), 10, 64)
-	return procStat{ppid: ppid, start: start}, true
+	return procStat{state: f[0][0], ppid: ppid, start: start}, true
 }
 
 func allProcs() map[int]procStat {
