@@ -794,12 +794,14 @@ var errNoAnswer = errors.New("no answer in time")
 
 // recoverRun finds out what became of a one-call run whose answer was lost.
 func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+	// The budget bounds the search, not the run found: an attached run is
+	// followed for as long as the caller waits.
+	search, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
 	unknownUntil := time.Now().Add(recoverGrace)
 	var last error
 	for {
-		actx, acancel := context.WithTimeout(ctx, askTimeout)
+		actx, acancel := context.WithTimeout(search, askTimeout)
 		info, err := s.RunInfo(actx, req.ID)
 		acancel()
 		switch {
@@ -821,7 +823,7 @@ func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*
 		case IsStatus(err, http.StatusConflict):
 			// The Session is not Ready: Pending (nobody will send the run
 			// now), or ended, and with it whatever ran on it.
-			obj, gerr := s.Get(ctx)
+			obj, gerr := s.Get(search)
 			if gerr == nil && obj.Status.Phase == sandboxv1alpha1.SessionPending {
 				return nil, &NotRunError{Session: s.Name, Err: err}
 			}
@@ -831,8 +833,8 @@ func (s *Session) recoverRun(ctx context.Context, req RunRequest, h Handlers) (*
 			last = err
 		}
 		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("the answer of run %s was lost, and asking about it failed for %s (last: %v): %w", req.ID, recoverTimeout, last, ctx.Err())
+		case <-search.Done():
+			return nil, fmt.Errorf("the answer of run %s was lost, and asking about it failed for %s (last: %v): %w", req.ID, recoverTimeout, last, search.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

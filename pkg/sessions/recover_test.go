@@ -268,3 +268,33 @@ func TestRunStreamHandsOnTheOutputOfARunItAttachedToWhenSentAgain(t *testing.T) 
 		t.Errorf("a run streamed whole: %q, %v; want its output once, not handed on again", out.String(), err)
 	}
 }
+
+// The recovery budget bounds the search for a run, not the run it found: a
+// run still going when the budget ends is followed to its result, as the
+// Python and TypeScript clients do.
+func TestRecoverRunFollowsAnAttachedRunPastTheSearchBudget(t *testing.T) {
+	defer func(d time.Duration) { recoverTimeout = d }(recoverTimeout)
+	recoverTimeout = 200 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/executions"):
+			_, _ = w.Write([]byte(`{"running": true}`))
+		case strings.HasSuffix(r.URL.Path, "/sessions/s/exec"):
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.(http.Flusher).Flush()
+			time.Sleep(600 * time.Millisecond) // the run goes on past the budget
+			_, _ = w.Write([]byte(`{"type":"result","result":{"id":"x","status":"succeeded","stdout":"","stderr":"","result":"'late'"}}` + "\n"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	s := (&Client{}).WithDataPlane(srv.URL, srv.Client()).Open("ns", "s")
+	res, err := s.recoverRun(context.Background(), RunRequest{ExecRequest: ExecRequest{ID: "run-1", Code: "x"}}, Handlers{})
+	if err != nil {
+		t.Fatalf("recoverRun: %v", err)
+	}
+	if res.Result == nil || *res.Result != "'late'" {
+		t.Errorf("result %+v, want the run's", res)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -97,6 +98,8 @@ func TestPythonClient(t *testing.T) {
 		"WARMPOOL_TEST_KUBECONFIG_OTHER="+other,
 		"WARMPOOL_TEST_NAMESPACE="+ns,
 		"WARMPOOL_TEST_POOL=python",
+		// The recovery cases build the scripted data plane with it.
+		"GO="+filepath.Join(runtime.GOROOT(), "bin", "go"),
 	)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,8 @@ func TestTypeScriptClient(t *testing.T) {
 		"WARMPOOL_TEST_NAMESPACE=" + ns,
 		"WARMPOOL_TEST_POOL=python",
 		"WARMPOOL_REPO=" + testenv.RepoRoot(),
+		// The recovery cases build the scripted data plane with it.
+		"GO=" + filepath.Join(runtime.GOROOT(), "bin", "go"),
 		// Debian's matplotlib is where envtest's agents and the native
 		// backend run (make test installs it): charts come back.
 		"WARMPOOL_TEST_MATPLOTLIB=1",

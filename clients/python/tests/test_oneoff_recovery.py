@@ -9,7 +9,7 @@ import urllib3
 
 import warmpool
 from fakes import GOLDEN, Stream
-from warmpool import _api, oneoff
+from warmpool import _api, oneoff, recovery
 
 
 class _Wire:
@@ -44,7 +44,7 @@ def wire(monkeypatch):
     def make(runs_error, state):
         w = _Wire(runs_error, state)
         monkeypatch.setattr(_api, "request", w.request)
-        monkeypatch.setattr(oneoff, "_RECOVER_GRACE", 0.05)
+        monkeypatch.setattr(recovery, "RECOVER_GRACE", 0.05)
         monkeypatch.setattr(oneoff, "_close", lambda sb: w.sent.append(("close", sb.name, None)))
         return w
     return make
@@ -111,5 +111,5 @@ def test_a_question_that_hangs_is_given_up_and_asked_again(wire):
     ex = _run()
     assert ex.ok and ex.text == "42"
     asked = [t for sub, t in w.timeouts if sub == "executions"]
-    assert len(asked) == 2 and all(t == oneoff._ASK_TIMEOUT for t in asked)
+    assert len(asked) == 2 and all(t == recovery.ASK_TIMEOUT for t in asked)
     assert len([b for m, sub, b in w.sent if sub == "runs"]) == 1

@@ -10,7 +10,7 @@ import urllib3
 
 import warmpool
 from fakes import Stream
-from warmpool import _api, oneoff
+from warmpool import _api, recovery
 from warmpool.sandbox import Sandbox
 
 
@@ -45,7 +45,7 @@ def wire(monkeypatch):
     def make(execs, states):
         w = _Wire(execs, states)
         monkeypatch.setattr(_api, "request", w.request)
-        monkeypatch.setattr(oneoff, "_RECOVER_GRACE", 0.05)
+        monkeypatch.setattr(recovery, "RECOVER_GRACE", 0.05)
         return w
     return make
 

@@ -6,7 +6,6 @@ object in etcd per run), but every run is a record ``kubectl get
 executions`` shows."""
 
 import json
-import time
 import uuid
 
 import urllib3
@@ -14,7 +13,7 @@ import urllib3
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from . import _api, errors
+from . import _api, errors, recovery
 from .execution import Execution, ExecutionError
 from .sandbox import Sandbox
 
@@ -100,17 +99,6 @@ def _execution(obj):
     )
 
 
-# How long a run unknown to its Session's agent may still reach it (a request
-# a gone data-plane replica had sent), and how long the lookup of a run whose
-# answer was lost may take.
-_RECOVER_GRACE = 1.0
-_RECOVER_TIMEOUT = 60.0
-# One question about the run: the API server's proxy may still send it to
-# the replica that went away, whose address then answers nothing; the next
-# question goes elsewhere.
-_ASK_TIMEOUT = 5.0
-
-
 def _run_once(api, namespace, code, pool, *, timeout, context, envs, name, wait, on_stdout, on_stderr, on_llm_query,
               on_rlm_query):
     # Named here, so that a lost answer can still be asked about.
@@ -153,48 +141,9 @@ def _run_once(api, namespace, code, pool, *, timeout, context, envs, name, wait,
 def _recover(sb, req, handlers, cause):
     """Find out what became of a run whose answer was lost, then close its Session."""
     try:
-        return _lookup(sb, req, handlers, cause)
+        return recovery.lookup(sb, req, handlers, cause)
     finally:
         _close(sb)
-
-
-def _lookup(sb, req, handlers, cause):
-    unknown_until = time.monotonic() + _RECOVER_GRACE
-    give_up = time.monotonic() + _RECOVER_TIMEOUT
-    while time.monotonic() < give_up:
-        try:
-            info = _api.request_json(sb._api, "GET", sb._path("executions"), query={"id": req["id"]},
-                                     timeout=_ASK_TIMEOUT)
-        except errors.APIError as e:
-            if e.status == 404 and time.monotonic() > unknown_until:
-                raise errors.NotRunError(sb.name, cause) from None
-            if e.status == 409:
-                phase = ((sb.get().get("status") or {}).get("phase")) or "Pending"
-                if phase == "Pending":
-                    raise errors.NotRunError(sb.name, cause) from None
-                raise errors.WarmpoolError(f"the answer of run {req['id']} was lost and its Session {sb.name} "
-                                           f"is {phase}: whether the code ran is unknown ({cause})") from None
-        except (urllib3.exceptions.HTTPError, OSError):
-            pass
-        else:
-            if info.get("running"):
-                # It runs: the same ID attaches to it, and never runs it again.
-                exec_req = {k: v for k, v in req.items() if k not in ("pool", "waitMillis")}
-                try:
-                    resp = _api.request(sb._api, "POST", sb._path("exec"), body=exec_req, accept="application/x-ndjson")
-                except errors.APIError as e:
-                    if e.status not in (502, 503):
-                        raise
-                    # The API server's proxy still chose the replica that went
-                    # away; nothing streamed: ask again through another one.
-                    time.sleep(0.1)
-                    continue
-                return sb._read_stream(resp, req["id"], *handlers)
-            if info.get("result") is not None:
-                return Execution.from_result(info["result"])
-        time.sleep(0.1)
-    raise errors.WarmpoolError(f"the answer of run {req['id']} was lost, and asking about it did not succeed "
-                               f"within {_RECOVER_TIMEOUT:.0f}s ({cause})")
 
 
 def _close(sb):

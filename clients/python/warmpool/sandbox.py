@@ -13,7 +13,7 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from . import _api, errors
+from . import _api, errors, recovery
 from .execution import Execution, Result
 from .snapshot import MEDIA_TYPE, Snapshot
 
@@ -269,16 +269,11 @@ class Sandbox:
             with self._lock:
                 self._run = None
 
-    # How often a run that never reached the Session's agent is sent again.
-    _MAX_RESENDS = 3
-
     def _send_run(self, req, handlers):
         """Send a run; if its answer is lost (a data-plane replica stopped, the
         connection broke), find out what became of it by its ID: its result, or
         the rest of its stream, or, only if it never arrived, send it again.
         The code never runs twice."""
-        from . import oneoff  # oneoff builds on Sandbox
-
         # What reached the caller's handlers: an attach gets the run's result,
         # not its live output again, so the rest of its output is handed on
         # from the result.
@@ -305,14 +300,14 @@ class Sandbox:
                 if on and text and len(text) > len(seen) and text.startswith(seen):
                     on(text[len(seen):])
             return ex
-        for resends in range(self._MAX_RESENDS + 1):
+        for resends in range(recovery.MAX_RESENDS + 1):
             try:
                 resp = _api.request(self._api, "POST", self._path("exec"), body=req, accept="application/x-ndjson")
             except errors.APIError as e:
-                if e.status == 503 and resends < self._MAX_RESENDS:
+                if e.status == 503 and resends < recovery.MAX_RESENDS:
                     # Refused before it was sent on (the API server could not
                     # reach a replica, or it is not ready): it did not run.
-                    time.sleep(0.2 * 2 ** resends)
+                    time.sleep(recovery.RESEND_DELAY * 2 ** resends)
                     continue
                 if e.status != 502:  # answered before the run was sent
                     raise
@@ -321,10 +316,10 @@ class Sandbox:
                 if not (isinstance(e, urllib3.exceptions.NewConnectionError)
                         or isinstance(e.reason, urllib3.exceptions.NewConnectionError)):
                     cause = e
-                elif resends == self._MAX_RESENDS:
+                elif resends == recovery.MAX_RESENDS:
                     raise
                 else:
-                    time.sleep(0.2 * 2 ** resends)  # no connection: it was never sent
+                    time.sleep(recovery.RESEND_DELAY * 2 ** resends)  # no connection: it was never sent
                     continue
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 cause = e
@@ -334,9 +329,9 @@ class Sandbox:
                 except (errors.StreamCutError, urllib3.exceptions.HTTPError, OSError) as e:
                     cause = e
             try:
-                ex = oneoff._lookup(self, req, handlers, cause)
+                ex = recovery.lookup(self, req, handlers, cause)
             except errors.NotRunError:
-                if resends == self._MAX_RESENDS:
+                if resends == recovery.MAX_RESENDS:
                     raise
                 continue  # never reached the agent: sending it again cannot run it twice
             return hand_on_rest(ex)
@@ -368,13 +363,7 @@ class Sandbox:
                     # line iterator, which drops a connection not read to
                     # its end (the next run then pays a TLS handshake, 5 ms).
                     resp.drain_conn()
-                    ex = Execution.from_result(ev.get("result") or {})
-                    if ex.state_lost:
-                        ex_lost = errors.SessionLostError(self.name, "Lost", "InterpreterRestarted",
-                                                          ex.error.value if ex.error else "the interpreter died")
-                        ex_lost.execution = ex
-                        raise ex_lost
-                    return ex
+                    return recovery.lost_state(self.name, Execution.from_result(ev.get("result") or {}))
         finally:
             resp.release_conn()
         raise errors.StreamCutError(f"the stream of run {run_id} ended without a result: the Session's pod, "

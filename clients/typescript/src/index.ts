@@ -7,7 +7,7 @@ import { WarmpoolSandbox } from "./backends/warmpool.js";
 import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "./types.js";
 
 export type { CodeExecution, REPLConfig, Sandbox, SandboxBackend, SandboxBridges, SandboxConfig, WarmpoolTarget } from "./types.js";
-export { Result, SandboxError } from "./types.js";
+export { NotRunError, Result, SandboxError } from "./types.js";
 export { HTTPError } from "./http.js";
 export { StreamCutError } from "./stream.js";
 export { DaemonClientSandbox, daemonSocket, isDaemonAvailable, WINDOWS_PIPE } from "./backends/daemon.js";

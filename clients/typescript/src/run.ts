@@ -182,6 +182,7 @@ export function toCodeExecution(code: string, outcome: RawOutcome, output: Outpu
       ex.error = described ?? `the run failed (${outcome.status})`;
   }
   if (outcome.stateLost) {
+    ex.stateLost = true;
     ex.error = (ex.error ? ex.error + "\n" : "") +
       "The interpreter did not stop and was replaced: variables of earlier code blocks are gone.";
     if (ex.status === "ok") ex.status = "error";

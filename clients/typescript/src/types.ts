@@ -30,6 +30,8 @@ export interface CodeExecution {
   results?: Result[];
   /** warmpool: the Session was suspended while idle, and resumed with its state for this run. */
   resumed?: boolean;
+  /** warmpool: the interpreter was replaced (it died, or did not stop): variables of earlier code blocks are gone. */
+  stateLost?: boolean;
 }
 
 /**
@@ -135,5 +137,19 @@ export class SandboxError extends Error {
   constructor(message: string) {
     super(message);
     this.name = "SandboxError";
+  }
+}
+
+/**
+ * warmpool: the code did not run. Its run never reached the Session's agent,
+ * as often as it was sent (docs/recovery.md): sending it again cannot run
+ * it twice. `cause` is the last failure.
+ */
+export class NotRunError extends SandboxError {
+  readonly cause: unknown;
+  constructor(session: string, cause: unknown) {
+    super(`the code did not run (Session ${session}): ${String(cause)}`);
+    this.name = "NotRunError";
+    this.cause = cause;
   }
 }

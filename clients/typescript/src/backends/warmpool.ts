@@ -14,7 +14,7 @@ import { OutputCollector, type RawOutcome } from "../run.js";
 import { outcomeOf, readRun, StreamCutError } from "../stream.js";
 import { DATA_GROUP, GROUP, Kube, VERSION } from "../kube.js";
 import { SNAPSHOT_MEDIA_TYPE } from "../snapshot.js";
-import { SandboxError, type SandboxBridges, type SandboxConfig } from "../types.js";
+import { NotRunError, SandboxError, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { RemoteSandbox, type RunFields } from "./remote.js";
 
 // A lost answer (recover): a run unknown to its agent may still reach it for
@@ -141,7 +141,7 @@ export class WarmpoolSandbox extends RemoteSandbox {
           this.leased = true;
           return handOnRest(found);
         }
-        if (resends >= MAX_RESENDS) throw cause;
+        if (resends >= MAX_RESENDS) throw new NotRunError(this.name, cause);
       } else {
         throw cause;
       }
