@@ -1,0 +1,144 @@
+package dispatch
+
+import (
+	"container/heap"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+)
+
+// sessionKey tells apart the sessions of different namespaces in a shared pool.
+func sessionKey(ns, name string) string { return ns + "/" + name }
+
+func (p *pool) session(name string) *session {
+	s := p.sessions[name]
+	if s == nil {
+		s = &session{name: name}
+		p.sessions[name] = s
+	}
+	return s
+}
+
+// owns reports whether a pod labelled with the session's name is the current
+// Session object's (or from before Session objects recorded their UID).
+func (s *session) owns(pi *podInfo) bool {
+	return (pi.sessionUID == "" || s.uid == "" || pi.sessionUID == s.uid) && (s.named == "" || pi.name == s.named)
+}
+
+func (p *pool) gcSession(s *session) {
+	if s.queue.Len() == 0 && s.pod == "" && s.running == "" && s.lease == nil && !s.ready {
+		delete(p.sessions, s.name)
+	}
+}
+
+// UpdateSession takes in a Session as the informer (or a reconcile) saw it. A
+// Session that holds no pod waits for one: a fresh pod from its pool's queue,
+// or the pod already labelled with its name (left by a manager that stopped
+// between the claim and the status), which it adopts when no run holds it.
+func (d *Dispatcher) UpdateSession(ses *sandboxv1alpha1.Session) {
+	d.mu.Lock()
+	w := d.updateSession(ses)
+	d.mu.Unlock()
+	d.deliver(w)
+}
+
+func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
+	var w wakes
+	e := d.execs[ses.UID]
+	p := d.pool(ses.PoolKey())
+	key := sessionKey(ses.Namespace, ses.Name)
+	ready := ses.Status.Phase == sandboxv1alpha1.SessionReady && ses.DeletionTimestamp == nil
+	if s := p.sessions[key]; s != nil || ready {
+		s = p.session(key)
+		if s.ready != ready || s.uid != ses.UID || s.named != ses.Status.PodName {
+			s.ready, s.uid, s.named = ready, ses.UID, ses.Status.PodName
+			if pi := p.pods[s.named]; pi != nil && pi.session == key && s.owns(pi) {
+				s.pod = s.named
+			} else if s.named != "" && s.pod != s.named {
+				s.pod = "" // its pod's own event sets it
+			}
+			d.syncSession(p, s, &w)
+			p.gcSession(s)
+		}
+	}
+	switch {
+	case ses.Status.PodName != "" || ses.Status.Phase.IsFinished() || ses.DeletionTimestamp != nil || ses.Spec.Close ||
+		// Suspended, it waits for nothing until a run asks for it.
+		(ses.Status.Phase == sandboxv1alpha1.SessionSuspended && !ses.ResumeRequested()):
+		if e != nil {
+			if pi := p.pods[ses.Status.PodName]; pi != nil {
+				w.serve(e, pi)
+				if pi.assignedTo == e {
+					pi.assignedTo = nil
+				}
+				if ready && pi.session == "" && pi.claimedBy == "" {
+					p.hold(pi, e) // leased, though its pod's event has not shown it yet
+				}
+			}
+			d.remove(e, &w)
+		}
+	case e == nil:
+		e = &entry{uid: ses.UID, name: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Name}, lease: true,
+			pool: p, session: key, created: ses.CreationTimestamp.Time, seen: time.Now(), poolIdx: -1, sessionIdx: -1}
+		d.execs[ses.UID] = e
+		p.session(key).uid = ses.UID
+		e.claim = true
+		w.claims = append(w.claims, e)
+		d.enqueue(e, &w)
+	}
+	return w
+}
+
+// DeleteSession forgets a Session that was deleted: as a Session being
+// deleted, it holds no lease and its Executions get no pod.
+func (d *Dispatcher) DeleteSession(ses *sandboxv1alpha1.Session) {
+	gone := ses.DeepCopy()
+	if gone.DeletionTimestamp == nil {
+		now := metav1.Now()
+		gone.DeletionTimestamp = &now
+	}
+	d.UpdateSession(gone)
+}
+
+func (d *Dispatcher) dropSessionPod(p *pool, name, pod string, w *wakes) {
+	s := p.sessions[name]
+	if s == nil || s.pod != pod {
+		return
+	}
+	s.pod = ""
+	d.syncSession(p, s, w)
+	p.gcSession(s)
+}
+
+// syncSession keeps a session's lease in the pool's queue while the session
+// has no pod, and gives the session's pod, when free, to the lease (adopting
+// it) or else to the session's oldest waiting Execution.
+func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
+	pi := p.pods[s.pod]
+	if pi != nil && !s.owns(pi) {
+		pi = nil
+	}
+	if l := s.lease; l != nil && l.state == waiting {
+		switch {
+		case pi != nil && l.poolIdx >= 0:
+			p.unpush(l)
+		case pi == nil && l.poolIdx < 0:
+			p.push(l)
+		}
+	}
+	if s.running != "" || pi == nil || !pi.sessionFree || pi.assignedTo != nil {
+		return
+	}
+	next := s.lease
+	if next == nil || next.state != waiting {
+		if next = s.queue.peek(); next == nil || !s.ready {
+			return
+		}
+		heap.Remove(&s.queue, next.sessionIdx)
+	}
+	d.assign(p, next, pi, w)
+	s.running = next.uid
+}
