@@ -20,14 +20,15 @@ import (
 )
 
 // Runtime is the machinery the manager's parts share, built once by
-// newRuntime: the one place where the dispatcher's hooks, the runner and the
-// wake-ups between them are wired. Reconcilers get what they need of it when
-// Setup builds them; none creates or rewires any of it.
+// newRuntime: the one place where the dispatcher, the gate, the runner and
+// the wake-ups between them are wired, each at its construction.
+// Reconcilers get what they need of it when Setup builds them; none creates
+// or rewires any of it.
 //
 // What runs where (Config.Mode; in a cluster, two Deployments of one binary):
 //   - the data plane (ModeDataPlane), in every replica, with no leader
 //     election: the agent keys (agentkeys loads them), the data plane and its
-//     serving certificate. Its calls to agents go through Runner, signed with
+//     serving certificate. Its calls to agents go through Gate, signed with
 //     Keys. It has no lease to lose, so a leader that changes, restarts or is
 //     starved of CPU does not stop runs in Ready Sessions;
 //   - the controllers (ModeControllers), under leader election: the agent
@@ -63,9 +64,11 @@ type Runtime struct {
 	executionWakes, sessionWakes, poolWakes *wakeup.Source
 }
 
-// newRuntime builds the runtime; pools reads the pools of the pods the gate
-// asks the version of (the manager's cache).
-func newRuntime(cfg Config, pools client.Reader) *Runtime {
+// newRuntime builds the runtime, every part given what it calls when it is
+// built (nothing is wired in afterwards); c reads the pools of the pods the
+// gate asks the version of, and the namespaces' labels shared pools admit
+// by (the manager's cache).
+func newRuntime(cfg Config, c client.Client) *Runtime {
 	rt := &Runtime{Keys: &agentauth.Keyring{}, Clock: cfg.Clock,
 		executionWakes: &wakeup.Source{Priority: wakeup.High}, sessionWakes: &wakeup.Source{Priority: wakeup.High},
 		// A burst of Executions becomes one pool reconcile.
@@ -73,29 +76,37 @@ func newRuntime(cfg Config, pools client.Reader) *Runtime {
 	if rt.Clock == nil {
 		rt.Clock = clock.RealClock{}
 	}
-	rt.Runner = runner.New(rt.executionWakes.Wake)
-	rt.Autoscalers = pool.NewAutoscalers(rt.Clock.Now, cfg.AutoscaleWindow)
-	d := dispatch.New(rt.executionWakes.Wake, rt.poolWakes.Wake)
-	d.WakeSession = rt.sessionWakes.Wake
-	d.OnClaim, d.OnClaimed = rt.Autoscalers.Claim, rt.Autoscalers.Claimed
-	// Until the keys are loaded (just after a start) a pod's key is not
-	// judged: judged then, all would be unusable until their next change. A
-	// pod whose key really is gone is replaced by its pool.
-	rt.Gate = agentgate.New(rt.Keys, cfg.Resolver, pools, func(p *corev1.Pod) {
-		d.Recheck(p)
-		rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
-	})
-	rt.Agents = rt.Gate.Agents()
-	d.Usable = func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
-		return lease.MayServe(pool, p, rt.Keys) == nil && rt.Agents.Usable(p)
-	}
-	d.PodGone = func(p *corev1.Pod) { rt.Agents.Forget(p.UID) }
 	shared := cfg.SharedPoolNamespaces
 	if shared == nil {
 		shared = tenancy.DefaultSharedNamespaces
 	}
-	rt.Tenancy = &tenancy.Gate{Namespaces: shared}
-	d.Admitted = rt.Tenancy.Admitted
+	rt.Tenancy = &tenancy.Gate{Namespaces: shared, Labels: tenancy.FromClient(c)}
+	rt.Runner = runner.New(rt.executionWakes.Wake)
+	rt.Autoscalers = pool.NewAutoscalers(rt.Clock.Now, cfg.AutoscaleWindow)
+	// The gate tells the dispatcher of each pod whose agent said its
+	// protocol, and the dispatcher asks the gate which pods are usable: the
+	// one is built first, calling the other once that exists.
+	var d *dispatch.Dispatcher
+	rt.Gate = agentgate.New(rt.Keys, cfg.Resolver, c, func(p *corev1.Pod) {
+		d.Recheck(p)
+		rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
+	})
+	rt.Agents = rt.Gate.Agents()
+	d = dispatch.New(dispatch.Options{
+		WakeExecution: rt.executionWakes.Wake,
+		WakeSession:   rt.sessionWakes.Wake,
+		WakePool:      rt.poolWakes.Wake,
+		OnClaim:       rt.Autoscalers.Claim,
+		OnClaimed:     rt.Autoscalers.Claimed,
+		// Until the keys are loaded (just after a start) a pod's key is not
+		// judged: judged then, all would be unusable until their next change. A
+		// pod whose key really is gone is replaced by its pool.
+		Usable: func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
+			return lease.MayServe(pool, p, rt.Keys) == nil && rt.Agents.Usable(p)
+		},
+		PodGone:  func(p *corev1.Pod) { rt.Agents.Forget(p.UID) },
+		Admitted: rt.Tenancy.Admitted,
+	})
 	rt.Dispatcher = d
 	return rt
 }

@@ -148,7 +148,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}
 	rt := newRuntime(cfg, mgr.GetClient())
 	keys := rt.Keys
-	rt.Tenancy.Labels = tenancy.FromClient(mgr.GetClient())
 
 	// Both parts sign their calls to agents. Only the controllers create
 	// the keys Secret when there is none: the data plane waits for it, and

@@ -63,9 +63,9 @@ type Claimed struct {
 	Chosen bool
 }
 
-// Dispatcher holds the queues of every pool. Its methods are safe for
-// concurrent use; the wake-up callbacks run without its lock held.
-type Dispatcher struct {
+// Options are the Dispatcher's callbacks, given when it is built: the
+// wake-ups it delivers and what it asks of the rest of the manager.
+type Options struct {
 	// WakeExecution asks for a reconcile of an Execution the dispatcher chose a
 	// pod for, or whose place changed in a way its status reports.
 	WakeExecution func(types.NamespacedName)
@@ -94,16 +94,20 @@ type Dispatcher struct {
 	// PodGone hears of each pod deleted from the informer (Usable's memory
 	// of it can go). Called without the dispatcher's lock.
 	PodGone func(pod *corev1.Pod)
+}
 
+// Dispatcher holds the queues of every pool. Its methods are safe for
+// concurrent use; the wake-up callbacks run without its lock held.
+type Dispatcher struct {
+	o     Options
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*pool
 	execs map[types.UID]*entry
 }
 
-// New returns an empty Dispatcher.
-func New(wakeExecution, wakePool func(types.NamespacedName)) *Dispatcher {
-	return &Dispatcher{WakeExecution: wakeExecution, WakePool: wakePool,
-		pools: map[types.NamespacedName]*pool{}, execs: map[types.UID]*entry{}}
+// New returns an empty Dispatcher that calls o's callbacks (unset: none).
+func New(o Options) *Dispatcher {
+	return &Dispatcher{o: o, pools: map[types.NamespacedName]*pool{}, execs: map[types.UID]*entry{}}
 }
 
 type state int
@@ -246,28 +250,28 @@ func (w *wakes) wake(e *entry) {
 
 func (d *Dispatcher) deliver(w wakes) {
 	for _, e := range w.execs {
-		if d.WakeExecution != nil {
-			d.WakeExecution(e)
+		if d.o.WakeExecution != nil {
+			d.o.WakeExecution(e)
 		}
 	}
 	for _, s := range w.sessions {
-		if d.WakeSession != nil {
-			d.WakeSession(s)
+		if d.o.WakeSession != nil {
+			d.o.WakeSession(s)
 		}
 	}
 	for _, p := range w.pools {
-		if d.WakePool != nil {
-			d.WakePool(p)
+		if d.o.WakePool != nil {
+			d.o.WakePool(p)
 		}
 	}
-	if d.OnClaim != nil {
+	if d.o.OnClaim != nil {
 		for _, e := range w.claims {
-			d.OnClaim(e.pool.key, e.created)
+			d.o.OnClaim(e.pool.key, e.created)
 		}
 	}
-	if d.OnClaimed != nil {
+	if d.o.OnClaimed != nil {
 		for _, s := range w.served {
-			d.OnClaimed(s.pool, s.Claimed)
+			d.o.OnClaimed(s.pool, s.Claimed)
 		}
 	}
 }

@@ -24,12 +24,17 @@ type recorder struct {
 	pools           int
 }
 
-func newDispatcher() (*Dispatcher, *recorder) {
+func newDispatcher(mods ...func(*Options)) (*Dispatcher, *recorder) {
 	rec := &recorder{}
-	d := New(func(n types.NamespacedName) { rec.execs = append(rec.execs, n.Name) },
-		func(types.NamespacedName) { rec.pools++ })
-	d.WakeSession = func(n types.NamespacedName) { rec.sessions = append(rec.sessions, n.Name) }
-	return d, rec
+	o := Options{
+		WakeExecution: func(n types.NamespacedName) { rec.execs = append(rec.execs, n.Name) },
+		WakePool:      func(types.NamespacedName) { rec.pools++ },
+		WakeSession:   func(n types.NamespacedName) { rec.sessions = append(rec.sessions, n.Name) },
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	return New(o), rec
 }
 
 func (r *recorder) take() []string {
@@ -423,8 +428,9 @@ func TestClaimSeenBeforeTheStatusEndsTheWait(t *testing.T) {
 }
 
 func TestAForgedClaimOnAPodNotThePoolsLeavesTheExecutionWaiting(t *testing.T) {
-	d, _ := newDispatcher()
-	d.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "lookalike" }
+	d, _ := newDispatcher(func(o *Options) {
+		o.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "lookalike" }
+	})
 	d.UpdatePool(wrappers.Pool(ns, "python").Obj())
 	a := ex("a", 0).Obj()
 	d.UpdateExecution(a)
@@ -436,8 +442,9 @@ func TestAForgedClaimOnAPodNotThePoolsLeavesTheExecutionWaiting(t *testing.T) {
 }
 
 func TestCurrentTemplateFirstAndUnusablePodsNever(t *testing.T) {
-	d, _ := newDispatcher()
-	d.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "bad" }
+	d, _ := newDispatcher(func(o *Options) {
+		o.Usable = func(_ *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool { return p.Name != "bad" }
+	})
 	pool := wrappers.Pool(ns, "python").Obj()
 	d.UpdatePool(pool)
 	d.UpdatePod(pod("a-old").TemplateHash("old").Obj())
@@ -480,7 +487,7 @@ func TestDemandChangesWakeThePool(t *testing.T) {
 func BenchmarkDispatch(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
-			d := New(nil, nil)
+			d := New(Options{})
 			for i := 0; i < n+b.N; i++ {
 				d.UpdateExecution(ex(fmt.Sprintf("e-%07d", i), i).Obj())
 			}
@@ -501,14 +508,15 @@ func BenchmarkDispatch(b *testing.B) {
 // time: Executions outside sessions and Sessions, not a session's
 // Executions, not a second look at the same one, not one already running.
 func TestOnClaimCountsEachClaimOfAPodOnce(t *testing.T) {
-	d, _ := newDispatcher()
 	var claims []time.Time
-	d.OnClaim = func(pool types.NamespacedName, created time.Time) {
-		if pool != poolKey {
-			t.Errorf("claim of pool %v", pool)
+	d, _ := newDispatcher(func(o *Options) {
+		o.OnClaim = func(pool types.NamespacedName, created time.Time) {
+			if pool != poolKey {
+				t.Errorf("claim of pool %v", pool)
+			}
+			claims = append(claims, created)
 		}
-		claims = append(claims, created)
-	}
+	})
 	d.UpdateExecution(ex("a", 1).Obj())
 	d.UpdateExecution(ex("a", 1).Obj()) // seen again
 	d.UpdateExecution(ex("s-1", 2).Session("s").Obj())
@@ -524,9 +532,10 @@ func TestOnClaimCountsEachClaimOfAPodOnce(t *testing.T) {
 // A claim is served warm when its pod was Ready before the claim was made,
 // cold when it waited for a pod to start; each is told once.
 func TestOnClaimedTellsWarmFromCold(t *testing.T) {
-	d, _ := newDispatcher()
 	var outcomes []bool
-	d.OnClaimed = func(_ types.NamespacedName, c Claimed) { outcomes = append(outcomes, c.Warm) }
+	d, _ := newDispatcher(func(o *Options) {
+		o.OnClaimed = func(_ types.NamespacedName, c Claimed) { outcomes = append(outcomes, c.Warm) }
+	})
 	d.UpdatePod(pod("p1").ReadySince(t0).Obj())
 	a := ex("a", 1).Obj()
 	d.UpdateExecution(a) // p1 was Ready at t0: warm

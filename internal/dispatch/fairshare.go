@@ -146,7 +146,7 @@ func (d *Dispatcher) admitted(p *pool, ns string) bool {
 	if ns == p.key.Namespace {
 		return true // its pods are usable (Usable) only once the pool is seen
 	}
-	return p.obj != nil && d.Admitted != nil && d.Admitted(p.obj, ns)
+	return p.obj != nil && d.o.Admitted != nil && d.o.Admitted(p.obj, ns)
 }
 
 // next returns the entry that gets a fresh pod next, and that pod; nil when

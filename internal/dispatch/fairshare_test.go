@@ -19,12 +19,19 @@ const platform = "platform"
 
 var sharedKey = types.NamespacedName{Namespace: platform, Name: "python"}
 
-func sharedDispatcher(t *testing.T, limits sandboxv1alpha1.TenantLimits, weights map[string]int32) (*Dispatcher, *[]types.NamespacedName) {
+func sharedDispatcher(t *testing.T, limits sandboxv1alpha1.TenantLimits, weights map[string]int32, mods ...func(*Options)) (*Dispatcher, *[]types.NamespacedName) {
 	t.Helper()
 	var woke []types.NamespacedName
-	d := New(func(n types.NamespacedName) { woke = append(woke, n) }, func(types.NamespacedName) {})
-	d.WakeSession = func(n types.NamespacedName) { woke = append(woke, n) }
-	d.Admitted = func(_ *sandboxv1alpha1.SandboxPool, ns string) bool { return ns == "big" || ns == "small" }
+	o := Options{
+		WakeExecution: func(n types.NamespacedName) { woke = append(woke, n) },
+		WakePool:      func(types.NamespacedName) {},
+		WakeSession:   func(n types.NamespacedName) { woke = append(woke, n) },
+		Admitted:      func(_ *sandboxv1alpha1.SandboxPool, ns string) bool { return ns == "big" || ns == "small" },
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	d := New(o)
 	pool := wrappers.Pool(platform, "python").Shared(map[string]string{"tenant": "yes"}, limits)
 	for ns, w := range weights {
 		pool.TenantWeight(ns, w)
@@ -299,9 +306,10 @@ func TestALeaseSeenFirstInTheSessionsStatusCountsForItsTenant(t *testing.T) {
 }
 
 func TestClaimedSaysWhoseClaimAndHowLongItQueued(t *testing.T) {
-	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil)
 	var got []Claimed
-	d.OnClaimed = func(_ types.NamespacedName, c Claimed) { got = append(got, c) }
+	d, _ := sharedDispatcher(t, sandboxv1alpha1.TenantLimits{}, nil, func(o *Options) {
+		o.OnClaimed = func(_ types.NamespacedName, c Claimed) { got = append(got, c) }
+	})
 	ex := tenantEx("small", "s", 0)
 	d.UpdateExecution(ex)
 	time.Sleep(20 * time.Millisecond) // no pod yet: it queues

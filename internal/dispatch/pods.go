@@ -57,8 +57,8 @@ func (d *Dispatcher) DeletePod(pod *corev1.Pod) {
 		d.gc(p)
 	}
 	d.mu.Unlock()
-	if d.PodGone != nil {
-		d.PodGone(pod)
+	if d.o.PodGone != nil {
+		d.o.PodGone(pod)
 	}
 	d.deliver(w)
 }
@@ -81,7 +81,7 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 		pi.session = sessionKey(pi.tenant, name)
 	}
 	pi.sessionUID = lease.SessionUID(pod)
-	usable := d.Usable == nil || (p.obj != nil && d.Usable(p.obj, pod))
+	usable := d.o.Usable == nil || (p.obj != nil && d.o.Usable(p.obj, pod))
 	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
 	pi.readySince = time.Time{}
