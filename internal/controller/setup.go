@@ -192,10 +192,10 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if store != nil {
 		storeName = store.String()
 	}
-	if err := (&pool.Reconciler{
-		Client: mgr.GetClient(), Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents,
-		Dispatcher: rt.Dispatcher, Autoscalers: rt.Autoscalers, Clock: rt.Clock, DemandWakes: rt.poolWakes, SnapshotStore: storeName,
-		Tenancy: rt.Tenancy, Agents: rt.Agents,
+	if err := pool.NewReconciler(mgr, pool.Deps{
+		Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: rt.Dispatcher,
+		Autoscalers: rt.Autoscalers, Tenancy: rt.Tenancy, Agents: rt.Agents, Clock: rt.Clock, DemandWakes: rt.poolWakes,
+		SnapshotStore: storeName,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -206,12 +206,12 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := (&modelendpoint.Reconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&execution.Reconciler{Client: mgr.GetClient(), Gate: rt.Gate, Keys: keys, Dispatcher: rt.Dispatcher,
-		Runner: rt.Runner, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, Tenancy: rt.Tenancy}).SetupWithManager(mgr); err != nil {
+	if err := execution.NewReconciler(mgr, execution.Deps{Gate: rt.Gate, Runner: rt.Runner, Keys: keys, Dispatcher: rt.Dispatcher,
+		Tenancy: rt.Tenancy, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&session.Reconciler{Client: mgr.GetClient(), Gate: rt.Gate, Dispatcher: rt.Dispatcher,
-		Keys: keys, Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Tenancy: rt.Tenancy}).SetupWithManager(mgr)
+	return session.NewReconciler(mgr, session.Deps{Gate: rt.Gate, Dispatcher: rt.Dispatcher, Tenancy: rt.Tenancy, Keys: keys,
+		Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They
@@ -224,12 +224,21 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 	// A pool's ModelEndpoint answers llm_query in a Session's runs as in its
 	// Executions, when the caller does not answer the calls itself.
 	models := &modelendpoint.Endpoints{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: cfg.ManagerNamespace, LLM: cfg.LLM}
-	srv := &dataplane.Server{Options: *cfg.DataPlane, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: rt.Gate,
-		KeysLoaded: keys.Loaded, Models: models, Informers: mgr.GetCache(),
-		Log: mgr.GetLogger().WithName("dataplane"),
+	var certs dataplane.CertSource
+	if cfg.DataPlane.CertDir == "" {
+		m := &servingcert.Manager{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Secret:     types.NamespacedName{Namespace: cfg.ManagerNamespace, Name: DataPlaneCertSecret},
+			APIService: dataplane.Version + "." + dataplane.Group, Clock: clock.RealClock{},
+			Log: mgr.GetLogger().WithName("servingcert")}
+		if err := mgr.Add(m); err != nil {
+			return err
+		}
+		certs = m
+	}
+	srv := dataplane.NewServer(mgr, *cfg.DataPlane, dataplane.Deps{Gate: rt.Gate, KeysLoaded: keys.Loaded, Models: models, Certs: certs,
 		// The data plane's role may get namespaces, not watch them: it reads
 		// a tenant's labels only for a one-call run on a shared pool.
-		Tenancy: &tenancy.Gate{Namespaces: rt.Tenancy.Namespaces, Labels: tenancy.FromClient(mgr.GetAPIReader())}}
+		Tenancy: &tenancy.Gate{Namespaces: rt.Tenancy.Namespaces, Labels: tenancy.FromClient(mgr.GetAPIReader())}})
 	// A replica without keys is not ready: the data plane's Service sends
 	// callers only to replicas that can sign their calls to agents.
 	if err := mgr.AddReadyzCheck("agent-keys", func(*http.Request) error {
@@ -253,16 +262,6 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 		return nil
 	}); err != nil {
 		return err
-	}
-	if cfg.DataPlane.CertDir == "" {
-		certs := &servingcert.Manager{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Secret:     types.NamespacedName{Namespace: cfg.ManagerNamespace, Name: DataPlaneCertSecret},
-			APIService: dataplane.Version + "." + dataplane.Group, Clock: clock.RealClock{},
-			Log: mgr.GetLogger().WithName("servingcert")}
-		if err := mgr.Add(certs); err != nil {
-			return err
-		}
-		srv.Certs = certs
 	}
 	return mgr.Add(srv)
 }

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sync/atomic"
 	"time"
 
@@ -130,6 +131,23 @@ type Server struct {
 	// frontProxy is how the aggregator's relayed callers are authenticated
 	// (nil when no request-header configuration is delegated).
 	frontProxy *authenticatorfactory.RequestHeaderConfig
+}
+
+// Deps is what the data plane is built with, besides its manager.
+type Deps struct {
+	Gate       *agentgate.Gate
+	KeysLoaded func() bool
+	Models     Models
+	Tenancy    *tenancy.Gate
+	Certs      CertSource
+}
+
+// NewServer returns the data plane of mgr (its cache, API reader and
+// logger) serving with o.
+func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
+	return &Server{Options: o, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
+		Log: mgr.GetLogger().WithName("dataplane"), Gate: d.Gate, KeysLoaded: d.KeysLoaded, Models: d.Models,
+		Tenancy: d.Tenancy, Certs: d.Certs}
 }
 
 // Models gives the answerer of a pool's ModelEndpoint (nil when the pool

@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -27,15 +26,6 @@ type queue = workqueue.TypedRateLimitingInterface[ctrl.Request]
 // dispatcher, which wakes the Executions it gives a pod to; the runner wakes
 // an Execution whose run ended; a pod claimed by an Execution wakes it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder("execution-controller")
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Execution{}).
 		WatchesRawSource(r.Wakeups).

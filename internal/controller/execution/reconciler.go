@@ -71,6 +71,30 @@ type Reconciler struct {
 	Wakeups *wakeup.Source
 }
 
+// Deps is what the Execution reconciler is built with, besides its manager.
+type Deps struct {
+	Gate       *agentgate.Gate
+	Runner     *runner.Runner
+	Keys       *agentauth.Keyring
+	Dispatcher *dispatch.Dispatcher
+	Tenancy    *tenancy.Gate
+	Models     *modelendpoint.Endpoints
+	// Clock decides the time policies (nil: the wall clock).
+	Clock   clock.PassiveClock
+	Wakeups *wakeup.Source
+}
+
+// NewReconciler returns the Execution reconciler: mgr's client, API reader
+// and event recorder, and d.
+func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("execution-controller"),
+		Gate: d.Gate, Runner: d.Runner, Keys: d.Keys, Dispatcher: d.Dispatcher, Tenancy: d.Tenancy, Models: d.Models,
+		Clock: d.Clock, Wakeups: d.Wakeups}
+}
+
 // afterWrite is what a reconcile does once its status write succeeded: code
 // is sent to an agent only on a status stored with the resourceVersion the
 // reconcile read (Running, naming the pod). A reconcile working from a stale

@@ -112,6 +112,40 @@ type Reconciler struct {
 	Autoscalers *Autoscalers
 }
 
+// Deps is what the pool reconciler is built with, besides its manager.
+type Deps struct {
+	Keys             *agentauth.Keyring
+	ManagerNamespace string
+	// KeyEvents wakes pools when the agent keys change (nil: a channel of its own).
+	KeyEvents   chan event.GenericEvent
+	Dispatcher  *dispatch.Dispatcher
+	Autoscalers *Autoscalers
+	Tenancy     *tenancy.Gate
+	Agents      *agentcheck.Checker
+	// Clock decides the time policies (nil: the wall clock).
+	Clock         clock.PassiveClock
+	DemandWakes   *wakeup.Source
+	SnapshotStore string
+}
+
+// NewReconciler returns the pool reconciler: mgr's client, API reader and
+// event recorder, and d.
+func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	if d.KeyEvents == nil {
+		d.KeyEvents = make(chan event.GenericEvent, 1024)
+	}
+	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sandboxpool-controller"),
+		Keys: d.Keys, ManagerNamespace: d.ManagerNamespace, KeyEvents: d.KeyEvents, Dispatcher: d.Dispatcher,
+		Autoscalers: d.Autoscalers, Tenancy: d.Tenancy, Agents: d.Agents, Clock: d.Clock, DemandWakes: d.DemandWakes,
+		SnapshotStore: d.SnapshotStore, expectations: newExpectations(d.Clock.Now),
+		readySeen: map[types.NamespacedName]map[types.UID]bool{},
+		// Creation times are whole seconds: a pod made in the second the manager started counts.
+		started: d.Clock.Now().Truncate(time.Second)}
+}
+
 // poolPods is a pool's pods sorted by what the reconciler does with them.
 type poolPods struct {
 	idle, warming, busy    []*corev1.Pod // current template; busy includes session pods between executions
@@ -728,24 +762,8 @@ func setTimestamp(g *prometheus.GaugeVec, pool *sandboxv1alpha1.SandboxPool, t t
 // SetupWithManager registers the reconciler: pools, their pods and Secrets,
 // and the Executions that name them (their demand).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
 	if r.Autoscalers == nil {
 		return fmt.Errorf("the pool reconciler needs the runtime's Autoscalers (the dispatcher feeds them)")
-	}
-	r.expectations = newExpectations(r.Clock.Now)
-	r.readySeen = map[types.NamespacedName]map[types.UID]bool{}
-	// Creation times are whole seconds: a pod made in the second the manager started counts.
-	r.started = r.Clock.Now().Truncate(time.Second)
-	if r.KeyEvents == nil {
-		r.KeyEvents = make(chan event.GenericEvent, 1024)
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
-	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder("sandboxpool-controller")
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -26,18 +25,6 @@ const sessionWorkers = 16
 // dispatcher; the dispatcher wakes a Session it chose a pod for; a change of
 // a Session's pod wakes the Session (lost, released by an Execution).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder("session-controller")
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
-	r.statusWritten = map[types.UID]time.Time{}
-	r.seen = map[types.UID]time.Time{}
-	r.suspendFailed = map[types.UID]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Session{}).
 		WatchesRawSource(r.Wakeups).

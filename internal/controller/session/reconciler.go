@@ -60,6 +60,30 @@ const (
 	sessionUnreachableGrace = 30 * time.Second
 )
 
+// Deps is what the Session reconciler is built with, besides its manager.
+type Deps struct {
+	Gate       *agentgate.Gate
+	Dispatcher *dispatch.Dispatcher
+	Tenancy    *tenancy.Gate
+	Keys       lease.Keys
+	// Clock decides the time policies (nil: the wall clock).
+	Clock     clock.PassiveClock
+	Wakeups   *wakeup.Source
+	Snapshots *snapshotstore.Store
+}
+
+// NewReconciler returns the Session reconciler: mgr's client, API reader and
+// event recorder, and d.
+func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("session-controller"),
+		Gate: d.Gate, Dispatcher: d.Dispatcher, Tenancy: d.Tenancy, Keys: d.Keys, Clock: d.Clock, Wakeups: d.Wakeups,
+		Snapshots: d.Snapshots, statusWritten: map[types.UID]time.Time{}, seen: map[types.UID]time.Time{},
+		suspendFailed: map[types.UID]time.Time{}}
+}
+
 // Reconciler leases pods to Sessions and ends them.
 type Reconciler struct {
 	client.Client
