@@ -49,6 +49,28 @@ func lookalike(of *corev1.Pod, name string, change func(*corev1.Pod)) *corev1.Po
 	return p
 }
 
+// replacedWhileAway stops the manager, deletes orig and makes a look-alike
+// under its name (its labels and annotations, the pool as its controller, the
+// agent's arguments: a real agent that answers), waits until that is Ready,
+// and starts the manager again.
+func replacedWhileAway(orig *corev1.Pod) *corev1.Pod {
+	GinkgoHelper()
+	stopManager()
+	<-managerDone
+	Expect(k8s.Delete(ctx, orig, client.GracePeriodSeconds(0))).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(orig), &corev1.Pod{}))
+	}).Should(BeTrue())
+	fake := lookalike(orig, orig.Name, func(p *corev1.Pod) { p.OwnerReferences = orig.OwnerReferences })
+	Eventually(func() bool {
+		got := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fake), got)).To(Succeed())
+		return sandboxpod.IsReady(got)
+	}).Should(BeTrue(), "the look-alike's agent runs and it is Ready")
+	startManager()
+	return fake
+}
+
 var _ = Describe("Pods that only look like a pool's", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
@@ -152,19 +174,7 @@ var _ = Describe("Pods that only look like a pool's", func() {
 		// While the manager is away, the pod goes and a tenant makes another
 		// under its name: the Session's labels and annotations, the pool as
 		// controller owner, the agent's arguments (a real agent that answers).
-		stopManager()
-		<-managerDone
-		Expect(k8s.Delete(ctx, orig, client.GracePeriodSeconds(0))).To(Succeed())
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(orig), &corev1.Pod{}))
-		}).Should(BeTrue())
-		fake := lookalike(orig, orig.Name, func(p *corev1.Pod) { p.OwnerReferences = orig.OwnerReferences })
-		Eventually(func() bool {
-			got := &corev1.Pod{}
-			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fake), got)).To(Succeed())
-			return sandboxpod.IsReady(got)
-		}).Should(BeTrue(), "the look-alike's agent runs and it is Ready")
-		startManager()
+		fake := replacedWhileAway(orig)
 
 		// Neither the data plane nor an Execution sends it anything, and the
 		// Session says its pod is gone.
@@ -258,21 +268,9 @@ var _ = Describe("Pods that only look like a pool's", func() {
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, orig)).To(Succeed())
 		Expect(getExec(ex).Status.PodUID).To(Equal(orig.UID), "the Execution records its pod's UID with the claim")
 
-		stopManager()
-		<-managerDone
-		Expect(k8s.Delete(ctx, orig, client.GracePeriodSeconds(0))).To(Succeed())
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(orig), &corev1.Pod{}))
-		}).Should(BeTrue())
 		// Its labels, its claim, the pool as its controller, the agent's
 		// arguments: all but the UID.
-		fake := lookalike(orig, orig.Name, func(p *corev1.Pod) { p.OwnerReferences = orig.OwnerReferences })
-		Eventually(func() bool {
-			got := &corev1.Pod{}
-			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fake), got)).To(Succeed())
-			return sandboxpod.IsReady(got)
-		}).Should(BeTrue(), "the look-alike's agent runs and it is Ready")
-		startManager()
+		fake := replacedWhileAway(orig)
 
 		done := finished(ex)
 		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed), "%+v", done.Status)
@@ -283,5 +281,28 @@ var _ = Describe("Pods that only look like a pool's", func() {
 		Consistently(func() error {
 			return k8s.Get(ctx, client.ObjectKeyFromObject(fake), &corev1.Pod{})
 		}, 2*time.Second).Should(Succeed(), "the manager did not delete the look-alike as the Execution's pod")
+	})
+
+	// The delete path: an Execution deleted while it ran has its pod deleted
+	// (the interrupted code's pod is suspect), found by the claim, which
+	// anyone who may create pods can copy onto one of their own.
+	It("are never deleted for carrying the claim of an Execution that was deleted while it ran", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).Obj())
+		real := poolPods(ns, "python")[0]
+		ex := wrappers.Execution(ns, "doomed").Code("import time; time.sleep(60)").Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		ran := waitClaimed(ex)
+		ex = getExec(ex)
+		fake := lookalike(&real, "aa-carries-the-claim", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{sandboxpod.AnnotationClaimedUID: string(ex.UID), sandboxpod.AnnotationClaimedBy: ex.Name}
+		})
+		Expect(k8s.Delete(ctx, ex)).To(Succeed())
+		Eventually(func() []corev1.Pod { return poolPods(ns, "python") }).ShouldNot(ContainElement(HaveField("Name", ran)),
+			"the Execution's own pod is deleted")
+		Consistently(func(g Gomega) {
+			got := &corev1.Pod{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fake), got)).To(Succeed())
+			g.Expect(got.DeletionTimestamp).To(BeNil())
+		}, 2*time.Second).Should(Succeed(), "the manager does not delete a pod it does not own")
 	})
 })

@@ -51,7 +51,13 @@ type Reconciler struct {
 	// failing an Execution for it: the pod informer can lag behind the Execution informer.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Runner    *runner.Runner
+	Deps
+}
+
+// Deps is what the Execution reconciler is built with, besides its manager.
+type Deps struct {
+	// Runner runs the Executions on the agents the gate opened for them.
+	Runner *runner.Runner
 	// Gate opens the agent of a pod for this Execution: the pod is its
 	// pool's, built as the pool builds them, speaks the manager's protocol,
 	// is claimed by the Execution and is the pod its status records.
@@ -64,23 +70,10 @@ type Reconciler struct {
 	Tenancy *tenancy.Gate
 	// Models answers the code's llm_query calls with the pool's ModelEndpoint.
 	Models *modelendpoint.Endpoints
-	// Clock is injected so the time policies are tested without sleeping.
+	// Clock is injected so the time policies are tested without sleeping
+	// (nil: the wall clock).
 	Clock clock.PassiveClock
-
-	// wakeups feeds the runner's and the dispatcher's wake-ups to the work queue.
-	Wakeups *wakeup.Source
-}
-
-// Deps is what the Execution reconciler is built with, besides its manager.
-type Deps struct {
-	Gate       *agentgate.Gate
-	Runner     *runner.Runner
-	Keys       *agentauth.Keyring
-	Dispatcher *dispatch.Dispatcher
-	Tenancy    *tenancy.Gate
-	Models     *modelendpoint.Endpoints
-	// Clock decides the time policies (nil: the wall clock).
-	Clock   clock.PassiveClock
+	// Wakeups feeds the runner's and the dispatcher's wake-ups to the work queue.
 	Wakeups *wakeup.Source
 }
 
@@ -90,9 +83,7 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 	if d.Clock == nil {
 		d.Clock = clock.RealClock{}
 	}
-	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("execution-controller"),
-		Gate: d.Gate, Runner: d.Runner, Keys: d.Keys, Dispatcher: d.Dispatcher, Tenancy: d.Tenancy, Models: d.Models,
-		Clock: d.Clock, Wakeups: d.Wakeups}
+	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("execution-controller"), Deps: d}
 }
 
 // afterWrite is what a reconcile does once its status write succeeded: code

@@ -73,12 +73,31 @@ type Reconciler struct {
 	// APIReader confirms, around the cache, that an Execution is gone before its pod is deleted.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	Deps
+
+	expectations *expectations
+
+	mu sync.Mutex
+	// readySeen: per pool, the pods seen Ready (their start latency observed
+	// once); rebuilt on every reconcile, so deleted pods drop out.
+	readySeen map[types.NamespacedName]map[types.UID]bool
+	// started is when this reconciler started: older pods' starts are not its to measure.
+	started time.Time
+	// startFailures backs off pools whose pods fail before they run code.
+	startFailures startFailures
+	// refills delays the refill of a pool that still has an idle pod (refill.go).
+	refills refills
+}
+
+// Deps is what the pool reconciler is built with, besides its manager.
+type Deps struct {
 	// Keys are the manager's agent signing keys: new pods trust the current one.
 	Keys *agentauth.Keyring
 	// ManagerNamespace is where the pods that may call agents run (labelled
 	// sandboxpod.LabelAgentClient): the only ingress the pools' NetworkPolicies allow.
 	ManagerNamespace string
-	// KeyEvents wakes pools when the agent signing key changes (AgentKeysReconciler).
+	// KeyEvents wakes pools when the agent signing key changes
+	// (AgentKeysReconciler; nil: a channel of its own).
 	KeyEvents chan event.GenericEvent
 	// Dispatcher knows each pool's waiting Executions: its demand for pods.
 	Dispatcher *dispatch.Dispatcher
@@ -93,39 +112,10 @@ type Reconciler struct {
 	// SnapshotStore names the store suspended Sessions go to ("" when the
 	// manager has none), for the pools' SessionSuspend condition.
 	SnapshotStore string
-
-	DemandWakes  *wakeup.Source
-	expectations *expectations
-
-	mu sync.Mutex
-	// readySeen: per pool, the pods seen Ready (their start latency observed
-	// once); rebuilt on every reconcile, so deleted pods drop out.
-	readySeen map[types.NamespacedName]map[types.UID]bool
-	// started is when this reconciler started: older pods' starts are not its to measure.
-	started time.Time
-	// startFailures backs off pools whose pods fail before they run code.
-	startFailures startFailures
-	// refills delays the refill of a pool that still has an idle pod (refill.go).
-	refills refills
+	DemandWakes   *wakeup.Source
 	// Autoscalers keep the demand record of each pool for spec.autoscaling;
 	// the dispatcher feeds them every claim (Runtime wires both).
 	Autoscalers *Autoscalers
-}
-
-// Deps is what the pool reconciler is built with, besides its manager.
-type Deps struct {
-	Keys             *agentauth.Keyring
-	ManagerNamespace string
-	// KeyEvents wakes pools when the agent keys change (nil: a channel of its own).
-	KeyEvents   chan event.GenericEvent
-	Dispatcher  *dispatch.Dispatcher
-	Autoscalers *Autoscalers
-	Tenancy     *tenancy.Gate
-	Agents      *agentcheck.Checker
-	// Clock decides the time policies (nil: the wall clock).
-	Clock         clock.PassiveClock
-	DemandWakes   *wakeup.Source
-	SnapshotStore string
 }
 
 // NewReconciler returns the pool reconciler: mgr's client, API reader and
@@ -138,10 +128,7 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 		d.KeyEvents = make(chan event.GenericEvent, 1024)
 	}
 	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sandboxpool-controller"),
-		Keys: d.Keys, ManagerNamespace: d.ManagerNamespace, KeyEvents: d.KeyEvents, Dispatcher: d.Dispatcher,
-		Autoscalers: d.Autoscalers, Tenancy: d.Tenancy, Agents: d.Agents, Clock: d.Clock, DemandWakes: d.DemandWakes,
-		SnapshotStore: d.SnapshotStore, expectations: newExpectations(d.Clock.Now),
-		readySeen: map[types.NamespacedName]map[types.UID]bool{},
+		Deps: d, expectations: newExpectations(d.Clock.Now), readySeen: map[types.NamespacedName]map[types.UID]bool{},
 		// Creation times are whole seconds: a pod made in the second the manager started counts.
 		started: d.Clock.Now().Truncate(time.Second)}
 }

@@ -60,15 +60,42 @@ const (
 	sessionUnreachableGrace = 30 * time.Second
 )
 
+// Reconciler leases pods to Sessions and ends them.
+type Reconciler struct {
+	client.Client
+	// APIReader confirms, around the cache, what the cache may not show yet: a
+	// pod already labelled with the Session's name, a pod that is gone.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Deps
+
+	// statusWritten: when each Ready Session's activity was last written;
+	// suspendFailed: when a Session whose suspend failed may be tried again.
+	mu            sync.Mutex
+	statusWritten map[types.UID]time.Time
+	// seen: when the informer delivered each new Session that is not Ready
+	// yet (metrics.SessionReady).
+	seen          map[types.UID]time.Time
+	suspendFailed map[types.UID]time.Time
+}
+
 // Deps is what the Session reconciler is built with, besides its manager.
 type Deps struct {
-	Gate       *agentgate.Gate
+	// Gate opens a pod's agent for its Session (agentgate): only an agent
+	// that speaks the manager's protocol, on the pool's pod the Session
+	// holds under the UID it recorded.
+	Gate *agentgate.Gate
+	// Dispatcher is shared with the Execution reconciler: one queue per pool.
 	Dispatcher *dispatch.Dispatcher
-	Tenancy    *tenancy.Gate
-	Keys       lease.Keys
+	// Tenancy says whether the Session's namespace may use its pool (a shared pool of another namespace).
+	Tenancy *tenancy.Gate
 	// Clock decides the time policies (nil: the wall clock).
-	Clock     clock.PassiveClock
-	Wakeups   *wakeup.Source
+	Clock clock.PassiveClock
+	// Keys admit the pods a Session may lease (lease.Admits).
+	Keys    lease.Keys
+	Wakeups *wakeup.Source
+	// Snapshots is the store suspended Sessions' state goes to; nil: no
+	// Session is suspended (suspend.go).
 	Snapshots *snapshotstore.Store
 }
 
@@ -79,42 +106,7 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 		d.Clock = clock.RealClock{}
 	}
 	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("session-controller"),
-		Gate: d.Gate, Dispatcher: d.Dispatcher, Tenancy: d.Tenancy, Keys: d.Keys, Clock: d.Clock, Wakeups: d.Wakeups,
-		Snapshots: d.Snapshots, statusWritten: map[types.UID]time.Time{}, seen: map[types.UID]time.Time{},
-		suspendFailed: map[types.UID]time.Time{}}
-}
-
-// Reconciler leases pods to Sessions and ends them.
-type Reconciler struct {
-	client.Client
-	// APIReader confirms, around the cache, what the cache may not show yet: a
-	// pod already labelled with the Session's name, a pod that is gone.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	// Gate opens a pod's agent for its Session (agentgate): only an agent
-	// that speaks the manager's protocol, on the pool's pod the Session
-	// holds under the UID it recorded.
-	Gate *agentgate.Gate
-	// Dispatcher is shared with the Execution reconciler: one queue per pool.
-	Dispatcher *dispatch.Dispatcher
-	// Tenancy says whether the Session's namespace may use its pool (a shared pool of another namespace).
-	Tenancy *tenancy.Gate
-	Clock   clock.PassiveClock
-	// Keys admit the pods a Session may lease (lease.Admits).
-	Keys lease.Keys
-
-	Wakeups *wakeup.Source
-	// Snapshots is the store suspended Sessions' state goes to; nil: no
-	// Session is suspended (suspend.go).
-	Snapshots *snapshotstore.Store
-	// statusWritten: when each Ready Session's activity was last written;
-	// suspendFailed: when a Session whose suspend failed may be tried again.
-	mu            sync.Mutex
-	statusWritten map[types.UID]time.Time
-	// seen: when the informer delivered each new Session that is not Ready
-	// yet (metrics.SessionReady).
-	seen          map[types.UID]time.Time
-	suspendFailed map[types.UID]time.Time
+		Deps: d, statusWritten: map[types.UID]time.Time{}, seen: map[types.UID]time.Time{}, suspendFailed: map[types.UID]time.Time{}}
 }
 
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;update;patch;delete
