@@ -7,9 +7,10 @@
 //
 //   - the pool controls the pod as its owner;
 //   - the pod is built as the pool builds its pods, and its agent trusts a
-//     key the manager signs with (lease.MayServe: a pod a Session holds was
-//     judged when its lease was given, so that a pool's change does not
-//     strand the Session; its owner and key are judged still);
+//     key the manager signs with (lease.MayServe; a pod a Session or an
+//     Execution holds under the UID it recorded was judged when it was
+//     given, so that a change of the pool does not strand its holder mid-run:
+//     its owner and key are judged still, lease.MayKeep);
 //   - its agent speaks a protocol the manager speaks (agentcheck);
 //   - the pod's claim names the object's UID (an Execution's claim, a
 //     Session's lease, a reset's mark);
@@ -99,17 +100,20 @@ type Holder struct {
 	// podUID is the pod UID the holder recorded; "" when it has none yet
 	// (a claim being made: Admit, never Open).
 	podUID types.UID
-	probe  bool
+	// keeps: the pod the holder recorded was judged against the pool's
+	// build when it was given, and is not judged again (lease.MayKeep).
+	keeps bool
+	probe bool
 }
 
 // ForExecution: a run of ex (its claim, its status.podUID).
 func ForExecution(ex *sandboxv1alpha1.Execution) Holder {
-	return Holder{what: "Execution " + ex.Name, claim: lease.ClaimedBy, uid: ex.UID, podUID: ex.Status.PodUID}
+	return Holder{what: "Execution " + ex.Name, claim: lease.ClaimedBy, uid: ex.UID, podUID: ex.Status.PodUID, keeps: true}
 }
 
 // ForSession: a call for ses (its lease, its status.podUID).
 func ForSession(ses *sandboxv1alpha1.Session) Holder {
-	return Holder{what: "Session " + ses.Name, claim: lease.SessionUID, uid: ses.UID, podUID: ses.Status.PodUID}
+	return Holder{what: "Session " + ses.Name, claim: lease.SessionUID, uid: ses.UID, podUID: ses.Status.PodUID, keeps: true}
 }
 
 // ForSessionLease: the calls that make a Session's lease, between the claim
@@ -192,7 +196,11 @@ func (g *Gate) Admit(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, h Holde
 	if pool == nil {
 		return refuse("its pool is gone")
 	}
-	if err := lease.MayServe(pool, pod, g.keys); err != nil {
+	judge := lease.MayServe
+	if h.keeps && h.podUID != "" && h.podUID == pod.UID {
+		judge = lease.MayKeep // judged when it was given; its UID pins that very pod
+	}
+	if err := judge(pool, pod, g.keys); err != nil {
 		return refuse(err.Error())
 	}
 	if h.probe {

@@ -136,6 +136,24 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// A pod given to an Execution that recorded it keeps serving it after the
+// pool's image changed (a rollout lets busy pods finish); the same pod,
+// not yet given, is not leased.
+func TestARecordedPodIsKeptAcrossAChangeOfThePool(t *testing.T) {
+	srv, _ := agent(t, protocol.Version)
+	g := newGate(srv.URL)
+	pool, pod, ex := fixture()
+	pool.Spec.Image, pool.Generation = "warmpool.dev/repl:next", 2
+	if _, err := g.Open(context.Background(), pool, pod, agentgate.ForExecution(ex)); err != nil {
+		t.Fatalf("the Execution's own pod: %v", err)
+	}
+	fresh := ex.DeepCopy()
+	fresh.Status.PodUID = ""
+	if err := g.Admit(pool, pod, agentgate.ForExecution(fresh)); !agentgate.IsRefused(err) || !strings.Contains(err.Error(), "image") {
+		t.Fatalf("a claim on it now: got %v, want refused for its image", err)
+	}
+}
+
 func TestOpenRefusesAnAgentOfAnotherProtocol(t *testing.T) {
 	srv, _ := agent(t, protocol.Version+1)
 	g := newGate(srv.URL)

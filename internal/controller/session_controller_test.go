@@ -142,6 +142,32 @@ var _ = Describe("Session", func() {
 			HaveField("Reason", sandboxv1alpha1.ReasonSessionLost), HaveField("Message", ContainSubstring("IdleTimeout"))))
 	})
 
+	// A lease retried while the cache lagged behind its first claim can leave
+	// a second pod labelled with the Session; the Session never uses it. Once
+	// the Session has ended it is freed at once, not after the 30 s grace for
+	// a Session that may have just claimed it.
+	It("frees at once a second pod its lease left labelled, when it ends", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "s").Obj())).To(Succeed())
+		ses := sessionIn(ns, "s", sandboxv1alpha1.SessionReady)
+		var second *corev1.Pod
+		for _, p := range poolPods(ns, "python") {
+			if p.Name != ses.Status.PodName && second == nil {
+				second = p.DeepCopy()
+			}
+		}
+		Expect(second).NotTo(BeNil())
+		second.Labels[sandboxpod.LabelSession] = ses.Name
+		second.Labels[sandboxpod.LabelTenant] = ns
+		second.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+		second.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
+		Expect(k8s.Update(ctx, second)).To(Succeed())
+		closeSession(ns, "s")
+		sessionIn(ns, "s", sandboxv1alpha1.SessionClosed)
+		Eventually(sessionPodGone(ns, second.Name), 10*time.Second).Should(BeTrue())
+		Eventually(sessionPodGone(ns, ses.Status.PodName), 10*time.Second).Should(BeTrue())
+	})
+
 	It("is Lost with a clear reason when its pod is deleted", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
 		Expect(k8s.Create(ctx, wrappers.Session(ns, "fragile").Obj())).To(Succeed())

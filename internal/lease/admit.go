@@ -46,6 +46,14 @@ func MayServe(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, keys Keys) err
 	if Session(pod) == "" {
 		return Admits(pool, pod, keys)
 	}
+	return MayKeep(pool, pod, keys)
+}
+
+// MayKeep returns nil when a pod that was admitted when it was given (to a
+// Session, or to an Execution that recorded its UID) may go on serving it:
+// the pool still owns it and the manager still has its key. A change of the
+// pool's image or spec since does not strand its holder on it.
+func MayKeep(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod, keys Keys) error {
 	if !Owned(pod, pool) {
 		return ErrNotOwned
 	}
