@@ -50,7 +50,7 @@ func waitClaimed(ex *sandboxv1alpha1.Execution) string {
 			return ""
 		}
 		p := &corev1.Pod{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: name}, p); err != nil {
+		if err := k8s.Get(ctx, got.PodKey(), p); err != nil { // the pool's namespace (a shared pool's is another)
 			return ""
 		}
 		return lease.ClaimedBy(p)

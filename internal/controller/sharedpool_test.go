@@ -142,4 +142,35 @@ var _ = Describe("A shared pool", func() {
 		closeSession(a, "s")
 		Expect(finished(waits).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
 	})
+
+	It("ends a tenant's Sessions when its namespace loses its admission, after the run under way, and lists it while it holds a pod", func() {
+		shared, a := sharedNamespace(), tenantNamespace()
+		createPoolAndWait(wrappers.Pool(shared, "python").Replicas(1).
+			Shared(map[string]string{tenantLabel: "yes"}, sandboxv1alpha1.TenantLimits{}).Obj())
+		Expect(k8s.Create(ctx, wrappers.Session(a, "s").SharedPool(shared, "python").Obj())).To(Succeed())
+		sessionIn(a, "s", sandboxv1alpha1.SessionReady)
+		long := wrappers.Execution(a, "long").SharedPool(shared, "python").Session("s").
+			Code("import time\ntime.sleep(2)\nprint('finished')").Obj()
+		Expect(k8s.Create(ctx, long)).To(Succeed())
+		waitClaimed(long)
+
+		By("the platform unlabels the namespace")
+		obj := &corev1.Namespace{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: a}, obj)).To(Succeed())
+		obj.Labels = map[string]string{}
+		Expect(k8s.Update(ctx, obj)).To(Succeed())
+		Eventually(func() []sandboxv1alpha1.TenantUsage { return getPool(shared, "python").Status.Tenants }).Should(
+			ContainElement(HaveField("Namespace", a)), "a namespace that holds a pod is listed, admitted or not")
+
+		Expect(finished(long).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "the run under way finishes")
+		closed := sessionIn(a, "s", sandboxv1alpha1.SessionClosed)
+		Expect(condition(closed.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
+			HaveField("Reason", sandboxv1alpha1.ReasonNamespaceNotAdmitted), HaveField("Message", ContainSubstring("no longer use the pool"))))
+		next := wrappers.Execution(a, "next").SharedPool(shared, "python").Session("s").Code("print(1)").Obj()
+		Expect(k8s.Create(ctx, next)).To(Succeed())
+		Eventually(waitingReason(next)).Should(Equal(sandboxv1alpha1.ReasonNamespaceNotAdmitted), "nothing follows")
+		Consistently(func() string { return getExec(next).Status.PodName }, "2s").Should(BeEmpty())
+		Eventually(func() []sandboxv1alpha1.TenantUsage { return getPool(shared, "python").Status.Tenants }).ShouldNot(
+			ContainElement(HaveField("Namespace", a)), "once it holds nothing, it is no tenant")
+	})
 })

@@ -232,8 +232,11 @@ func (d *Dispatcher) Tenants(key types.NamespacedName) []sandboxv1alpha1.TenantU
 	}
 	var out []sandboxv1alpha1.TenantUsage
 	for ns, s := range d.shares(p, true) {
-		if !s.admitted {
-			continue // its work waits with a reason of its own; it is no tenant
+		if !s.admitted && s.pods == 0 && s.sessions == 0 {
+			// Its work waits with a reason of its own; it is no tenant. One
+			// that lost its admission but still holds a pod is listed until
+			// it gives it back.
+			continue
 		}
 		u := sandboxv1alpha1.TenantUsage{Namespace: ns, Pods: int32(s.pods), Sessions: int32(s.sessions)}
 		if q := p.tenants[ns]; q != nil {

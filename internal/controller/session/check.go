@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
+	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/protocol"
 )
 
@@ -65,6 +67,19 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
 		pool = nil // deleted: the Session keeps its pod until it ends
+	}
+	if pool != nil {
+		// A shared pool's tenant whose namespace lost its admission (the
+		// platform unlabelled it, the pool's selector changed) stops using
+		// the platform's pod: a run under way finishes, nothing follows it.
+		if err := r.Tenancy.Admit(ctx, pool, ses.Namespace); err != nil {
+			var refused *tenancy.Refusal
+			if !errors.As(err, &refused) {
+				return ctrl.Result{}, err
+			}
+			return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, refused.Reason,
+				"its namespace may no longer use the pool: "+refused.Message)
+		}
 	}
 	if m := ses.Spec.MaxLifetime; m != nil && ses.Status.ReadyTime != nil && !now.Before(ses.Status.ReadyTime.Add(m.Duration)) {
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonMaxLifetime,

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
@@ -30,6 +31,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(r.Wakeups).
 		Watches(&sandboxv1alpha1.Session{}, r.sessionEvents()).
 		Watches(&corev1.Pod{}, sessionPodEvents()).
+		// A namespace's labels decide its admission to shared pools: a
+		// change wakes its Sessions (check ends those no longer admitted).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.sessionsOfNamespace)).
 		// Leases and checks call agents (up to 5 s for a health check): a few
 		// slow sandboxes must not hold up every other Session. A lease waits
 		// on two writes and an agent, not on CPU: at 75 new Sessions a second
@@ -106,3 +110,19 @@ func (r *Reconciler) sessionEvents() handler.TypedEventHandler[client.Object, ct
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// sessionsOfNamespace lists the Sessions of a namespace that use another
+// namespace's (a shared) pool.
+func (r *Reconciler) sessionsOfNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list sandboxv1alpha1.SessionList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetName())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if ses := &list.Items[i]; ses.PoolKey().Namespace != ses.Namespace && !ses.Status.Phase.IsFinished() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ses)})
+		}
+	}
+	return out
+}
