@@ -61,9 +61,6 @@ func IsStatus(err error, code int) bool { return agentclient.IsStatus(err, code)
 // not a failure to reach it.
 func IsAPIError(err error) bool { return agentclient.IsAPIError(err) }
 
-// IsSealed reports whether err says the interpreter is sealed (a snapshot was taken).
-func IsSealed(err error) bool { return agentclient.IsSealed(err) }
-
 // Keys sign the tokens of the calls and say which keys a pod may trust.
 type Keys interface {
 	lease.Keys

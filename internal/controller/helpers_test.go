@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -56,6 +57,20 @@ func waitClaimed(ex *sandboxv1alpha1.Execution) string {
 		return lease.ClaimedBy(p)
 	}).Should(Equal(ex.UID), "the Execution runs on a pod it claimed")
 	return name
+}
+
+// eventsOf lists the events of namespace ns about the object named regarding.
+func eventsOf(ns, regarding string) []eventsv1.Event {
+	GinkgoHelper()
+	var evs eventsv1.EventList
+	Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range evs.Items {
+		if e.Regarding.Name == regarding {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // poolPods lists the live pods of a pool.

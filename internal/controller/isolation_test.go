@@ -126,17 +126,8 @@ var _ = Describe("Isolation", func() {
 		Eventually(policy).Should(And(HaveField("Status", "True"),
 			HaveField("Reason", sandboxv1alpha1.ReasonOtherPoliciesApply),
 			HaveField("Message", And(ContainSubstring("allow-all-egress"), Not(ContainSubstring("default-deny"))))))
-		Eventually(func() []string {
-			var evs eventsv1.EventList
-			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
-			var reasons []string
-			for _, e := range evs.Items {
-				if e.Regarding.Name == "python" && e.Type == corev1.EventTypeWarning {
-					reasons = append(reasons, e.Reason)
-				}
-			}
-			return reasons
-		}).Should(ContainElement(sandboxv1alpha1.ReasonOtherPoliciesApply))
+		Eventually(func() []eventsv1.Event { return eventsOf(ns, "python") }).Should(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning), HaveField("Reason", sandboxv1alpha1.ReasonOtherPoliciesApply))))
 
 		By("deleting it: the pool's own policy is all there is again")
 		Expect(k8s.Delete(ctx, allowAll)).To(Succeed())

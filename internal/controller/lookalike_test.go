@@ -226,17 +226,10 @@ var _ = Describe("Pods that only look like a pool's", func() {
 				p.Spec.Containers[0].Image = "example.com/tenant/not-the-agent:1"
 			}),
 		}
-		Eventually(func() []string {
-			var evs eventsv1.EventList
-			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
-			var notes []string
-			for _, e := range evs.Items {
-				if e.Regarding.Name == "waiting" && e.Reason == sandboxv1alpha1.ReasonSandboxRefused {
-					notes = append(notes, e.Note)
-				}
-			}
-			return notes
-		}).Should(And(ContainElement(ContainSubstring("aa-claims")), ContainElement(ContainSubstring("ab-runc-claims"))),
+		refusedOf := func(pod string) OmegaMatcher {
+			return ContainElement(And(HaveField("Reason", sandboxv1alpha1.ReasonSandboxRefused), HaveField("Note", ContainSubstring(pod))))
+		}
+		Eventually(func() []eventsv1.Event { return eventsOf(ns, "waiting") }).Should(And(refusedOf("aa-claims"), refusedOf("ab-runc-claims")),
 			"the user is told of each pod that was ignored")
 		done := finished(waiting)
 		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)

@@ -8,7 +8,6 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentauth"
-	"github.com/warmpool/warmpool/internal/agentcheck"
 	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/pool"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
@@ -55,9 +54,6 @@ type Runtime struct {
 	Autoscalers *pool.Autoscalers
 	// Tenancy says which namespaces may use which pools (shared pools).
 	Tenancy *tenancy.Gate
-	// Agents knows which agent build and protocol each pod runs (the
-	// gate's): the dispatcher leases only pods whose agent this manager speaks.
-	Agents *agentcheck.Checker
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
@@ -91,7 +87,7 @@ func newRuntime(cfg Config, c client.Client) *Runtime {
 		d.Recheck(p)
 		rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
 	})
-	rt.Agents = rt.Gate.Agents()
+	agents := rt.Gate.Agents() // which agent build and protocol each pod runs
 	d = dispatch.New(dispatch.Options{
 		WakeExecution: rt.executionWakes.Wake,
 		WakeSession:   rt.sessionWakes.Wake,
@@ -102,9 +98,9 @@ func newRuntime(cfg Config, c client.Client) *Runtime {
 		// judged: judged then, all would be unusable until their next change. A
 		// pod whose key really is gone is replaced by its pool.
 		Usable: func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
-			return lease.MayServe(pool, p, rt.Keys) == nil && rt.Agents.Usable(p)
+			return lease.MayServe(pool, p, rt.Keys) == nil && agents.Usable(p)
 		},
-		PodGone:  func(p *corev1.Pod) { rt.Agents.Forget(p.UID) },
+		PodGone:  func(p *corev1.Pod) { agents.Forget(p.UID) },
 		Admitted: rt.Tenancy.Admitted,
 	})
 	rt.Dispatcher = d

@@ -194,7 +194,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	}
 	if err := pool.NewReconciler(mgr, pool.Deps{
 		Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: rt.Dispatcher,
-		Autoscalers: rt.Autoscalers, Tenancy: rt.Tenancy, Agents: rt.Agents, Clock: rt.Clock, DemandWakes: rt.poolWakes,
+		Autoscalers: rt.Autoscalers, Tenancy: rt.Tenancy, Agents: rt.Gate.Agents(), Clock: rt.Clock, DemandWakes: rt.poolWakes,
 		SnapshotStore: storeName,
 	}).SetupWithManager(mgr); err != nil {
 		return err
