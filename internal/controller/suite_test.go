@@ -145,6 +145,10 @@ func crashBeforeFinalStatus(name string) {
 // with a conflict, as when another Execution claimed the pod first.
 var claimLoses atomic.Pointer[string]
 
+// podDeleteFails, when set, fails the manager's deletes of the pods it
+// matches, as an API server that does not answer them.
+var podDeleteFails atomic.Pointer[func(*corev1.Pod) bool]
+
 // staleView, when set, is what the manager's cache returns for that
 // Execution until the manager tries to write its status: a watch that lags
 // behind the API server (after a failover, or an API server restart).
@@ -177,6 +181,14 @@ func startManager() {
 					return apierrors.NewConflict(corev1.Resource("pods"), obj.GetName(), errors.New("injected: claimed by another Execution first"))
 				}
 				return c.Update(ctx, obj, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				if f, pod := podDeleteFails.Load(), (*corev1.Pod)(nil); f != nil {
+					if pod, _ = obj.(*corev1.Pod); pod != nil && (*f)(pod) {
+						return apierrors.NewServiceUnavailable("injected: the pod's delete did not get through")
+					}
+				}
+				return c.Delete(ctx, obj, opts...)
 			},
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 				if ses, ok := obj.(*sandboxv1alpha1.Session); ok && sub == "status" {

@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -99,6 +100,42 @@ var _ = Describe("Session suspend", func() {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(third), &sandboxv1alpha1.Session{}))
 		}, 10*time.Second).Should(BeTrue())
 		Expect(snapshotIn(third, third.Status.Snapshot.Key)()).To(MatchError(snapshotstore.ErrNotFound))
+	})
+
+	It("gives back the pod of a suspended Session whose release kept failing: its pool deletes it once the Session's grace to free it is over", func() {
+		autoscaleClock.freeze()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).SessionSuspendAfter(2 * time.Second).Obj())
+		c := sessionsClient(sessionUser(ns, "alice", true))
+		s, err := c.Create(ctx, ns, "nb", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = s.Run(ctx, sessions.ExecRequest{Code: "x = 1"})
+		Expect(err).NotTo(HaveOccurred())
+		podName := getSession(ns, "nb").Status.PodName
+		fails := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == podName }
+		podDeleteFails.Store(&fails)
+		DeferCleanup(func() { podDeleteFails.Store(nil) })
+
+		autoscaleClock.step(3 * time.Second) // idle past suspendAfter
+		suspended := sessionIn(ns, "nb", sandboxv1alpha1.SessionSuspended)
+		Expect(suspended.Status.Snapshot).NotTo(BeNil())
+		pod := &corev1.Pod{}
+		Consistently(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: podName}, pod)
+		}, 2*time.Second).Should(Succeed(), "the release fails: the sealed pod stays")
+		Expect(lease.Suspending(pod)).To(BeTrue())
+
+		// The Session controller frees its old pod for OrphanSessionPodGrace
+		// after the suspend; past it, the pool does, as for any pod nobody
+		// can use. The API server answers deletes again; an event stands for
+		// the pool's own timer, which the frozen clock would make wait.
+		autoscaleClock.step(lease.OrphanSessionPodGrace + time.Second)
+		podDeleteFails.Store(nil)
+		Expect(k8s.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test.warmpool.dev/poke":"1"}}}`)))).To(Succeed())
+		Eventually(func() bool {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: podName}, pod)
+			return apierrors.IsNotFound(err) || pod.DeletionTimestamp != nil
+		}, 20*time.Second).Should(BeTrue(), "the pool deletes the sealed pod of the suspended Session")
+		Expect(getSession(ns, "nb").Status.Phase).To(Equal(sandboxv1alpha1.SessionSuspended))
 	})
 
 	It("finishes a suspend that a manager killed before the Suspended status: the Session is Ready on its sealed pod meanwhile, never neither", func() {

@@ -241,12 +241,18 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *target) {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 		return
 	}
-	if !s.runIn(w, r, t, pool, &req) {
+	s.runThroughSeal(w, r, t, pool, &req)
+}
+
+// runThroughSeal runs a checked run in the Session and answers the caller,
+// also when the Session was being suspended under the run: its sandbox
+// refused the run as sealed, the run did not start, and it runs once the
+// Session is resumed on another pod.
+func (s *Server) runThroughSeal(w http.ResponseWriter, r *http.Request, t *target, pool *sandboxv1alpha1.SandboxPool, req *sessions.ExecRequest) {
+	if !s.runIn(w, r, t, pool, req) {
 		return
 	}
-	// The Session was being suspended under the run, which did not start: it
-	// runs once the Session is resumed on another pod.
-	if t = s.afterSeal(w, r, t); t != nil && !s.runIn(w, r, t, pool, &req) {
+	if t = s.afterSeal(w, r, t); t != nil && !s.runIn(w, r, t, pool, req) {
 		return
 	}
 	if t != nil {
@@ -429,7 +435,9 @@ func (s *Server) send(ctx context.Context, t *target, body []byte, accept string
 	wait := 25 * time.Millisecond
 	for {
 		resp, err := t.agent.Raw(ctx, http.MethodPost, protocol.PathExecute, bytes.NewReader(body), "application/json", accept)
-		if err != nil || resp.StatusCode != http.StatusConflict || time.Now().Add(wait).After(giveUp) {
+		// A sealed sandbox stays sealed: its Session moves to another pod,
+		// which the caller waits for (afterSeal) instead of this one.
+		if err != nil || resp.StatusCode != http.StatusConflict || isSealed(resp) || time.Now().Add(wait).After(giveUp) {
 			return resp, err
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

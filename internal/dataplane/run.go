@@ -152,7 +152,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	closeIt = !req.Keep
-	s.runIn(w, r, t, pool, &req.ExecRequest)
+	s.runThroughSeal(w, r, t, pool, &req.ExecRequest)
 	// Out now: the close that follows must not hold the answer back in the
 	// server's buffer (a plain exec needs no flush: its handler ends here).
 	if f, ok := w.(http.Flusher); ok {
@@ -285,12 +285,19 @@ func readyCondition(ses *sandboxv1alpha1.Session) string {
 }
 
 // closeSession ends a one-call Session (spec.close): its pod goes back to its
-// pool, as the pool's reusePolicy says, once no run holds it.
+// pool, as the pool's reusePolicy says, once no run holds it. The patch names
+// the Session's UID, which the API server will not change: a Session someone
+// deleted and made again under the name meanwhile is refused it (422), not
+// closed.
 func (s *Server) closeSession(ctx context.Context, ses *sandboxv1alpha1.Session) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"close":true}}`))
-	if err := s.Client.Patch(ctx, ses, patch); err != nil && !apierrors.IsNotFound(err) {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"uid":%q},"spec":{"close":true}}`, ses.UID))
+	switch err := s.Client.Patch(ctx, ses, patch); {
+	case err == nil || apierrors.IsNotFound(err):
+	case apierrors.IsInvalid(err):
+		s.Log.V(1).Info("a one-call run's Session was made again under its name: the new one is not closed", "namespace", ses.Namespace, "session", ses.Name)
+	default:
 		s.Log.Info("could not close a one-call run's Session; its idle timeout will", "namespace", ses.Namespace, "session", ses.Name, "err", err.Error())
 	}
 }

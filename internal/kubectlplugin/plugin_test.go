@@ -363,7 +363,13 @@ func TestPlugin(t *testing.T) {
 			return apierrors.IsNotFound(err) || err == nil && (ses.Spec.Close || ses.Status.Phase.IsFinished())
 		})
 
-		got := plugin("top")
+		// The pool says Unschedulable once it has seen its pod's condition:
+		// the run can be interrupted before that.
+		var got result
+		deadline := time.Now().Add(30 * time.Second)
+		for got = plugin("top"); !strings.Contains(got.stdout, "Unschedulable") && time.Now().Before(deadline); got = plugin("top") {
+			time.Sleep(100 * time.Millisecond)
+		}
 		if got.code != 0 || !regexp.MustCompile(`(?m)^full\s+1\s+0\s+0\s+\d+\s+\d+\s+-\s+-\s+\S+\s+Unschedulable\s`).MatchString(got.stdout) ||
 			!strings.Contains(got.stderr, ns+"/full: Unschedulable: 0 of 1 idle pods ready; pod full-") ||
 			!strings.Contains(got.stderr, "Insufficient cpu") {

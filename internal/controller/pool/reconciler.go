@@ -393,6 +393,18 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 			ses := &sandboxv1alpha1.Session{}
 			key := types.NamespacedName{Namespace: lease.Tenant(p), Name: s}
 			err := r.Get(ctx, key, ses)
+			if err == nil && ses.Status.Phase == sandboxv1alpha1.SessionSuspended && ses.UID == lease.SessionUID(p) && lease.Suspending(p) &&
+				ses.Status.SuspendTime != nil {
+				// The sealed pod a committed suspend left (its release failed):
+				// the Session resumes elsewhere, if at all, and nothing else may
+				// use this pod. Its Session frees it for the grace; then the pool.
+				if out.expiresIn(ses.Status.SuspendTime.Time, lease.OrphanSessionPodGrace, now) <= 0 {
+					out.expired = append(out.expired, p)
+				} else {
+					out.busy = append(out.busy, p)
+				}
+				continue
+			}
 			if err == nil && ses.PoolKey() == client.ObjectKeyFromObject(pool) && !ses.Status.Phase.IsFinished() && lease.HeldBy(p, ses) &&
 				(ses.Status.PodName == "" || ses.Status.PodName == p.Name) {
 				out.busy = append(out.busy, p)

@@ -2,15 +2,19 @@ package session
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -27,7 +31,7 @@ const sessionWorkers = 16
 // a Session's pod wakes the Session (lost, released by an Execution).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandboxv1alpha1.Session{}).
+		For(&sandboxv1alpha1.Session{}, builder.WithPredicates(needsALook())).
 		WatchesRawSource(r.Wakeups).
 		Watches(&sandboxv1alpha1.Session{}, r.sessionEvents()).
 		Watches(&corev1.Pod{}, sessionPodEvents()).
@@ -41,6 +45,28 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: sessionWorkers}).
 		Named("session").
 		Complete(r)
+}
+
+// needsALook lets through every change of a Session but the ones its own
+// reconcile made to a Ready Session's status: the Ready of its lease, its
+// activity, the data plane's record of a new interpreter. That reconcile
+// already set when it looks next, and a look now would ask the agent for its
+// health again; at 75 new Sessions a second these looks took the workers the
+// next leases waited for (docs/scale.md). Spec, metadata (close, resume, the
+// finalizer, deletion) and phase changes still wake it.
+func needsALook() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*sandboxv1alpha1.Session)
+		cur, okCur := e.ObjectNew.(*sandboxv1alpha1.Session)
+		if !okOld || !okCur {
+			return true
+		}
+		statusOnly := old.Generation == cur.Generation && cur.DeletionTimestamp == nil &&
+			maps.Equal(old.Annotations, cur.Annotations) && maps.Equal(old.Labels, cur.Labels) &&
+			slices.Equal(old.Finalizers, cur.Finalizers)
+		return !statusOnly || cur.Status.Phase != sandboxv1alpha1.SessionReady ||
+			old.Status.PodName != "" && old.Status.PodName != cur.Status.PodName
+	}}
 }
 
 // sessionPodEvents wakes a Session when its pod changes in a way it must act
@@ -103,6 +129,7 @@ func (r *Reconciler) sessionEvents() handler.TypedEventHandler[client.Object, ct
 				r.mu.Lock()
 				delete(r.statusWritten, ses.UID) // a Session deleted while Ready
 				delete(r.seen, ses.UID)
+				delete(r.suspendFailed, ses.UID)
 				r.mu.Unlock()
 			}
 		},

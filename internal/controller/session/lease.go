@@ -196,13 +196,15 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionLease.Observe(time.Since(start).Seconds())
 	r.mu.Lock()
+	waitMs := 0.0
 	if t, ok := r.seen[ses.UID]; ok {
+		waitMs = ms(start.Sub(t))
 		metrics.SessionReady.Observe(time.Since(t).Seconds())
 		delete(r.seen, ses.UID)
 	}
 	r.mu.Unlock()
 	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
-		"interpreterMs", ms(interpreted.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming)
+		"interpreterMs", ms(interpreted.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming, "waitMs", waitMs)
 	if resuming {
 		log.V(1).Info("resumed", "fetchWaitMs", ms(fetchedAt.Sub(interpreted)), "restoreMs", ms(tagged.Sub(fetchedAt)))
 	}
@@ -210,8 +212,6 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		metrics.SessionResume.Observe(time.Since(start).Seconds())
 		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, reason, "Resume", "Resumed on pod %s", pod.Name)
 		r.resumed(ctx, ses)
-	} else {
-		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, reason, "Lease", "Holds pod %s", pod.Name)
 	}
 	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
 }

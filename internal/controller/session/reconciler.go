@@ -135,10 +135,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 }
 
+// nextCheck is when a Session just leased is looked at first: nothing else
+// wakes it (its own Ready status does not, needsALook), so whatever falls
+// due first, its idle timeout, its maximum lifetime or its suspend.
 func (r *Reconciler) nextCheck(ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool, now time.Time) time.Duration {
 	next := min(sessionCheckInterval, idleTimeout(ses, pool))
 	if m := ses.Spec.MaxLifetime; m != nil {
 		next = min(next, m.Duration)
+	}
+	if due, suspends := r.suspendDue(ses, pool, ses.Status.LastActivityTime, now); suspends {
+		next = min(next, max(due, 0)+10*time.Millisecond)
 	}
 	return next
 }
