@@ -126,3 +126,84 @@ test("a run sent again that attaches (it had arrived after all) hands on its out
   assert.equal(ex.stdout, "step 1\n", "the output once");
   await sb.close?.();
 });
+
+// kube-apiserver's and the data plane's errors are metav1.Status objects.
+const status = (res, code, reason, message) => {
+  res.statusCode = code;
+  res.setHeader("content-type", "application/json");
+  res.end(JSON.stringify({ kind: "Status", apiVersion: "v1", status: "Failure", reason, message, code }));
+};
+
+// A stand-in for the Session the data plane makes under the sandbox's name
+// (runs/NAME/exec), its GET and its DELETE; first(res, body, ses) answers
+// the first call.
+function oneCallSessions(first) {
+  const st = { session: undefined, creates: 0, deletes: [], execs: 0 };
+  handle = (req, res, sub, body) => {
+    const name = req.url.split("?")[0].split("/").at(-2);
+    if (sub.startsWith("runs/")) {
+      if (st.session) return status(res, 409, "AlreadyExists", `sessions.sandbox.warmpool.dev "${name}" already exists`);
+      st.creates++;
+      st.session = { metadata: { name, uid: `uid-${st.creates}`, annotations: { "sandbox.warmpool.dev/run": body.id } }, status: { phase: "Ready" } };
+      if (st.creates === 1) return first(res, body, st.session);
+      return res.end(result({ result: "2" }));
+    }
+    if (sub.startsWith("ns/sessions/")) {
+      if (!st.session) return status(res, 404, "NotFound", "not found");
+      if (req.method === "DELETE") {
+        if (body?.preconditions?.uid !== st.session.metadata.uid) return status(res, 409, "Conflict", "precondition failed");
+        st.deletes.push(body.preconditions.uid);
+        st.session = undefined;
+        return res.end("{}");
+      }
+      res.setHeader("content-type", "application/json");
+      return res.end(JSON.stringify(st.session));
+    }
+    if (sub.startsWith("sessions/") && sub.endsWith("/exec")) {
+      st.execs++;
+      return res.end(result({ result: "2" }));
+    }
+    if (sub.endsWith("/executions")) return status(res, 404, "NotFound", "no run with this ID");
+    status(res, 404, "NotFound", "not found");
+  };
+  return st;
+}
+
+test("a first call that found no pod in time leaves a sandbox whose next call makes its Session again (it answered 409 already exists)", async () => {
+  const st = oneCallSessions((res, _body, ses) => {
+    ses.status.phase = "Closed"; // the data plane closes the Session of a run that did not start
+    status(res, 504, "Timeout", `Session ${ses.metadata.name} was not Ready within 1m0s (NoIdleSandbox: no idle pod); it is closed; the code has not run`);
+  });
+  const sb = sandbox();
+  const first = await sb.execute("1 + 1").catch((e) => e);
+  assert.ok(first instanceof Error || first.status === "error", "the first call failed");
+  const ex = await sb.execute("1 + 1");
+  assert.equal(ex.status, "ok", ex.error);
+  assert.equal(ex.result, "2");
+  assert.deepEqual(st.deletes, ["uid-1"], "the ended Session was deleted, by its UID");
+  assert.equal(st.creates, 2);
+  await sb.close?.();
+});
+
+test("a first call whose answer was lost before its code reached the agent takes its Session over, and runs the code once", async () => {
+  const st = oneCallSessions((res) => setTimeout(() => res.socket.destroy(), 20)); // the Session is Ready; the answer never comes
+  const sb = sandbox();
+  const ex = await sb.execute("1 + 1");
+  assert.equal(ex.status, "ok", ex.error);
+  assert.equal(ex.result, "2");
+  assert.equal(st.creates, 1, "the Session was not made twice");
+  assert.equal(st.execs, 1, "the code ran once, in the Session the first call made");
+  assert.deepEqual(st.deletes, []);
+  await sb.close?.();
+});
+
+test("a Session under the sandbox's name that is not its own is left alone, and the call says so", async () => {
+  const st = oneCallSessions(() => assert.fail("not created by this sandbox"));
+  st.session = { metadata: { name: "x", uid: "theirs", annotations: { "sandbox.warmpool.dev/run": "someone-else" } }, status: { phase: "Closed" } };
+  const sb = sandbox();
+  const got = await sb.execute("1 + 1").catch((e) => e);
+  const msg = got instanceof Error ? got.message : String(got.error);
+  assert.match(msg, /not this sandbox's/);
+  assert.deepEqual(st.deletes, []);
+  await sb.close?.();
+});

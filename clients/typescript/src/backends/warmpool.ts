@@ -29,7 +29,19 @@ const ASK_TIMEOUT_MS = 5_000;
 const MAX_RESENDS = 3;
 const RESEND_DELAY_MS = 200;
 
+// A first call that meets the Session of an earlier one of this sandbox,
+// ended, deletes it and makes it again at most TAKEOVER_ATTEMPTS times.
+const TAKEOVER_ATTEMPTS = 5;
+// The annotation the data plane puts on a one-call run's Session: its run's ID.
+const RUN_ANNOTATION = "sandbox.warmpool.dev/run";
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The fields of a Session this client reads. */
+interface SessionObject {
+  metadata: { uid: string; annotations?: Record<string, string> };
+  status?: { phase?: string };
+}
 
 /** The request went nowhere: refused as not ready (503), or no connection. */
 function notSent(e: unknown): boolean {
@@ -55,6 +67,8 @@ export class WarmpoolSandbox extends RemoteSandbox {
   readonly name: string;
   private kube?: Promise<Kube>;
   private leased = false;
+  /** The IDs of the first calls sent (runs/NAME/exec): the Session they made carries one. */
+  private readonly firstRuns = new Set<string>();
 
   constructor(config: SandboxConfig, bridges: SandboxBridges, name?: string, leased = false) {
     super(config, bridges);
@@ -103,12 +117,58 @@ export class WarmpoolSandbox extends RemoteSandbox {
       ...fields, pool: this.config.pool, keep: true, waitMillis: this.config.readyTimeout ?? 60_000,
     };
     if (this.config.idleTimeout) body.idleTimeoutMillis = Math.round(this.config.idleTimeout * 1000);
-    const res = await this.request({
-      method: "POST", path: `/apis/${DATA_GROUP}/${VERSION}/namespaces/${ns}/runs/${this.name}/exec`, body,
-      accept: "application/x-ndjson",
-    });
-    this.leased = true;
-    return res;
+    this.firstRuns.add(fields.id);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const res = await this.request({
+          method: "POST", path: `/apis/${DATA_GROUP}/${VERSION}/namespaces/${ns}/runs/${this.name}/exec`, body,
+          accept: "application/x-ndjson",
+        });
+        this.leased = true;
+        return res;
+      } catch (e) {
+        if (!(e instanceof HTTPError && e.status === 409 && e.reason === "AlreadyExists")) throw e;
+        // The Session of an earlier first call of this sandbox: one that
+        // found no pod in time (the data plane closed it), or whose answer
+        // was lost. Taken over while it lives; made again once it ended.
+        const ses = await this.ownSession(ns);
+        if (!ses) {
+          if (attempt >= TAKEOVER_ATTEMPTS) throw e;
+          continue; // gone meanwhile: create it again
+        }
+        if (!["Closed", "Lost"].includes(ses.status?.phase ?? "")) {
+          this.leased = true;
+          return this.request({ method: "POST", path: await this.path("exec"), body: fields, accept: "application/x-ndjson" });
+        }
+        if (attempt >= TAKEOVER_ATTEMPTS) {
+          throw new SandboxError(`Session ${this.name} of this sandbox ended ${ses.status?.phase} and could not be made again: ${String(e)}`);
+        }
+        await this.request({
+          method: "DELETE", path: `/apis/${GROUP}/${VERSION}/namespaces/${ns}/sessions/${this.name}`,
+          body: { kind: "DeleteOptions", apiVersion: "v1", preconditions: { uid: ses.metadata.uid } },
+        }).then(readAll, (de) => { if (!(de instanceof HTTPError && (de.status === 404 || de.status === 409))) throw de; });
+        await sleep(RESEND_DELAY_MS * 2 ** attempt); // a Session being deleted still holds its name
+      }
+    }
+  }
+
+  /**
+   * The Session under this sandbox's name if an earlier first call of this
+   * sandbox made it (its run annotation names one of those calls), else
+   * undefined; someone else's Session under the name is an error.
+   */
+  private async ownSession(ns: string): Promise<SessionObject | undefined> {
+    let ses: SessionObject;
+    try {
+      ses = await json(await this.request({ method: "GET", path: `/apis/${GROUP}/${VERSION}/namespaces/${ns}/sessions/${this.name}` }));
+    } catch (e) {
+      if (e instanceof HTTPError && e.status === 404) return undefined;
+      throw e;
+    }
+    if (!this.firstRuns.has(ses?.metadata?.annotations?.[RUN_ANNOTATION] ?? "")) {
+      throw new SandboxError(`a Session named ${this.name} exists and is not this sandbox's: choose another name`);
+    }
+    return ses;
   }
 
   /**
