@@ -51,6 +51,11 @@ type defaults struct {
 	GuardrailsMaxTmpSize       string
 	GuardrailsMaxProcesses     string
 	GuardrailsAllowEgress      bool
+	// The bounds of what else raises a pool's cost or priority.
+	GuardrailsMinMemoryReserve        string
+	GuardrailsMaxSessionIdleTimeout   string
+	GuardrailsMaxInterruptGracePeriod string
+	GuardrailsPriorityClassNames      []string
 }
 
 // A doc is one object's template; cond, when set, is the condition it is
@@ -571,10 +576,20 @@ func (c *chart) guardrailsParams(t *templater, obj *yaml.Node) error {
 				c.d.GuardrailsImagePrefixes = append(c.d.GuardrailsImagePrefixes, strings.TrimSpace(p))
 			}
 			set(data, k, t.value(`{{ join "," .Values.guardrails.allowedImagePrefixes | quote }}`), "")
-		case "maxCPU", "maxMemory", "maxTimeout", "maxWorkspaceSize", "maxTmpSize", "maxProcesses":
+		case "allowedPriorityClassNames":
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					c.d.GuardrailsPriorityClassNames = append(c.d.GuardrailsPriorityClassNames, p)
+				}
+			}
+			set(data, k, t.value(`{{ join "," .Values.guardrails.allowedPriorityClassNames | quote }}`), "")
+		case "maxCPU", "maxMemory", "maxTimeout", "maxWorkspaceSize", "maxTmpSize", "maxProcesses",
+			"minMemoryReserve", "maxSessionIdleTimeout", "maxInterruptGracePeriod":
 			*map[string]*string{"maxCPU": &c.d.GuardrailsMaxCPU, "maxMemory": &c.d.GuardrailsMaxMemory,
 				"maxTimeout": &c.d.GuardrailsMaxTimeout, "maxWorkspaceSize": &c.d.GuardrailsMaxWorkspaceSize,
-				"maxTmpSize": &c.d.GuardrailsMaxTmpSize, "maxProcesses": &c.d.GuardrailsMaxProcesses}[k] = v
+				"maxTmpSize": &c.d.GuardrailsMaxTmpSize, "maxProcesses": &c.d.GuardrailsMaxProcesses,
+				"minMemoryReserve": &c.d.GuardrailsMinMemoryReserve, "maxSessionIdleTimeout": &c.d.GuardrailsMaxSessionIdleTimeout,
+				"maxInterruptGracePeriod": &c.d.GuardrailsMaxInterruptGracePeriod}[k] = v
 			// toString: a value given as a number (maxCPU: 4) renders as one.
 			set(data, k, t.value("{{ .Values.guardrails."+k+" | toString | quote }}"), "")
 		case "allowEgress":

@@ -550,12 +550,17 @@ metrics: {enabled: false}
   maxTmpSize: 2Gi
   maxProcesses: 1024
   allowEgress: true
+  minMemoryReserve: 128Mi
+  maxSessionIdleTimeout: 2h
+  maxInterruptGracePeriod: 1m
+  allowedPriorityClassNames: [sandbox-low, sandbox-high]
 `,
 		check: func(t *testing.T, objs map[string]object) {
 			cm := objs["v1/ConfigMap/"+namespace+"/warmpool-guardrails"]
 			want := object{"runtimeClassName": "gvisor-kvm", "allowedImagePrefixes": "registry.example/sandboxes/,warmpool.dev/repl:",
 				"maxCPU": "4", "maxMemory": "8Gi", "allowEgress": "true", "maxTimeout": "6h", "maxWorkspaceSize": "10Gi",
-				"maxTmpSize": "2Gi", "maxProcesses": "1024"}
+				"maxTmpSize": "2Gi", "maxProcesses": "1024", "minMemoryReserve": "128Mi", "maxSessionIdleTimeout": "2h",
+				"maxInterruptGracePeriod": "1m", "allowedPriorityClassNames": "sandbox-low,sandbox-high"}
 			if d := cmp.Diff(want, cm["data"]); d != "" {
 				t.Errorf("parameters (-want +got):\n%s", d)
 			}

@@ -156,7 +156,28 @@ spec:
     limits: {cpu: 2, memory: 2Gi}
     requests: {cpu: 2000m, memory: 2048Mi}
   network: {egress: []}
+  limits: {memoryReserve: 64Mi}
+  sessionIdleTimeout: 1h
+  executionDefaults: {interruptGracePeriod: 30s}
 `))).To(Succeed())
+	})
+
+	It("bounds a Session's own idle timeout, which overrides its pool's, in an enforced namespace only", func() {
+		session := func(ns, name, idle string) client.Object {
+			spec := "\n  poolRef: {name: python}"
+			if idle != "" {
+				spec += "\n  idleTimeout: " + idle
+			}
+			return fromYAML(ns, "apiVersion: sandbox.warmpool.dev/v1alpha1\nkind: Session\nmetadata:\n  name: "+name+"\nspec:"+spec+"\n")
+		}
+		Eventually(func() error { return dryRun(session(ns, "probe", "2h")) }).WithTimeout(30 * time.Second).
+			Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'warmpool-guardrails-sessions'")))
+		err := k8s.Create(ctx, session(ns, "long", "12h"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
+		Expect(err).To(MatchError(ContainSubstring("spec.idleTimeout is 12h, above this namespace's maximum of 1h (guard rails): set it to at most 1h")))
+		Expect(k8s.Create(ctx, session(ns, "bounded", "1h"))).To(Succeed())
+		Expect(k8s.Create(ctx, session(ns, "pools", ""))).To(Succeed(), "its pool's, which the pool's rail bounds")
+		Expect(k8s.Create(ctx, session(open, "long", "12h"))).To(Succeed(), "the guard rails are opt-in per namespace")
 	})
 
 	DescribeTable("refuses a pool that leaves the rails in an enforced namespace, saying what to fix, and not elsewhere",
@@ -208,6 +229,18 @@ spec:
     egress:
     - cidr: 0.0.0.0/0
       ports: [{port: 443}]`, "spec.network.egress is not allowed in this namespace (guard rails)"),
+		Entry("less memory kept for the agent than the bound", `
+  image: warmpool.dev/repl:1
+  limits: {memoryReserve: 16Mi}`, "spec.limits.memoryReserve is 16Mi, below this namespace's minimum of 64Mi (guard rails): set it to at least 64Mi"),
+		Entry("Sessions that idle longer than the bound", `
+  image: warmpool.dev/repl:1
+  sessionIdleTimeout: 12h`, "spec.sessionIdleTimeout is 12h, above this namespace's maximum of 1h (guard rails): set it to at most 1h"),
+		Entry("a longer interrupt grace than the bound", `
+  image: warmpool.dev/repl:1
+  executionDefaults: {interruptGracePeriod: 5m}`, "spec.executionDefaults.interruptGracePeriod is 5m, above this namespace's maximum of 30s (guard rails)"),
+		Entry("a priority class (the kubelet's own)", `
+  image: warmpool.dev/repl:1
+  template: {spec: {priorityClassName: system-node-critical}}`, `spec.template.spec.priorityClassName "system-node-critical" is not allowed in this namespace (guard rails): remove it`),
 		Entry("sharing the pool with other namespaces", `
   image: warmpool.dev/repl:1
   sharing:
@@ -329,11 +362,12 @@ spec:
 		kata := wrappers.Pool(ns, "kata").RuntimeClass("kata").Obj()
 
 		setParams(map[string]string{
-			"allowEgress":          "true",
-			"maxCPU":               "4",
-			"maxMemory":            "8Gi",
-			"allowedImagePrefixes": "warmpool.dev/repl:, registry.example.com/sandboxes/",
-			"runtimeClassName":     "kata",
+			"allowEgress":               "true",
+			"maxCPU":                    "4",
+			"maxMemory":                 "8Gi",
+			"allowedImagePrefixes":      "warmpool.dev/repl:, registry.example.com/sandboxes/",
+			"runtimeClassName":          "kata",
+			"allowedPriorityClassNames": "sandbox-low, sandbox-high",
 		})
 		Eventually(func() error { return dryRun(kata) }).WithTimeout(30 * time.Second).Should(Succeed())
 		for _, pool := range []*sandboxv1alpha1.SandboxPool{egress, big, other} {
@@ -341,6 +375,12 @@ spec:
 			Expect(k8s.Create(ctx, pool)).To(Succeed(), pool.Name)
 		}
 		Expect(k8s.Create(ctx, kata)).To(Succeed())
+		high := wrappers.Pool(ns, "high").RuntimeClass("kata").Obj()
+		high.Spec.Template = &sandboxv1alpha1.SandboxPodTemplate{Spec: sandboxv1alpha1.SandboxPodSpec{PriorityClassName: "sandbox-high"}}
+		Expect(k8s.Create(ctx, high)).To(Succeed(), "a priority class the parameters allow")
+		high.Spec.Template.Spec.PriorityClassName = "system-cluster-critical"
+		high.Name, high.ResourceVersion = "critical", ""
+		expectRefused(k8s.Create(ctx, high), `"system-cluster-critical" is not allowed in this namespace (guard rails): remove it or use "sandbox-low" or "sandbox-high"`)
 		expectRefused(k8s.Create(ctx, wrappers.Pool(ns, "gvisor").Obj()), `spec.runtimeClassName must be "kata"`)
 		expectRefused(k8s.Create(ctx, wrappers.Pool(ns, "bad").RuntimeClass("kata").Image("registry.example.com/other:1").Obj()),
 			`use an image starting with "warmpool.dev/repl:" or "registry.example.com/sandboxes/"`)
