@@ -87,6 +87,11 @@ const (
 	ReasonClosed               = "Closed"
 	ReasonInterpreterRestarted = "InterpreterRestarted"
 	ReasonContextFailed        = "ContextFailed"
+	// ReasonNeverRestored ends (Closed) a Session that waited for its state
+	// from a snapshot (AnnotationRestoring: a fork, a caller's restore) and
+	// was not given it within a few minutes of being Ready: the data plane
+	// that forked it stopped part-way, or the caller went away.
+	ReasonNeverRestored = "NeverRestored"
 	// ReasonSuspended: the Session was idle past its suspendAfter; its state
 	// is in the snapshot store and its next run resumes it. ReasonResumed: it
 	// holds a pod again, with its state. ReasonSnapshotLost: its snapshot

@@ -60,6 +60,7 @@ func main() {
 		retryPeriod          time.Duration
 		mode                 string
 		snapshots            controller.Snapshots
+		memoryBudget         int64
 		apiQPS               float64
 		apiBurst             int
 	)
@@ -117,6 +118,9 @@ func main() {
 		"Largest snapshot a Session is suspended with (a larger one keeps its pod). The controllers hold a snapshot twice in memory while they seal it: raise their memory limit with it.")
 	flag.StringVar(&snapshots.KeyFile, "snapshot-key-file", "",
 		"File holding the 32-byte key snapshots are sealed with; empty: the Secret --snapshot-key-secret, created with a random key when missing.")
+	flag.Int64Var(&memoryBudget, "memory-budget", 0,
+		"Bytes of this process's memory forks, suspends and resumes may hold at once, one namespace at most half; past it they are refused "+
+			"(429 with Retry-After, a later look). 0: half the container's memory limit (512 MiB without one); negative: no bound.")
 	flag.StringVar(&snapshots.KeySecret, "snapshot-key-secret", "warmpool-snapshot-key", "Secret, in the manager's namespace, holding the snapshot key.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -150,7 +154,8 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := controller.Config{Mode: controller.Mode(mode), ManagerNamespace: managerNamespace, AgentKeysSecret: agentKeysSecret,
-		Resolver: agentgate.PodIPResolver{Port: agentPort}, SharedPoolNamespaces: tenancy.ParseNamespaces(sharedPoolNamespaces)}
+		Resolver: agentgate.PodIPResolver{Port: agentPort}, SharedPoolNamespaces: tenancy.ParseNamespaces(sharedPoolNamespaces),
+		MemoryBudget: memoryBudget}
 	if cfg.SharedPoolNamespaces == nil {
 		cfg.SharedPoolNamespaces = tenancy.Namespaces{} // "" is none, not the default
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/pool"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/membudget"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -54,6 +55,9 @@ type Runtime struct {
 	Autoscalers *pool.Autoscalers
 	// Tenancy says which namespaces may use which pools (shared pools).
 	Tenancy *tenancy.Gate
+	// Memory bounds the bytes forks, suspends and resumes hold in this
+	// process at once, the data plane's and the controllers' together.
+	Memory *membudget.Budget
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
@@ -65,7 +69,7 @@ type Runtime struct {
 // gate asks the version of, and the namespaces' labels shared pools admit
 // by (the manager's cache).
 func newRuntime(cfg Config, c client.Client) *Runtime {
-	rt := &Runtime{Keys: &agentauth.Keyring{}, Clock: cfg.Clock,
+	rt := &Runtime{Keys: &agentauth.Keyring{}, Clock: cfg.Clock, Memory: memoryBudget(cfg.MemoryBudget),
 		executionWakes: &wakeup.Source{Priority: wakeup.High}, sessionWakes: &wakeup.Source{Priority: wakeup.High},
 		// A burst of Executions becomes one pool reconcile.
 		poolWakes: &wakeup.Source{Delay: pool.DemandDebounce}}
@@ -105,4 +109,16 @@ func newRuntime(cfg Config, c client.Client) *Runtime {
 	})
 	rt.Dispatcher = d
 	return rt
+}
+
+// memoryBudget is the process's budget for work that holds Session state:
+// half of it for one namespace at most.
+func memoryBudget(limit int64) *membudget.Budget {
+	switch {
+	case limit < 0:
+		limit = 0 // no bound
+	case limit == 0:
+		limit = membudget.FromContainer(0.5, 512<<20)
+	}
+	return membudget.New(limit, 0.5)
 }

@@ -80,6 +80,10 @@ type Config struct {
 	// other namespaces (spec.sharing); nil: tenancy.DefaultSharedNamespaces,
 	// empty: none.
 	SharedPoolNamespaces tenancy.Namespaces
+	// MemoryBudget is how many bytes forks, suspends and resumes may hold in
+	// this process at once (internal/membudget): 0, half the container's
+	// memory limit (512 MiB without one); negative, no bound.
+	MemoryBudget int64
 	// Clock decides the time policies of every reconciler (nil: the wall
 	// clock): the autoscaler's windows and delays, idle timeouts, lifetimes,
 	// TTLs, backoffs. Waits for real I/O (an agent's answer, the kubelet's
@@ -211,7 +215,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		return err
 	}
 	return session.NewReconciler(mgr, session.Deps{Gate: rt.Gate, Dispatcher: rt.Dispatcher, Tenancy: rt.Tenancy, Keys: keys,
-		Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store}).SetupWithManager(mgr)
+		Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Memory: rt.Memory}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They
@@ -235,7 +239,7 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 		}
 		certs = m
 	}
-	srv := dataplane.NewServer(mgr, *cfg.DataPlane, dataplane.Deps{Gate: rt.Gate, KeysLoaded: keys.Loaded, Models: models, Certs: certs,
+	srv := dataplane.NewServer(mgr, *cfg.DataPlane, dataplane.Deps{Gate: rt.Gate, KeysLoaded: keys.Loaded, Models: models, Certs: certs, Memory: rt.Memory,
 		// The data plane's role may get namespaces, not watch them: it reads
 		// a tenant's labels only for a one-call run on a shared pool.
 		Tenancy: &tenancy.Gate{Namespaces: rt.Tenancy.Namespaces, Labels: tenancy.FromClient(mgr.GetAPIReader())}})

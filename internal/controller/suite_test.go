@@ -248,7 +248,9 @@ func managerConfig() controller.Config {
 	// A 10 s claim-rate window: an autoscaled pool comes down within the spec's patience.
 	return controller.Config{ManagerNamespace: managerNamespace, Resolver: proxiedResolver{}, DataPlane: &dataPlane,
 		AutoscaleWindow: 10 * time.Second, Clock: autoscaleClock,
-		Snapshots: &controller.Snapshots{Store: snapshotStore.Config(snapshotBucket, "warmpool/")}}
+		Snapshots: &controller.Snapshots{Store: snapshotStore.Config(snapshotBucket, "warmpool/")},
+		// One 52 MB fork or suspend per namespace at a time (forks_test.go).
+		MemoryBudget: suiteMemoryBudget}
 }
 
 // snapshotStore keeps the snapshots of the suite's suspended Sessions, in snapshotBucket.

@@ -48,6 +48,7 @@ import (
 	"github.com/warmpool/warmpool/pkg/protocol"
 
 	"github.com/warmpool/warmpool/internal/agentgate"
+	"github.com/warmpool/warmpool/internal/membudget"
 	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
@@ -124,7 +125,9 @@ type Server struct {
 	// Informers deliver the Session changes one-call runs wait for (the
 	// manager's cache); nil: they look every second.
 	Informers cache.Informers
-	Log       logr.Logger
+	// Memory admits forks by the bytes they hold (nil: no bound).
+	Memory *membudget.Budget
+	Log    logr.Logger
 
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
@@ -140,6 +143,7 @@ type Deps struct {
 	Models     Models
 	Tenancy    *tenancy.Gate
 	Certs      CertSource
+	Memory     *membudget.Budget
 }
 
 // NewServer returns the data plane of mgr (its cache, API reader and
@@ -147,7 +151,7 @@ type Deps struct {
 func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
 	return &Server{Options: o, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
 		Log: mgr.GetLogger().WithName("dataplane"), Gate: d.Gate, KeysLoaded: d.KeysLoaded, Models: d.Models,
-		Tenancy: d.Tenancy, Certs: d.Certs}
+		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory}
 }
 
 // Models gives the answerer of a pool's ModelEndpoint (nil when the pool

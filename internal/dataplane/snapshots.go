@@ -1,11 +1,11 @@
 package dataplane
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +21,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentgate"
+	"github.com/warmpool/warmpool/internal/membudget"
 	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/sessions"
 	"github.com/warmpool/warmpool/pkg/snapshot"
@@ -129,8 +130,20 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, t *target) {
 	if req.WaitMillis > 0 {
 		wait = min(time.Duration(req.WaitMillis)*time.Millisecond, maxRunWait)
 	}
-	snap, m, err := s.takeSnapshot(r.Context(), t, req.Workspace)
+	// The snapshot is held in this replica's memory until every fork has it:
+	// taken from its budget as it is read, refused (429) before any fork exists.
+	hold, err := s.Memory.Acquire("fork", t.ses.Namespace, 0)
 	if err != nil {
+		tooBusy(w, err)
+		return
+	}
+	defer hold.Release()
+	snap, m, err := s.takeSnapshot(r.Context(), t, req.Workspace, hold)
+	switch {
+	case membudget.IsFull(err):
+		tooBusy(w, err)
+		return
+	case err != nil:
 		agentFailed(w, err)
 		return
 	}
@@ -178,25 +191,33 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, t *target) {
 	writeJSON(w, http.StatusOK, sessions.ForkResponse{Sessions: names, Manifest: m})
 }
 
-// takeSnapshot reads a snapshot of the Session into memory, within maxForkBytes.
-func (s *Server) takeSnapshot(ctx context.Context, t *target, workspace bool) ([]byte, *snapshot.Manifest, error) {
+// takeSnapshot reads a snapshot of the Session into memory, within
+// maxForkBytes and what hold can take.
+func (s *Server) takeSnapshot(ctx context.Context, t *target, workspace bool, hold *membudget.Hold) (membudget.Chunks, *snapshot.Manifest, error) {
 	body, _, err := t.agent.Snapshot(ctx, agentgate.SnapshotOptions{Workspace: workspace, MaxBytes: maxForkBytes})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = body.Close() }()
-	snap, err := snapshot.ReadAtMost(body, maxForkBytes)
+	snap, err := hold.ReadAll(body, snapshot.MaxSize(maxForkBytes))
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the snapshot of Session %s: %w", t.ses.Name, err)
 	}
-	m, err := snapshot.ReadHeader(bytes.NewReader(snap))
+	m, err := snapshot.ReadHeader(snap.Reader())
 	if err != nil {
 		return nil, nil, fmt.Errorf("the snapshot of Session %s: %w", t.ses.Name, err)
 	}
 	return snap, m, nil
 }
 
-func (s *Server) restoreFork(ctx context.Context, f *sandboxv1alpha1.Session, snap []byte, wait time.Duration) error {
+// tooBusy answers work the replica's memory budget refused: 429, and when
+// to try again.
+func tooBusy(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(membudget.RetryAfter.Seconds())))
+	writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, err.Error()+"; nothing was made")
+}
+
+func (s *Server) restoreFork(ctx context.Context, f *sandboxv1alpha1.Session, snap membudget.Chunks, wait time.Duration) error {
 	ready, _, _, msg := s.waitReady(ctx, f, wait, "")
 	if ready == nil {
 		return fmt.Errorf("%s", msg)
@@ -205,7 +226,7 @@ func (s *Server) restoreFork(ctx context.Context, f *sandboxv1alpha1.Session, sn
 	if ft == nil {
 		return fmt.Errorf("%s", msg)
 	}
-	if _, err := ft.agent.Restore(ctx, bytes.NewReader(snap), false); err != nil {
+	if _, err := ft.agent.Restore(ctx, snap.Reader(), false); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	return s.restored(ctx, ft.ses)

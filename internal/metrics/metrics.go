@@ -89,6 +89,23 @@ var (
 		Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	})
 	// DataPlaneResume is how long requests to a Suspended Session waited for its resume.
+	// MemoryBudget is the bytes of this process's memory budget for work
+	// that holds a Session's state (internal/membudget): forks, suspends,
+	// resumes. MemoryBudgetInUse is what such work holds now, and
+	// MemoryBudgetRefused counts the work it refused (by operation, and
+	// whether the namespace held its share or the process its limit).
+	MemoryBudget = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "warmpool_memory_budget_bytes",
+		Help: "This process's memory budget for forks, suspends and resumes (from its container's memory limit; 0: none).",
+	})
+	MemoryBudgetInUse = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "warmpool_memory_budget_in_use_bytes",
+		Help: "Bytes of the memory budget forks, suspends and resumes hold now.",
+	})
+	MemoryBudgetRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_memory_budget_refused_total",
+		Help: "Forks, suspends and resumes the memory budget refused (429 or a later look), by operation and by what was full: namespace (its share) or process.",
+	}, []string{"operation", "full"})
 	DataPlaneResume = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "warmpool_dataplane_resume_seconds",
 		Help:    "Time a data-plane request to a Suspended Session waited for the Session to be resumed (asked, leased, restored, Ready).",
@@ -212,7 +229,7 @@ func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
 		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
-		LLMCalls, LLMTokens, LLMCallDuration)
+		LLMCalls, LLMTokens, LLMCallDuration, MemoryBudget, MemoryBudgetInUse, MemoryBudgetRefused)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	// Counters start at zero for the label values every cluster sees, so

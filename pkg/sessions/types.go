@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/snapshot"
@@ -157,6 +158,9 @@ type Error struct {
 	Code    int
 	Reason  string
 	Message string
+	// RetryAfter is when the server said to try again (a 429: the data
+	// plane's memory for forks was taken); 0 when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -234,7 +234,7 @@ func (v *verifying) Read(p []byte) (int, error) {
 // ReadAtMost reads a whole snapshot of at most limit bytes of sections (and
 // its manifest), failing instead of reading on when a sender sends more.
 func ReadAtMost(r io.Reader, limit int64) ([]byte, error) {
-	max := limit + MaxManifestBytes + int64(len(Magic)) + 4
+	max := MaxSize(limit)
 	b, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
@@ -244,6 +244,10 @@ func ReadAtMost(r io.Reader, limit int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// MaxSize is the most bytes a snapshot whose sections hold at most limit
+// bytes takes: the sections, the manifest and the framing.
+func MaxSize(limit int64) int64 { return limit + MaxManifestBytes + int64(len(Magic)) + 4 }
 
 // Hashed describes the bytes of a file written for a section.
 func Hashed(name string, r io.Reader) (Section, error) {

@@ -85,6 +85,12 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonMaxLifetime,
 			fmt.Sprintf("reached its maximum lifetime of %s", m.Duration))
 	}
+	if from, waiting := ses.Annotations[sandboxv1alpha1.AnnotationRestoring]; waiting && ses.Status.ReadyTime != nil &&
+		!now.Before(ses.Status.ReadyTime.Add(restoreDeadline)) {
+		// Nothing runs in it until a restore, which will not come: its pod goes back now.
+		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonNeverRestored, fmt.Sprintf(
+			"it waited for its state from a snapshot (%s: %s) and was not given it within %s of being Ready", sandboxv1alpha1.AnnotationRestoring, from, restoreDeadline))
+	}
 	health, herr := r.health(ctx, ses, pool, pod)
 	if herr == nil && health.Interpreter != "" && ses.Status.Interpreter != "" && health.Interpreter != ses.Status.Interpreter {
 		why := health.LastEnd

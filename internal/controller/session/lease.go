@@ -74,13 +74,6 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
 			"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
 	}
-	// A resume reads its snapshot from the store while the pod is claimed.
-	var snap <-chan fetched
-	if resuming {
-		fetchCtx, cancelFetch := context.WithCancel(ctx)
-		defer cancelFetch()
-		snap = r.fetch(fetchCtx, ses)
-	}
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: pl.Pod}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -142,9 +135,18 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	interpreted, fetchedAt := time.Now(), time.Time{}
 	if err == nil && resuming {
-		f := <-snap
+		// Read from the store only now that the pod is the Session's: a
+		// claim that did not commit reads nothing, and the snapshot is held
+		// in memory only if the budget takes it (else the pod stays the
+		// Session's, and the next look adopts it and tries again).
+		hold, herr := r.Memory.Acquire("resume", ses.Namespace, resumeCost(ses.Status.Snapshot.Bytes))
+		if herr != nil {
+			return r.budgetFull(ctx, ses, herr)
+		}
+		f := r.fetch(ctx, ses)
 		fetchedAt = time.Now()
 		err = r.restore(ctx, ses, pod, f)
+		hold.Release()
 	}
 	var failed *initFailed
 	var lost *snapshotLost

@@ -25,6 +25,7 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/membudget"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/internal/tenancy"
 )
@@ -51,6 +52,10 @@ const (
 	sessionStatusInterval = 10 * time.Second
 	// sessionInitTimeout bounds applying a Session's context and env.
 	sessionInitTimeout = 30 * time.Second
+	// restoreDeadline is how long a Ready Session that waits for its state
+	// (a fork, a caller's restore) may wait: a fork is restored as soon as
+	// it is Ready, within the data plane's two minutes to finish a fork.
+	restoreDeadline = 5 * time.Minute
 	// claimRetry is when a Session whose claim did not commit looks again.
 	claimRetry = 100 * time.Millisecond
 	// sessionUnreachableGrace is how long a Session's pod may stay not Ready,
@@ -97,6 +102,8 @@ type Deps struct {
 	// Snapshots is the store suspended Sessions' state goes to; nil: no
 	// Session is suspended (suspend.go).
 	Snapshots *snapshotstore.Store
+	// Memory admits suspends and resumes by the bytes they hold (nil: no bound).
+	Memory *membudget.Budget
 }
 
 // NewReconciler returns the Session reconciler: mgr's client, API reader and

@@ -21,6 +21,7 @@ import (
 	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/recycle"
 	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/membudget"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/pkg/snapshot"
@@ -132,6 +133,14 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// The snapshot is held in this process's memory until it is stored:
+	// taken from its budget as it is read (a full budget is looked at again
+	// soon, and the Session keeps its pod meanwhile).
+	hold, err := r.Memory.Acquire("suspend", ses.Namespace, 0)
+	if err != nil {
+		return r.budgetFull(ctx, ses, err)
+	}
+	defer hold.Release()
 	// First the pod is taken from the Session's Executions (an Execution
 	// claiming it at the same moment makes this fail, or that fail), then
 	// the agent is sealed against data-plane runs.
@@ -158,11 +167,24 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 		return fail(fmt.Errorf("snapshot: %w", err))
 	}
 	// The agent shares its container with the code: read no more than was asked for.
-	data, err := snapshot.ReadAtMost(body, r.Snapshots.MaxBytes())
+	chunks, err := hold.ReadAll(body, snapshot.MaxSize(r.Snapshots.MaxBytes()))
 	_ = body.Close()
+	if membudget.IsFull(err) {
+		return r.undoSuspend(ctx, ses, pod, err)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("read the snapshot: %w", err))
 	}
+	// The store seals one array, into another as large.
+	n := chunks.Len()
+	if err := hold.Grow(2 * n); err != nil {
+		return r.undoSuspend(ctx, ses, pod, err)
+	}
+	data := make([]byte, 0, n)
+	for _, c := range chunks {
+		data = append(data, c...)
+	}
+	hold.Shrink(2 * n) // the chunks are garbage: the array and the sealed copy
 	m, err := snapshot.ReadHeader(bytes.NewReader(data))
 	if err != nil {
 		return fail(err)
@@ -218,6 +240,34 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 		log.Info("could not delete older snapshots; they go with the Session", "err", err.Error())
 	}
 	return r.free(ctx, ses)
+}
+
+// budgetFull looks at a Session again once the memory budget may take its
+// suspend or resume: nothing of it changed.
+func (r *Reconciler) budgetFull(ctx context.Context, ses *sandboxv1alpha1.Session, err error) (ctrl.Result, error) {
+	logf.FromContext(ctx).V(1).Info("waiting for memory", "reason", err.Error())
+	return ctrl.Result{RequeueAfter: membudget.RetryAfter}, nil
+}
+
+// undoSuspend gives a Session that was being suspended its pod back, as it
+// was, when the memory budget could not take its snapshot: not a failure of
+// the suspend, which is tried again soon.
+func (r *Reconciler) undoSuspend(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, why error) (ctrl.Result, error) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	agent, err := r.agent(uctx, ses, pod, agentgate.ForSession(ses))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := agent.Unseal(uctx); err != nil {
+		return ctrl.Result{}, fmt.Errorf("unseal pod %s after its snapshot waited for memory: %w", pod.Name, err)
+	}
+	if err := recycle.RetryPodUpdate(uctx, r.APIReader, pod, func(p *corev1.Pod) error {
+		return lease.UnmarkSuspending(uctx, r.Client, p)
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.budgetFull(ctx, ses, why)
 }
 
 func snapshotStatus(key string, size int64, m *snapshot.Manifest, at metav1.Time) *sandboxv1alpha1.SessionSnapshot {
@@ -283,26 +333,25 @@ type fetched struct {
 	err  error
 }
 
-// fetch reads a resuming Session's snapshot in the background.
-func (r *Reconciler) fetch(ctx context.Context, ses *sandboxv1alpha1.Session) <-chan fetched {
-	out := make(chan fetched, 1)
+// fetch reads a resuming Session's snapshot from the store.
+func (r *Reconciler) fetch(ctx context.Context, ses *sandboxv1alpha1.Session) fetched {
 	if r.Snapshots == nil {
-		out <- fetched{err: &snapshotLost{msg: "the Session's state is in a snapshot store the manager is no longer configured with"}}
-		return out
+		return fetched{err: &snapshotLost{msg: "the Session's state is in a snapshot store the manager is no longer configured with"}}
 	}
-	key := ses.Status.Snapshot.Key
-	go func() {
-		data, err := r.Snapshots.Get(ctx, owner(ses), key)
-		switch {
-		case errors.Is(err, snapshotstore.ErrNotFound):
-			err = &snapshotLost{msg: fmt.Sprintf("its snapshot is gone from the store: %v", err)}
-		case errors.Is(err, snapshotstore.ErrSealed):
-			err = &snapshotLost{msg: err.Error()}
-		}
-		out <- fetched{data: data, err: err}
-	}()
-	return out
+	data, err := r.Snapshots.Get(ctx, owner(ses), ses.Status.Snapshot.Key)
+	switch {
+	case errors.Is(err, snapshotstore.ErrNotFound):
+		err = &snapshotLost{msg: fmt.Sprintf("its snapshot is gone from the store: %v", err)}
+	case errors.Is(err, snapshotstore.ErrSealed):
+		err = &snapshotLost{msg: err.Error()}
+	}
+	return fetched{data: data, err: err}
 }
+
+// resumeCost is what a resume of a snapshot of n bytes holds at most: the
+// sealed bytes as read (an array that grew to up to twice them) and the
+// opened ones.
+func resumeCost(n int64) int64 { return 3*n + 1<<20 }
 
 // restore puts a resuming Session's snapshot into the interpreter of its
 // new pod. A failure of the pod is an error (the pod is discarded and

@@ -1,0 +1,73 @@
+package membudget
+
+import (
+	"bytes"
+	"io"
+	"testing"
+)
+
+func TestANamespaceHoldsItsShareAndTheProcessItsLimit(t *testing.T) {
+	b := New(100, 0.5)
+	a1, err := b.Acquire("fork", "a", 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire("fork", "a", 20); !IsFull(err) || !err.(*Full).Share {
+		t.Fatalf("namespace a past its share of 50: got %v", err)
+	}
+	b1, err := b.Acquire("fork", "b", 50)
+	if err != nil {
+		t.Fatalf("namespace b within its share: %v", err)
+	}
+	if _, err := b.Acquire("fork", "c", 20); !IsFull(err) || err.(*Full).Share {
+		t.Fatalf("the process past its limit of 100: got %v", err)
+	}
+	a1.Shrink(10)
+	if _, err := b.Acquire("fork", "c", 20); err != nil {
+		t.Fatalf("what a shrunk hold gave back is free: %v", err)
+	}
+	b1.Release()
+	b1.Release()
+	if b.used != 30 || b.tenants["b"] != 0 {
+		t.Fatalf("used %d, b %d after a release (twice): want 30 and 0", b.used, b.tenants["b"])
+	}
+}
+
+func TestReadAllGrowsByWhatItReadsAndStopsWhenTheBudgetIsFull(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 5*chunk/2)
+	b := New(4*chunk, 1)
+	h, _ := b.Acquire("fork", "a", 0)
+	got, err := h.ReadAll(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, _ := io.ReadAll(got.Reader())
+	if !bytes.Equal(back, data) || got.Len() != int64(len(data)) {
+		t.Fatal("the chunks do not read back the bytes")
+	}
+	if h.Held() != 3*chunk {
+		t.Fatalf("held %d for 2.5 chunks read, want 3 chunks", h.Held())
+	}
+	h2, _ := b.Acquire("fork", "a", 0)
+	if _, err := h2.ReadAll(bytes.NewReader(data), int64(len(data))); !IsFull(err) {
+		t.Fatalf("a second read past the budget: got %v", err)
+	}
+	h2.Release()
+	h.Release()
+	if b.used != 0 {
+		t.Fatalf("used %d after every hold was released", b.used)
+	}
+	h3, _ := b.Acquire("fork", "a", 0)
+	if _, err := h3.ReadAll(bytes.NewReader(data), chunk); err == nil || IsFull(err) {
+		t.Fatalf("more than the limit must be an error of its own, got %v", err)
+	}
+}
+
+func TestNoBudgetRefusesNothing(t *testing.T) {
+	var nilBudget *Budget
+	h, err := nilBudget.Acquire("fork", "a", 1<<40)
+	if err != nil || h.Grow(1<<40) != nil {
+		t.Fatal("a nil budget refused")
+	}
+	h.Release()
+}
