@@ -97,6 +97,12 @@ func main() {
 		"Directory with the data plane's tls.crt and tls.key; empty: a self-signed certificate.")
 	flag.StringVar(&dataPlane.RemoteKubeConfig, "data-plane-authentication-kubeconfig", "",
 		"Kubeconfig of the cluster that authenticates and authorizes data-plane callers; empty: in-cluster.")
+	flag.IntVar(&dataPlane.NamespaceSeats, "data-plane-namespace-seats", dataplane.DefaultNamespaceSeats,
+		"Requests of one namespace a data-plane replica serves at once (a run holds one while its code runs); more wait in the namespace's queue. Negative: no limit.")
+	flag.IntVar(&dataPlane.NamespaceQueue, "data-plane-namespace-queue", dataplane.DefaultNamespaceQueue,
+		"Requests of one namespace that may wait for a seat in a data-plane replica; more are refused 429.")
+	flag.DurationVar(&dataPlane.NamespaceQueueWait, "data-plane-namespace-queue-wait", dataplane.DefaultNamespaceQueueWait,
+		"How long a data-plane request may wait for a seat of its namespace; then 429.")
 	flag.IntVar(&agentPort, "agent-port", sandboxpod.AgentPort, "Port of the sandbox agents in their pods.")
 	flag.StringVar(&managerNamespace, "manager-namespace", ownNamespace(),
 		"Namespace of the manager: it holds the agent keys Secret, and the pools' NetworkPolicies admit agent calls from "+

@@ -133,7 +133,11 @@ func (s *Server) instrumented(sub string, h http.HandlerFunc) http.HandlerFunc {
 				"this manager replica has not loaded the agent signing keys yet; retry in a moment")
 			return
 		}
-		h(rec, r)
+		if sub == SubInterrupt || sub == SubBridge {
+			h(rec, r) // no seat: see fairness.go
+			return
+		}
+		s.seated(rec, r, h)
 	}
 }
 

@@ -83,6 +83,12 @@ type Options struct {
 	// in the background, so that a stop stands for a crash (tests stop a
 	// manager whose controllers must stop with it).
 	ShutdownDelay, DrainTimeout time.Duration
+	// NamespaceSeats is how many of this replica's requests one namespace
+	// may hold at once; NamespaceQueue how many more may wait for a seat,
+	// for at most NamespaceQueueWait (fairness.go). Zero: the defaults;
+	// NamespaceSeats negative: no limit.
+	NamespaceSeats, NamespaceQueue int
+	NamespaceQueueWait             time.Duration
 }
 
 // The shutdown defaults fit in the Deployment's 30 s termination grace
@@ -131,6 +137,7 @@ type Server struct {
 
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
+	seats      *seats
 	// frontProxy is how the aggregator's relayed callers are authenticated
 	// (nil when no request-header configuration is delegated).
 	frontProxy *authenticatorfactory.RequestHeaderConfig
@@ -151,7 +158,25 @@ type Deps struct {
 func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
 	return &Server{Options: o, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
 		Log: mgr.GetLogger().WithName("dataplane"), Gate: d.Gate, KeysLoaded: d.KeysLoaded, Models: d.Models,
-		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory}
+		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats()}
+}
+
+// seats is the per-namespace fairness o asks for (nil: none).
+func (o Options) seats() *seats {
+	limit, queue, wait := o.NamespaceSeats, o.NamespaceQueue, o.NamespaceQueueWait
+	if limit < 0 {
+		return nil
+	}
+	if limit == 0 {
+		limit = DefaultNamespaceSeats
+	}
+	if queue <= 0 {
+		queue = DefaultNamespaceQueue
+	}
+	if wait <= 0 {
+		wait = DefaultNamespaceQueueWait
+	}
+	return newSeats(limit, queue, wait)
 }
 
 // Models gives the answerer of a pool's ModelEndpoint (nil when the pool

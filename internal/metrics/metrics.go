@@ -106,6 +106,18 @@ var (
 		Name: "warmpool_memory_budget_refused_total",
 		Help: "Forks, suspends and resumes the memory budget refused (429 or a later look), by operation and by what was full: namespace (its share) or process.",
 	}, []string{"operation", "full"})
+	// DataPlaneQueueWait is how long data-plane requests waited for one of
+	// their namespace's seats; DataPlaneQueueRefused counts those refused
+	// (429) because the namespace's queue was full or they waited too long.
+	DataPlaneQueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_dataplane_queue_wait_seconds",
+		Help:    "Time data-plane requests waited for one of their namespace's seats in the replica (those that waited).",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30},
+	})
+	DataPlaneQueueRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warmpool_dataplane_queue_refused_total",
+		Help: "Data-plane requests refused 429 by their namespace's fairness limit: queue_full, or waited (longer than the queue's wait).",
+	}, []string{"reason"})
 	DataPlaneResume = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "warmpool_dataplane_resume_seconds",
 		Help:    "Time a data-plane request to a Suspended Session waited for the Session to be resumed (asked, leased, restored, Ready).",
@@ -229,7 +241,8 @@ func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
 		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
-		LLMCalls, LLMTokens, LLMCallDuration, MemoryBudget, MemoryBudgetInUse, MemoryBudgetRefused)
+		LLMCalls, LLMTokens, LLMCallDuration, MemoryBudget, MemoryBudgetInUse, MemoryBudgetRefused,
+		DataPlaneQueueWait, DataPlaneQueueRefused)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	// Counters start at zero for the label values every cluster sees, so
