@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +63,12 @@ var noRefill *bool
 
 func (b *bench) next() int { b.seq++; return b.seq }
 
+// fair is the -only fairness phase's flags.
+var fair struct {
+	seats                          string
+	runs, sessions, clients, bytes int
+}
+
 func main() {
 	executions := flag.Int("executions", 200, "Executions in the session measurement")
 	churn := flag.Int("churn", 40, "Executions per measurement that uses up pods (each costs a pod start)")
@@ -68,7 +76,7 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) seedtable (simple and data-science code on repl-data, warm and cold) or snapshots (snapshot, restore, fork and resume-on-run by namespace size; the controllers need a snapshot store)")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) seedtable (simple and data-science code on repl-data, warm and cold) or snapshots (snapshot, restore, fork and resume-on-run by namespace size; the controllers need a snapshot store) or fairness (one tenant's runs alone and under another's flood, for each -fair-seats)")
 	flag.IntVar(&snapshotRuns, "snapshot-runs", 20, "samples of each snapshot operation and size (-only snapshots)")
 	flag.StringVar(&snapshotSizes, "snapshot-sizes", "", "comma-separated names of the states to measure, e.g. '1 KB plain,10 MB numpy' (-only snapshots; default all)")
 	flag.StringVar(&seedTable.image, "data-image", "warmpool.dev/repl-data:dev", "the data-science image (-only seedtable)")
@@ -79,6 +87,11 @@ func main() {
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
 	noRefill = flag.Bool("no-refill", false, "-only firstrun: cap the pool at its replicas, so that a lease starts no pod beside the run")
 	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
+	flag.StringVar(&fair.seats, "fair-seats", "-1,8,2", "comma-separated per-namespace seat limits to measure in turn, -1 for none (-only fairness)")
+	flag.IntVar(&fair.runs, "fair-runs", 300, "tenant B's sequential print(1) runs alone and under the flood (-only fairness)")
+	flag.IntVar(&fair.sessions, "fair-flood-sessions", 4, "tenant A's Sessions (-only fairness)")
+	flag.IntVar(&fair.clients, "fair-flood-clients", 4, "tenant A's runs at once on each of its Sessions (-only fairness)")
+	flag.IntVar(&fair.bytes, "fair-flood-bytes", 1, "what each of tenant A's runs prints, in bytes (-only fairness)")
 	flag.Parse()
 	dataPlane = [3]int{*runs, *creates, *parallel}
 	if err := run(*executions, *churn, *jobs, *burst, *image, *runtimeClass, *only); err != nil {
@@ -139,6 +152,17 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 	}
 	if only == "snapshots" {
 		return b.snapshotPhase(ctx, cfg, image, runtimeClass)
+	}
+	if only == "fairness" {
+		var seats []int
+		for _, f := range strings.Split(fair.seats, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("-fair-seats: %w", err)
+			}
+			seats = append(seats, n)
+		}
+		return b.fairnessPhase(ctx, cfg, image, runtimeClass, seats, fair.runs, fair.sessions, fair.clients, fair.bytes)
 	}
 	if only == "dataplane" {
 		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])
