@@ -1,9 +1,8 @@
 package controller_test
 
 import (
-	"errors"
 	"net/http"
-	"sync"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -14,97 +13,63 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/forkstorm"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
 // suiteMemoryBudget is the suite's managers' memory budget for forks,
 // suspends and resumes: one namespace may hold half of it, 80 MiB, which
-// takes one fork of a 52 MB Session at a time.
+// takes one 52 MB fork at a time.
 const suiteMemoryBudget = 160 << 20
 
 var _ = Describe("Forks under the memory budget", func() {
-	It("answers six forks of a 52 MB Session sent at once with one fork and 429s, three times, leaves no half-made fork, and another tenant's runs are answered meanwhile", func() {
+	It("answers forks of two 52 MB Sessions sent at once, three forks each, three times, with what the budget takes and 429s, leaves no half-made fork, and another tenant's runs are answered meanwhile", func() {
 		ns, other := newNamespace(), newNamespace()
-		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(5).Obj())
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(8).Obj()) // two sources, and up to two forks a round
 		createPoolAndWait(wrappers.Pool(other, "python").Replicas(1).Obj())
 		attacker := sessionsClient(sessionUser(ns, "mallory", true))
 		grantForks(ns, "mallory")
-		src, err := attacker.Create(ctx, ns, "big", "python", nil)
-		Expect(err).NotTo(HaveOccurred())
-		res, err := src.Run(ctx, sessions.ExecRequest{Code: "import os\nblob = os.urandom(52_000_000)\nlen(blob)"})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
-
+		var srcs []*sessions.Session
+		for _, name := range []string{"big-1", "big-2"} {
+			src, err := attacker.Create(ctx, ns, name, "python", nil)
+			Expect(err).NotTo(HaveOccurred())
+			res, err := src.Run(ctx, sessions.ExecRequest{Code: forkstorm.BigState})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+			srcs = append(srcs, src)
+		}
 		bystander, err := sessionsClient(sessionUser(other, "bob", true)).Create(ctx, other, "b", "python", nil)
 		Expect(err).NotTo(HaveOccurred())
 
 		made := 0
-		for round := range 3 {
-			By("round " + string(rune('1'+round)))
-			var wg sync.WaitGroup
-			errs := make([]error, 6)
-			for i := range errs {
-				wg.Add(1)
-				go func() {
-					defer GinkgoRecover()
-					defer wg.Done()
-					_, errs[i] = src.Fork(ctx, sessions.ForkRequest{Count: 1})
-				}()
-			}
-			// The other tenant's runs go on while the forks are under way.
-			stop := make(chan struct{})
-			ran := make(chan int)
-			go func() {
-				defer GinkgoRecover()
-				n := 0
-				for {
-					select {
-					case <-stop:
-						ran <- n
-						return
-					default:
-					}
-					r, err := bystander.Run(ctx, sessions.ExecRequest{Code: "1 + 1"})
-					Expect(err).NotTo(HaveOccurred(), "another tenant's run during the forks")
-					Expect(r.Status).To(Equal(sessions.StatusSucceeded))
-					n++
-				}
-			}()
-			wg.Wait()
-			close(stop)
-			Expect(<-ran).To(BeNumerically(">", 0), "the other tenant's runs were answered")
-
-			ok, refused := 0, 0
-			for _, err := range errs {
-				var e *sessions.Error
-				switch {
-				case err == nil:
-					ok++
-				case errors.As(err, &e) && e.Code == http.StatusTooManyRequests:
-					refused++
-					Expect(e.RetryAfter).To(BeNumerically(">", 0), "a 429 says when to try again")
-					Expect(e.Message).To(ContainSubstring("nothing was made"))
-				default:
-					Fail("a fork failed otherwise: " + err.Error())
+		for range 3 {
+			out := forkstorm.Round(ctx, srcs, 3, bystander)
+			Expect(out.Failed).To(BeEmpty(), "every fork is made or refused")
+			Expect(out.BystanderErr).NotTo(HaveOccurred(), "another tenant's run during the forks")
+			Expect(out.BystanderRuns).To(BeNumerically(">", 0))
+			Expect(out.Made).To(BeNumerically(">=", 1))
+			budget := 0
+			for _, e := range out.Refused {
+				Expect(e.Code).To(Equal(http.StatusTooManyRequests), "%v", e)
+				Expect(e.RetryAfter).To(BeNumerically(">", 0), "a 429 says when to try again")
+				Expect(e.Message).To(ContainSubstring("nothing was made"))
+				if strings.Contains(e.Message, "holds its share") {
+					budget++
 				}
 			}
-			Expect(ok).To(BeNumerically(">=", 1), "the budget takes one fork at a time")
-			Expect(refused).To(BeNumerically(">=", 1), "six 52 MB forks at once are more than a namespace's share of 80 MiB")
-			made += ok
+			Expect(budget).To(BeNumerically(">=", 1), "two 52 MB forks at once are more than a namespace's share of 80 MiB: %v", out.Refused)
+			made += out.Made
 
-			By("no half-made fork: every Session is the source or a fork that has its state")
+			By("no half-made fork: every Session is a source or a fork that has its state")
 			var list sandboxv1alpha1.SessionList
 			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-			Expect(list.Items).To(HaveLen(1 + made))
+			Expect(list.Items).To(HaveLen(2 + made))
 			for _, s := range list.Items {
 				Expect(s.Annotations).NotTo(HaveKey(sandboxv1alpha1.AnnotationRestoring), "fork %s was never restored", s.Name)
-				if s.Name == "big" {
-					continue
-				}
 				r, err := attacker.Open(ns, s.Name).Run(ctx, sessions.ExecRequest{Code: "len(blob)"})
 				Expect(err).NotTo(HaveOccurred())
-				Expect(*r.Result).To(Equal("52000000"), "fork %s has the source's state", s.Name)
+				Expect(*r.Result).To(Equal("52000000"), "Session %s has the state", s.Name)
 			}
 		}
 	})

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,6 +139,7 @@ type Server struct {
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
 	seats      *seats
+	forking    sync.Map // Session UIDs with a fork under way
 	// frontProxy is how the aggregator's relayed callers are authenticated
 	// (nil when no request-header configuration is delegated).
 	frontProxy *authenticatorfactory.RequestHeaderConfig

@@ -130,6 +130,14 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, t *target) {
 	if req.WaitMillis > 0 {
 		wait = min(time.Duration(req.WaitMillis)*time.Millisecond, maxRunWait)
 	}
+	// One fork of a Session at a time in a replica: the agent takes one
+	// snapshot at a time, and a second would hold another copy of the
+	// same state here.
+	if _, busy := s.forking.LoadOrStore(t.ses.UID, struct{}{}); busy {
+		tooBusy(w, fmt.Errorf("a fork of Session %s is under way in this data-plane replica", t.ses.Name))
+		return
+	}
+	defer s.forking.Delete(t.ses.UID)
 	// The snapshot is held in this replica's memory until every fork has it:
 	// taken from its budget as it is read, refused (429) before any fork exists.
 	hold, err := s.Memory.Acquire("fork", t.ses.Namespace, 0)

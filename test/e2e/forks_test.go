@@ -4,9 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"net/http"
-	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -14,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/testing/forkstorm"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
@@ -45,7 +43,7 @@ var _ = Describe("Forks under the data plane's memory budget", Label("suspend"),
 		Expect(err).NotTo(HaveOccurred())
 		src, err := c.Create(ctx, ns, "big", "py", nil)
 		Expect(err).NotTo(HaveOccurred())
-		res, err := src.Run(ctx, sessions.ExecRequest{Code: "import os\nblob = os.urandom(52_000_000)\nlen(blob)"})
+		res, err := src.Run(ctx, sessions.ExecRequest{Code: forkstorm.BigState})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
 		bystander, err := c.Create(ctx, other, "b", "py", nil)
@@ -54,51 +52,13 @@ var _ = Describe("Forks under the data plane's memory budget", Label("suspend"),
 
 		made := 0
 		for range 3 {
-			var wg sync.WaitGroup
-			errs := make([]error, 6)
-			for i := range errs {
-				wg.Add(1)
-				go func() {
-					defer GinkgoRecover()
-					defer wg.Done()
-					_, errs[i] = src.Fork(ctx, sessions.ForkRequest{Count: 1})
-				}()
-			}
-			stop, ran := make(chan struct{}), make(chan int)
-			go func() {
-				defer GinkgoRecover()
-				n := 0
-				for {
-					select {
-					case <-stop:
-						ran <- n
-						return
-					default:
-					}
-					r, err := bystander.Run(ctx, sessions.ExecRequest{Code: "1 + 1"})
-					Expect(err).NotTo(HaveOccurred(), "another tenant's run during the forks")
-					Expect(r.Status).To(Equal(sessions.StatusSucceeded))
-					n++
-				}
-			}()
-			wg.Wait()
-			close(stop)
-			Expect(<-ran).To(BeNumerically(">", 0))
-			ok, refused := 0, 0
-			for _, err := range errs {
-				var e *sessions.Error
-				switch {
-				case err == nil:
-					ok++
-				case errors.As(err, &e) && e.Code == http.StatusTooManyRequests && e.RetryAfter > 0:
-					refused++
-				default:
-					Fail("a fork failed otherwise: " + err.Error())
-				}
-			}
-			Expect(ok).To(BeNumerically(">=", 1))
-			Expect(refused).To(BeNumerically(">=", 1), "a replica's budget (half of 256 MiB, a namespace half of that) takes one 52 MB fork of a namespace at a time")
-			made += ok
+			out := forkstorm.Round(ctx, []*sessions.Session{src}, 6, bystander)
+			Expect(out.Failed).To(BeEmpty(), "every fork is made or refused")
+			Expect(out.BystanderErr).NotTo(HaveOccurred(), "another tenant's run during the forks")
+			Expect(out.BystanderRuns).To(BeNumerically(">", 0))
+			Expect(out.Made).To(BeNumerically(">=", 1))
+			Expect(out.Refused).NotTo(BeEmpty(), "six 52 MB forks at once: a replica takes one fork of a Session at a time, and a namespace's share of its budget one such fork")
+			made += out.Made
 			var list sandboxv1alpha1.SessionList
 			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 			Expect(list.Items).To(HaveLen(1+made), "no half-made fork")

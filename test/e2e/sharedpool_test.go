@@ -222,4 +222,36 @@ var _ = Describe("a pool shared by two tenants", Ordered, ContinueOnFailure, fun
 			return ns
 		}).WithTimeout(time.Minute).Should(ConsistOf(a, b))
 	})
+
+	It("ends a tenant's Ready Session when the platform unlabels its namespace, refuses its next run, and stops listing it once it holds nothing", func() {
+		c := tenantNamespace()
+		bindRole(c, "carol", "edit")
+		cs, err := sessionsAs("carol").Create(ctx, c, "revoked-", shared+"/"+pool.Name, nil)
+		Expect(err).NotTo(HaveOccurred())
+		res, err := cs.Run(ctx, sessions.ExecRequest{Code: "print('before')"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Stdout).To(Equal("before\n"))
+
+		By("the platform unlabels the namespace")
+		Expect(k8s.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c}},
+			client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"`+e2eTenantLabel+`":null}}}`)))).To(Succeed())
+		Eventually(func(g Gomega) string {
+			obj, err := cs.Get(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(obj.Status.Phase).To(Equal(sandboxv1alpha1.SessionClosed))
+			for _, cond := range obj.Status.Conditions {
+				if cond.Type == sandboxv1alpha1.SessionConditionReady {
+					return cond.Reason
+				}
+			}
+			return ""
+		}).WithTimeout(30*time.Second).Should(Equal(sandboxv1alpha1.ReasonNamespaceNotAdmitted), "its Session ends at once, not at its idle timeout")
+		_, err = cs.Run(ctx, sessions.ExecRequest{Code: "print('after')"})
+		Expect(sessions.IsStatus(err, http.StatusConflict)).To(BeTrue(), "the next run is refused: %v", err)
+		Eventually(func(g Gomega) []sandboxv1alpha1.TenantUsage {
+			got := &sandboxv1alpha1.SandboxPool{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pool), got)).To(Succeed())
+			return got.Status.Tenants
+		}).WithTimeout(time.Minute).ShouldNot(ContainElement(HaveField("Namespace", c)), "once it holds nothing, it is no tenant")
+	})
 })
