@@ -97,7 +97,10 @@ type Hold struct {
 	held int64
 }
 
-// Grow takes n more bytes, or refuses with *Full (and takes nothing).
+// Grow takes n more bytes, or refuses with *Full (and takes nothing). A
+// hold that is all the process holds may grow past the namespace's share
+// and past the limit: the budget decides how much such work runs at once,
+// and the largest snapshot must run alone rather than never.
 func (h *Hold) Grow(n int64) error {
 	b := h.b
 	if b == nil || b.limit <= 0 || n <= 0 {
@@ -106,11 +109,12 @@ func (h *Hold) Grow(n int64) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	alone := b.used == h.held
 	switch {
-	case b.tenants[h.ns]+n > b.share:
+	case b.tenants[h.ns]+n > b.share && !alone:
 		metrics.MemoryBudgetRefused.WithLabelValues(h.op, "namespace").Inc()
 		return &Full{Namespace: h.ns, Want: n, Share: true, Limit: b.share}
-	case b.used+n > b.limit:
+	case b.used+n > b.limit && !alone:
 		metrics.MemoryBudgetRefused.WithLabelValues(h.op, "process").Inc()
 		return &Full{Namespace: h.ns, Want: n, Limit: b.limit}
 	}

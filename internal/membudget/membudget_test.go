@@ -71,3 +71,34 @@ func TestNoBudgetRefusesNothing(t *testing.T) {
 	}
 	h.Release()
 }
+
+// The largest snapshot may need more than a namespace's share, or than the
+// whole budget: it runs alone, and blocks others while it does, rather than
+// never running.
+func TestWorkLargerThanTheBudgetRunsAlone(t *testing.T) {
+	b := New(100, 0.5)
+	big, err := b.Acquire("suspend", "a", 150)
+	if err != nil {
+		t.Fatalf("work alone in the process, larger than the budget: %v", err)
+	}
+	if err := big.Grow(10); err != nil {
+		t.Fatalf("and it grows while alone: %v", err)
+	}
+	if _, err := b.Acquire("suspend", "b", 1); !IsFull(err) {
+		t.Fatalf("other work while it runs: got %v, want refused", err)
+	}
+	big.Release()
+	a1, _ := b.Acquire("fork", "a", 40)
+	if err := a1.Grow(30); err != nil {
+		t.Fatalf("the process's only hold may grow past its namespace's share: %v", err)
+	}
+	b1, err := b.Acquire("fork", "b", 20)
+	if err != nil {
+		t.Fatalf("another namespace within its share and the limit: %v", err)
+	}
+	if err := a1.Grow(1); !IsFull(err) {
+		t.Fatalf("past its share, a's hold grows no more once it is not alone: got %v", err)
+	}
+	a1.Release()
+	b1.Release()
+}
