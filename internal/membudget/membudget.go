@@ -36,6 +36,9 @@ type Budget struct {
 	share   int64 // what one namespace may hold
 	used    int64
 	tenants map[string]int64
+	// holds are the holds not released, by the order they were taken in.
+	holds map[*Hold]uint64
+	seq   uint64
 }
 
 // New returns a budget of limit bytes, of which one namespace may hold
@@ -45,7 +48,7 @@ func New(limit int64, tenantShare float64) *Budget {
 		tenantShare = 1
 	}
 	metrics.MemoryBudget.Set(float64(limit))
-	return &Budget{limit: limit, share: int64(float64(limit) * tenantShare), tenants: map[string]int64{}}
+	return &Budget{limit: limit, share: int64(float64(limit) * tenantShare), tenants: map[string]int64{}, holds: map[*Hold]uint64{}}
 }
 
 // Limit is the budget in bytes (0: none).
@@ -83,10 +86,31 @@ func IsFull(err error) bool {
 // the work for the refusal metric (a bounded set: fork, suspend, resume).
 func (b *Budget) Acquire(op, ns string, n int64) (*Hold, error) {
 	h := &Hold{b: b, op: op, ns: ns}
+	if b != nil && b.limit > 0 {
+		b.mu.Lock()
+		b.seq++
+		b.holds[h] = b.seq
+		b.mu.Unlock()
+	}
 	if err := h.Grow(n); err != nil {
+		h.Release()
 		return nil, err
 	}
 	return h, nil
+}
+
+// oldestLocked reports whether h is the oldest hold not released.
+func (b *Budget) oldestLocked(h *Hold) bool {
+	mine, ok := b.holds[h]
+	if !ok {
+		return false
+	}
+	for _, seq := range b.holds {
+		if seq < mine {
+			return false
+		}
+	}
+	return true
 }
 
 // Hold is bytes taken from a budget, until Release.
@@ -97,10 +121,11 @@ type Hold struct {
 	held int64
 }
 
-// Grow takes n more bytes, or refuses with *Full (and takes nothing). A
-// hold that is all the process holds may grow past the namespace's share
-// and past the limit: the budget decides how much such work runs at once,
-// and the largest snapshot must run alone rather than never.
+// Grow takes n more bytes, or refuses with *Full (and takes nothing). The
+// oldest hold of the process may grow past its namespace's share and past
+// the limit: work that reads as it goes always has one piece that goes on
+// (several growing at once would otherwise all be refused), and the largest
+// snapshot runs before others rather than never.
 func (h *Hold) Grow(n int64) error {
 	b := h.b
 	if b == nil || b.limit <= 0 || n <= 0 {
@@ -109,12 +134,12 @@ func (h *Hold) Grow(n int64) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	alone := b.used == h.held
+	first := b.oldestLocked(h)
 	switch {
-	case b.tenants[h.ns]+n > b.share && !alone:
+	case b.tenants[h.ns]+n > b.share && !first:
 		metrics.MemoryBudgetRefused.WithLabelValues(h.op, "namespace").Inc()
 		return &Full{Namespace: h.ns, Want: n, Share: true, Limit: b.share}
-	case b.used+n > b.limit && !alone:
+	case b.used+n > b.limit && !first:
 		metrics.MemoryBudgetRefused.WithLabelValues(h.op, "process").Inc()
 		return &Full{Namespace: h.ns, Want: n, Limit: b.limit}
 	}
@@ -135,8 +160,14 @@ func (h *Hold) Shrink(n int64) {
 
 // Release gives back everything the hold has. Safe to call twice.
 func (h *Hold) Release() {
-	if h != nil {
-		h.give(h.held)
+	if h == nil {
+		return
+	}
+	h.give(h.held)
+	if b := h.b; b != nil && b.limit > 0 {
+		b.mu.Lock()
+		delete(b.holds, h)
+		b.mu.Unlock()
 	}
 }
 

@@ -72,6 +72,32 @@ func TestNoBudgetRefusesNothing(t *testing.T) {
 	h.Release()
 }
 
+// Three reads of 52 MiB growing at once in a namespace whose share is 80
+// MiB: the oldest always goes on; the others are refused.
+func TestOfWorkGrowingAtOnceTheOldestGoesOn(t *testing.T) {
+	b := New(160, 0.5)
+	var hs []*Hold
+	for range 3 {
+		h, err := b.Acquire("fork", "a", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	alive := []bool{true, true, true}
+	for range 52 {
+		for i, h := range hs {
+			if alive[i] && h.Grow(1) != nil {
+				alive[i] = false
+				h.Release()
+			}
+		}
+	}
+	if !alive[0] || alive[1] && alive[2] {
+		t.Fatalf("alive %v: want the first, and not all", alive)
+	}
+}
+
 // The largest snapshot may need more than a namespace's share, or than the
 // whole budget: it runs alone, and blocks others while it does, rather than
 // never running.
@@ -90,15 +116,18 @@ func TestWorkLargerThanTheBudgetRunsAlone(t *testing.T) {
 	big.Release()
 	a1, _ := b.Acquire("fork", "a", 40)
 	if err := a1.Grow(30); err != nil {
-		t.Fatalf("the process's only hold may grow past its namespace's share: %v", err)
+		t.Fatalf("the process's oldest hold may grow past its namespace's share: %v", err)
 	}
 	b1, err := b.Acquire("fork", "b", 20)
 	if err != nil {
 		t.Fatalf("another namespace within its share and the limit: %v", err)
 	}
-	if err := a1.Grow(1); !IsFull(err) {
-		t.Fatalf("past its share, a's hold grows no more once it is not alone: got %v", err)
+	if err := b1.Grow(20); !IsFull(err) {
+		t.Fatalf("a younger hold past the limit: got %v", err)
 	}
 	a1.Release()
 	b1.Release()
+	if len(b.holds) != 0 || b.used != 0 {
+		t.Fatalf("holds %d, used %d after every release", len(b.holds), b.used)
+	}
 }
