@@ -2,13 +2,11 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/warmpool/warmpool/internal/metrics"
 )
@@ -33,6 +31,9 @@ const (
 	// for a seat; DefaultNamespaceQueueWait how long each may wait.
 	DefaultNamespaceQueue     = 256
 	DefaultNamespaceQueueWait = 30 * time.Second
+	// queueRetryAfter is when a request its namespace's queue refused may
+	// try again: a seat frees as any of the namespace's requests ends.
+	queueRetryAfter = time.Second
 )
 
 // seats shares a replica's requests out among namespaces.
@@ -136,11 +137,11 @@ func (s *seats) giveLocked(ns string, q *nsSeats) {
 func (s *Server) seated(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
 	release, err := s.seats.take(r.Context(), r.PathValue("namespace"))
 	if err != nil {
-		if _, ok := err.(*refusal); ok {
-			w.Header().Set("Retry-After", strconv.Itoa(1))
-			writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, err.Error())
+		var refused *refusal
+		if errors.As(err, &refused) {
+			tooMany(w, queueRetryAfter, refused.Error())
 		}
-		return // the caller went away
+		return // else the caller went away
 	}
 	defer release()
 	h(w, r)

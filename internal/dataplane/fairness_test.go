@@ -9,6 +9,28 @@ import (
 	"time"
 )
 
+// waitQueued waits until n of namespace ns's requests wait for a seat.
+func waitQueued(t *testing.T, s *seats, ns string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		q := s.ns[ns]
+		got := 0
+		if q != nil {
+			got = len(q.waiting)
+		}
+		s.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("namespace %s: %d waiting, want %d", ns, got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func mustTake(t *testing.T, s *seats, ns string) func() {
 	t.Helper()
 	release, err := s.take(context.Background(), ns)
@@ -23,32 +45,35 @@ func mustTake(t *testing.T, s *seats, ns string) func() {
 func TestAFloodingNamespaceWaitsInItsOwnQueue(t *testing.T) {
 	s := newSeats(2, 4, time.Minute)
 	a1, a2 := mustTake(t, s, "a"), mustTake(t, s, "a")
-	got := make(chan error, 1)
+	got := make(chan func(), 1)
 	go func() {
 		release, err := s.take(context.Background(), "a")
-		if err == nil {
-			defer release()
+		if err != nil {
+			release = nil
 		}
-		got <- err
+		got <- release
 	}()
-	time.Sleep(20 * time.Millisecond)
-	select {
-	case err := <-got:
-		t.Fatalf("a's third request was served past its 2 seats (%v)", err)
-	default:
-	}
+	waitQueued(t, s, "a", 1) // a's third request waits, past its 2 seats
 	b := mustTake(t, s, "b") // at once: b has seats of its own
 	b()
 	a1()
 	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
+	case a3 := <-got:
+		if a3 == nil {
+			t.Fatal("a's waiter was refused")
 		}
+		a3()
 	case <-time.After(5 * time.Second):
 		t.Fatal("a's waiter did not get the seat a1 gave back")
 	}
 	a2()
+	expectNoneHeld(t, s)
+}
+
+func expectNoneHeld(t *testing.T, s *seats) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.ns) != 0 {
 		t.Fatalf("seats left held: %+v", s.ns)
 	}
@@ -59,7 +84,7 @@ func TestAFullQueueAndALongWaitAreRefused(t *testing.T) {
 	release := mustTake(t, s, "a")
 	waited := make(chan error, 1)
 	go func() { _, err := s.take(context.Background(), "a"); waited <- err }()
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(t, s, "a", 1)
 	var r *refusal
 	if _, err := s.take(context.Background(), "a"); !errors.As(err, &r) {
 		t.Fatalf("a request past a full queue: got %v, want a refusal", err)
@@ -68,14 +93,12 @@ func TestAFullQueueAndALongWaitAreRefused(t *testing.T) {
 		t.Fatalf("a request that waited past the queue's wait: got %v, want a refusal", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	go func() { waitQueued(t, s, "a", 1); cancel() }()
 	if _, err := s.take(ctx, "a"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller that went away: got %v", err)
 	}
 	release()
-	if len(s.ns) != 0 {
-		t.Fatalf("seats left held: %+v", s.ns)
-	}
+	expectNoneHeld(t, s)
 }
 
 // Interrupts and bridge answers never wait for a seat: they are how the
@@ -87,7 +110,7 @@ func TestInterruptsAndBridgeAnswersTakeNoSeat(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _, _ = s.seats.take(ctx, "a") }() // fills a's queue
-	time.Sleep(20 * time.Millisecond)
+	waitQueued(t, s.seats, "a", 1)
 	for sub, want := range map[string]int{SubInterrupt: http.StatusOK, SubBridge: http.StatusOK, SubExec: http.StatusTooManyRequests} {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/", nil)

@@ -134,7 +134,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, t *target) {
 	// snapshot at a time, and a second would hold another copy of the
 	// same state here.
 	if _, busy := s.forking.LoadOrStore(t.ses.UID, struct{}{}); busy {
-		tooBusy(w, fmt.Errorf("a fork of Session %s is under way in this data-plane replica", t.ses.Name))
+		tooMany(w, membudget.RetryAfter, fmt.Sprintf("a fork of Session %s is under way in this data-plane replica; nothing was made", t.ses.Name))
 		return
 	}
 	defer s.forking.Delete(t.ses.UID)
@@ -142,14 +142,14 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, t *target) {
 	// taken from its budget as it is read, refused (429) before any fork exists.
 	hold, err := s.Memory.Acquire("fork", t.ses.Namespace, 0)
 	if err != nil {
-		tooBusy(w, err)
+		tooMany(w, membudget.RetryAfter, err.Error()+"; nothing was made")
 		return
 	}
 	defer hold.Release()
 	snap, m, err := s.takeSnapshot(r.Context(), t, req.Workspace, hold)
 	switch {
 	case membudget.IsFull(err):
-		tooBusy(w, err)
+		tooMany(w, membudget.RetryAfter, err.Error()+"; nothing was made")
 		return
 	case err != nil:
 		agentFailed(w, err)
@@ -218,11 +218,11 @@ func (s *Server) takeSnapshot(ctx context.Context, t *target, workspace bool, ho
 	return snap, m, nil
 }
 
-// tooBusy answers work the replica's memory budget refused: 429, and when
-// to try again.
-func tooBusy(w http.ResponseWriter, err error) {
-	w.Header().Set("Retry-After", strconv.Itoa(int(membudget.RetryAfter.Seconds())))
-	writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, err.Error()+"; nothing was made")
+// tooMany answers 429: the replica will not take this now, and when to
+// try again (whole seconds, as Retry-After has them).
+func tooMany(w http.ResponseWriter, retryAfter time.Duration, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(retryAfter.Seconds()))))
+	writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, msg)
 }
 
 func (s *Server) restoreFork(ctx context.Context, f *sandboxv1alpha1.Session, snap membudget.Chunks, wait time.Duration) error {
