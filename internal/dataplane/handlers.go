@@ -109,7 +109,7 @@ func (s *Server) session(sub string, h func(http.ResponseWriter, *http.Request, 
 			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refused)
 			return
 		}
-		if refused := restoring(sub, t.ses); refused != "" {
+		if refused := s.stillRestoring(r.Context(), sub, t.ses); refused != "" {
 			writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, refused)
 			return
 		}
@@ -139,6 +139,21 @@ func (s *Server) instrumented(sub string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		s.seated(rec, r, h)
 	}
+}
+
+// stillRestoring is restoring, asked again of kube-apiserver before a
+// refusal: the restore that cleared the annotation may have been answered a
+// moment ago, by this replica or another, and the cache not have heard yet.
+func (s *Server) stillRestoring(ctx context.Context, sub string, ses *sandboxv1alpha1.Session) (refused string) {
+	refused = restoring(sub, ses)
+	if refused == "" || s.APIReader == nil {
+		return refused
+	}
+	var fresh sandboxv1alpha1.Session
+	if err := s.APIReader.Get(ctx, client.ObjectKeyFromObject(ses), &fresh); err != nil || fresh.UID != ses.UID {
+		return refused
+	}
+	return restoring(sub, &fresh)
 }
 
 func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {

@@ -115,3 +115,36 @@ func TestATooLargeBodyIs413(t *testing.T) {
 		t.Fatalf("a malformed body is 400, got %d", rec.Code)
 	}
 }
+
+// A restore clears the restoring annotation and answers; the caller's next
+// run may land here before this replica's cache has heard (or on another
+// replica). It must run, not be refused as still waiting for its state; a
+// Session kube-apiserver also says is waiting is still refused.
+func TestARunJustAfterItsRestoreIsNotRefusedByALaggingCache(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := sandboxv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	waiting := &sandboxv1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1",
+		Annotations: map[string]string{sandboxv1alpha1.AnnotationRestoring: "caller"}}}
+	restored := waiting.DeepCopy()
+	restored.Annotations = nil
+	cache := fake.NewClientBuilder().WithScheme(scheme).WithObjects(waiting).Build()
+	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(restored).Build()
+
+	s := &Server{Client: cache, APIReader: api}
+	if refused := s.stillRestoring(ctx, SubExec, waiting); refused != "" {
+		t.Fatalf("kube-apiserver says the restore is done; the run was refused: %s", refused)
+	}
+	s = &Server{Client: cache, APIReader: cache}
+	if refused := s.stillRestoring(ctx, SubExec, waiting); !strings.Contains(refused, "waiting for its state") {
+		t.Fatalf("a Session still waiting for its state must be refused, got %q", refused)
+	}
+	recreated := restored.DeepCopy()
+	recreated.UID = "u2" // the name now belongs to another Session: the answer is not about this one
+	s = &Server{Client: cache, APIReader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(recreated).Build()}
+	if refused := s.stillRestoring(ctx, SubExec, waiting); refused == "" {
+		t.Fatal("another Session under the same name must not lift this one's refusal")
+	}
+}
