@@ -103,6 +103,10 @@ func main() {
 		"Requests of one namespace that may wait for a seat in a data-plane replica; more are refused 429.")
 	flag.DurationVar(&dataPlane.NamespaceQueueWait, "data-plane-namespace-queue-wait", dataplane.DefaultNamespaceQueueWait,
 		"How long a data-plane request may wait for a seat of its namespace; then 429.")
+	flag.Float64Var(&dataPlane.NamespaceRate, "data-plane-namespace-rate", dataplane.DefaultNamespaceRate,
+		"Requests a second one namespace gets in a data-plane replica (one more for each 64 KiB a request moves); more wait their turn, for at most the queue's wait, then 429. Negative: no limit.")
+	flag.IntVar(&dataPlane.NamespaceBurst, "data-plane-namespace-burst", dataplane.DefaultNamespaceBurst,
+		"Requests one namespace may save up in a data-plane replica, beyond --data-plane-namespace-rate.")
 	flag.IntVar(&agentPort, "agent-port", sandboxpod.AgentPort, "Port of the sandbox agents in their pods.")
 	flag.StringVar(&managerNamespace, "manager-namespace", ownNamespace(),
 		"Namespace of the manager: it holds the agent keys Secret, and the pools' NetworkPolicies admit agent calls from "+

@@ -1,9 +1,11 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -54,8 +56,12 @@ func newSeats(limit, queue int, wait time.Duration) *seats {
 	return &seats{limit: limit, queue: queue, wait: wait, ns: map[string]*nsSeats{}}
 }
 
-// refusal is a request the namespace's queue would not take or hold.
-type refusal struct{ msg string }
+// refusal is a request the namespace's queue would not take or hold, or its
+// spend not pay for; retryAfter is when to try again (zero: queueRetryAfter).
+type refusal struct {
+	msg        string
+	retryAfter time.Duration
+}
 
 func (e *refusal) Error() string { return e.msg }
 
@@ -79,7 +85,7 @@ func (s *seats) take(ctx context.Context, ns string) (release func(), err error)
 	if len(q.waiting) >= s.queue {
 		s.mu.Unlock()
 		metrics.DataPlaneQueueRefused.WithLabelValues("queue_full").Inc()
-		return nil, &refusal{fmt.Sprintf("namespace %s has %d requests in this data-plane replica and %d waiting, its most: try again later", ns, s.limit, s.queue)}
+		return nil, &refusal{msg: fmt.Sprintf("namespace %s has %d requests in this data-plane replica and %d waiting, its most: try again later", ns, s.limit, s.queue)}
 	}
 	ch := make(chan struct{})
 	q.waiting = append(q.waiting, ch)
@@ -92,7 +98,7 @@ func (s *seats) take(ctx context.Context, ns string) (release func(), err error)
 		metrics.DataPlaneQueueWait.Observe(time.Since(start).Seconds())
 		return s.releaser(ns), nil
 	case <-timer.C:
-		err = &refusal{fmt.Sprintf("namespace %s's requests waited %s for one of its %d seats in this data-plane replica: try again later", ns, s.wait, s.limit)}
+		err = &refusal{msg: fmt.Sprintf("namespace %s's requests waited %s for one of its %d seats in this data-plane replica: try again later", ns, s.wait, s.limit)}
 		metrics.DataPlaneQueueRefused.WithLabelValues("waited").Inc()
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -133,16 +139,39 @@ func (s *seats) giveLocked(ns string, q *nsSeats) {
 	}
 }
 
-// seated runs h holding a seat of the request's namespace.
-func (s *Server) seated(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
-	release, err := s.seats.take(r.Context(), r.PathValue("namespace"))
+// seated runs h holding a seat of the request's namespace, paid for from the
+// namespace's spend (spend.go), and bills it for the bytes h moved.
+func (s *Server) seated(w *statusRecorder, r *http.Request, h http.HandlerFunc) {
+	ns := r.PathValue("namespace")
+	release, err := s.seats.take(r.Context(), ns)
+	if err == nil {
+		if err = s.spend.pay(r.Context(), ns); err != nil {
+			release()
+		}
+	}
 	if err != nil {
 		var refused *refusal
 		if errors.As(err, &refused) {
-			tooMany(w, queueRetryAfter, refused.Error())
+			tooMany(w, cmp.Or(refused.retryAfter, queueRetryAfter), refused.Error())
 		}
 		return // else the caller went away
 	}
 	defer release()
+	body := &countingReader{ReadCloser: r.Body}
+	r.Body = body
+	before := w.written
 	h(w, r)
+	s.spend.charge(ns, body.n+w.written-before)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	io.ReadCloser
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -720,7 +720,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code    int
+	written int64 // bytes of the body written
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	n, err := s.ResponseWriter.Write(p)
+	s.written += int64(n)
+	return n, err
 }
 
 func (s *statusRecorder) WriteHeader(code int) { s.code = code; s.ResponseWriter.WriteHeader(code) }

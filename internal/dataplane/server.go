@@ -90,6 +90,11 @@ type Options struct {
 	// NamespaceSeats negative: no limit.
 	NamespaceSeats, NamespaceQueue int
 	NamespaceQueueWait             time.Duration
+	// NamespaceRate is the requests a second one namespace gets in this
+	// replica, saving up at most NamespaceBurst (spend.go). Zero: the
+	// defaults; NamespaceRate negative: no limit.
+	NamespaceRate  float64
+	NamespaceBurst int
 }
 
 // The shutdown defaults fit in the Deployment's 30 s termination grace
@@ -139,6 +144,7 @@ type Server struct {
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
 	seats      *seats
+	spend      *spend
 	forking    sync.Map // Session UIDs with a fork under way
 	// frontProxy is how the aggregator's relayed callers are authenticated
 	// (nil when no request-header configuration is delegated).
@@ -160,7 +166,7 @@ type Deps struct {
 func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
 	return &Server{Options: o, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
 		Log: mgr.GetLogger().WithName("dataplane"), Gate: d.Gate, KeysLoaded: d.KeysLoaded, Models: d.Models,
-		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats()}
+		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats(), spend: o.spend()}
 }
 
 // seats is the per-namespace fairness o asks for (nil: none).
@@ -179,6 +185,24 @@ func (o Options) seats() *seats {
 		wait = DefaultNamespaceQueueWait
 	}
 	return newSeats(limit, queue, wait)
+}
+
+// spend is the per-namespace rate o asks for (nil: none).
+func (o Options) spend() *spend {
+	perSecond, burst, wait := o.NamespaceRate, o.NamespaceBurst, o.NamespaceQueueWait
+	if perSecond < 0 {
+		return nil
+	}
+	if perSecond == 0 {
+		perSecond = DefaultNamespaceRate
+	}
+	if burst <= 0 {
+		burst = DefaultNamespaceBurst
+	}
+	if wait <= 0 {
+		wait = DefaultNamespaceQueueWait
+	}
+	return newSpend(perSecond, burst, wait)
 }
 
 // Models gives the answerer of a pool's ModelEndpoint (nil when the pool

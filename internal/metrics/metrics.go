@@ -116,8 +116,15 @@ var (
 	})
 	DataPlaneQueueRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warmpool_dataplane_queue_refused_total",
-		Help: "Data-plane requests refused 429 by their namespace's fairness limit: queue_full, or waited (longer than the queue's wait).",
+		Help: "Data-plane requests refused 429 by their namespace's fairness limit: queue_full, waited (longer than the queue's wait), or spent (the namespace's rate: its turn further off than the queue's wait).",
 	}, []string{"reason"})
+	// DataPlaneSpendWait is how long data-plane requests waited for their
+	// namespace's rate to pay for them (those that waited).
+	DataPlaneSpendWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_dataplane_spend_wait_seconds",
+		Help:    "Time data-plane requests waited for their namespace's rate in the replica to pay for them (those that waited).",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30},
+	})
 	DataPlaneResume = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "warmpool_dataplane_resume_seconds",
 		Help:    "Time a data-plane request to a Suspended Session waited for the Session to be resumed (asked, leased, restored, Ready).",
@@ -242,7 +249,7 @@ func init() {
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
 		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration, MemoryBudget, MemoryBudgetInUse, MemoryBudgetRefused,
-		DataPlaneQueueWait, DataPlaneQueueRefused)
+		DataPlaneQueueWait, DataPlaneQueueRefused, DataPlaneSpendWait)
 	v := version.Get()
 	BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	// Counters start at zero for the label values every cluster sees, so

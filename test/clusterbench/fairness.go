@@ -20,15 +20,39 @@ import (
 	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
-const seatsFlag = "--data-plane-namespace-seats="
+const (
+	seatsFlag = "--data-plane-namespace-seats="
+	rateFlag  = "--data-plane-namespace-rate="
+)
+
+// dataPlaneLimits are a data plane's per-namespace limits: seats and rate
+// (-1: none; 0: the default).
+type dataPlaneLimits struct {
+	seats int
+	rate  float64
+}
+
+func (l dataPlaneLimits) String() string {
+	say := func(what string, n float64) string {
+		switch {
+		case n < 0:
+			return "no " + what
+		case n == 0:
+			return what + " default"
+		}
+		return fmt.Sprintf("%s %g", what, n)
+	}
+	return say("seats", float64(l.seats)) + ", " + say("rate", l.rate)
+}
 
 // fairnessPhase measures one tenant's runs while another floods the data
-// plane, side by side in one run: tenant B's sequential print(1) alone and
-// under tenant A's flood (floodSessions Sessions, floodClients runs at once
-// on each, each printing floodBytes), for each per-namespace seat limit in
-// seatsList (the data-plane Deployment's --data-plane-namespace-seats, set in
-// turn; -1 is no limit, the build before fairness).
-func (b *bench) fairnessPhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, seatsList []int, runs, floodSessions, floodClients, floodBytes int) error {
+// plane, side by side in one run: tenant B's sequential print(1) (fair.pause
+// between them) alone and under tenant A's flood (fair.sessions Sessions,
+// fair.clients runs at once on each, each printing fair.bytes), for each of
+// the data-plane Deployment's per-namespace limits in turn (-1/-1 is none,
+// the build before fairness).
+func (b *bench) fairnessPhase(ctx context.Context, cfg *rest.Config, image, runtimeClass string, limits []dataPlaneLimits) error {
+	runs, floodSessions, floodClients, floodBytes := fair.runs, fair.sessions, fair.clients, fair.bytes
 	nsB := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-b-"}}
 	if err := b.c.Create(ctx, nsB); err != nil {
 		return err
@@ -56,16 +80,13 @@ func (b *bench) fairnessPhase(ctx context.Context, cfg *rest.Config, image, runt
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.setSeats(context.Background(), 0) }()
+	defer func() { _ = b.setLimits(context.Background(), dataPlaneLimits{}) }()
 	floodCode := fmt.Sprintf("print('x' * %d)", floodBytes)
-	for _, seats := range seatsList {
-		if err := b.setSeats(ctx, seats); err != nil {
+	for _, l := range limits {
+		if err := b.setLimits(ctx, l); err != nil {
 			return err
 		}
-		label := fmt.Sprintf("seats %d", seats)
-		if seats < 0 {
-			label = "no limit (before)"
-		}
+		label := l.String()
 		if err := waitServed(ctx, quiet); err != nil {
 			return err
 		}
@@ -73,7 +94,7 @@ func (b *bench) fairnessPhase(ctx context.Context, cfg *rest.Config, image, runt
 		if err != nil {
 			return err
 		}
-		report(fmt.Sprintf("[%s] tenant B alone: print(1), %d one at a time", label, runs), alone)
+		report(fmt.Sprintf("[%s] tenant B alone: print(1), %d one at a time, %s apart", label, runs, fair.pause), alone)
 
 		fctx, stop := context.WithCancel(ctx)
 		var done, refused, failed atomic.Int64
@@ -127,6 +148,7 @@ func sequentialRuns(ctx context.Context, s *sessions.Session, n int) ([]time.Dur
 			return nil, fmt.Errorf("print(1) ended %s", res.Status)
 		}
 		out = append(out, time.Since(t))
+		time.Sleep(fair.pause)
 	}
 	return out, nil
 }
@@ -146,9 +168,9 @@ func waitServed(ctx context.Context, s *sessions.Session) error {
 	}
 }
 
-// setSeats sets the data-plane Deployment's --data-plane-namespace-seats
-// (0: its default) and waits for the rollout.
-func (b *bench) setSeats(ctx context.Context, seats int) error {
+// setLimits sets the data-plane Deployment's per-namespace seats and rate
+// (0: the default) and waits for the rollout.
+func (b *bench) setLimits(ctx context.Context, l dataPlaneLimits) error {
 	key := client.ObjectKey{Namespace: "warmpool-system", Name: "warmpool-data-plane"}
 	d := &appsv1.Deployment{}
 	if err := b.c.Get(ctx, key, d); err != nil {
@@ -157,12 +179,15 @@ func (b *bench) setSeats(ctx context.Context, seats int) error {
 	ctr := &d.Spec.Template.Spec.Containers[0]
 	var args []string
 	for _, a := range ctr.Args {
-		if !strings.HasPrefix(a, seatsFlag) {
+		if !strings.HasPrefix(a, seatsFlag) && !strings.HasPrefix(a, rateFlag) {
 			args = append(args, a)
 		}
 	}
-	if seats != 0 {
-		args = append(args, fmt.Sprintf("%s%d", seatsFlag, seats))
+	if l.seats != 0 {
+		args = append(args, fmt.Sprintf("%s%d", seatsFlag, l.seats))
+	}
+	if l.rate != 0 {
+		args = append(args, fmt.Sprintf("%s%g", rateFlag, l.rate))
 	}
 	if strings.Join(args, " ") == strings.Join(ctr.Args, " ") {
 		return nil

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -65,8 +64,9 @@ func (b *bench) next() int { b.seq++; return b.seq }
 
 // fair is the -only fairness phase's flags.
 var fair struct {
-	seats                          string
+	limits                         string
 	runs, sessions, clients, bytes int
+	pause                          time.Duration
 }
 
 func main() {
@@ -76,7 +76,7 @@ func main() {
 	burst := flag.Int("burst", 20, "Executions in the burst")
 	image := flag.String("image", "warmpool.dev/repl:dev", "sandbox image")
 	runtimeClass := flag.String("runtime-class", "gvisor", "RuntimeClass of the pools and the Jobs")
-	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) seedtable (simple and data-science code on repl-data, warm and cold) or snapshots (snapshot, restore, fork and resume-on-run by namespace size; the controllers need a snapshot store) or fairness (one tenant's runs alone and under another's flood, for each -fair-seats)")
+	only := flag.String("only", "", "run only this phase: podstart, session (quick check of the control-plane path), reuse, dataplane, firstrun (a freshly leased pod's first run, taken apart) seedtable (simple and data-science code on repl-data, warm and cold) or snapshots (snapshot, restore, fork and resume-on-run by namespace size; the controllers need a snapshot store) or fairness (one tenant's runs alone and under another's flood, for each -fair-limits)")
 	flag.IntVar(&snapshotRuns, "snapshot-runs", 20, "samples of each snapshot operation and size (-only snapshots)")
 	flag.StringVar(&snapshotSizes, "snapshot-sizes", "", "comma-separated names of the states to measure, e.g. '1 KB plain,10 MB numpy' (-only snapshots; default all)")
 	flag.StringVar(&seedTable.image, "data-image", "warmpool.dev/repl-data:dev", "the data-science image (-only seedtable)")
@@ -87,7 +87,8 @@ func main() {
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
 	noRefill = flag.Bool("no-refill", false, "-only firstrun: cap the pool at its replicas, so that a lease starts no pod beside the run")
 	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
-	flag.StringVar(&fair.seats, "fair-seats", "-1,8,2", "comma-separated per-namespace seat limits to measure in turn, -1 for none (-only fairness)")
+	flag.StringVar(&fair.limits, "fair-limits", "-1/-1,32/-1,32/100,32/20", "comma-separated per-namespace limits of the data plane to measure in turn, each seats/rate (--data-plane-namespace-seats and -rate; -1 for none, 0 for the default) (-only fairness)")
+	flag.DurationVar(&fair.pause, "fair-pause", 0, "tenant B's pause between its runs, as a caller that reads each answer before the next (-only fairness)")
 	flag.IntVar(&fair.runs, "fair-runs", 300, "tenant B's sequential print(1) runs alone and under the flood (-only fairness)")
 	flag.IntVar(&fair.sessions, "fair-flood-sessions", 4, "tenant A's Sessions (-only fairness)")
 	flag.IntVar(&fair.clients, "fair-flood-clients", 4, "tenant A's runs at once on each of its Sessions (-only fairness)")
@@ -154,15 +155,15 @@ func run(executions, churn, jobs, burst int, image, runtimeClass string, only st
 		return b.snapshotPhase(ctx, cfg, image, runtimeClass)
 	}
 	if only == "fairness" {
-		var seats []int
-		for _, f := range strings.Split(fair.seats, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("-fair-seats: %w", err)
+		var limits []dataPlaneLimits
+		for _, f := range strings.Split(fair.limits, ",") {
+			var l dataPlaneLimits
+			if _, err := fmt.Sscanf(strings.TrimSpace(f), "%d/%g", &l.seats, &l.rate); err != nil {
+				return fmt.Errorf("-fair-limits %q: want seats/rate: %w", f, err)
 			}
-			seats = append(seats, n)
+			limits = append(limits, l)
 		}
-		return b.fairnessPhase(ctx, cfg, image, runtimeClass, seats, fair.runs, fair.sessions, fair.clients, fair.bytes)
+		return b.fairnessPhase(ctx, cfg, image, runtimeClass, limits)
 	}
 	if only == "dataplane" {
 		return b.dataPlanePhase(ctx, cfg, image, runtimeClass, executions, dataPlane[0], dataPlane[1], dataPlane[2])
