@@ -473,8 +473,11 @@ func (s *Server) send(ctx context.Context, t *target, body []byte, accept string
 // callerGone interrupts a streamed run whose caller went away: nobody is left
 // to read its output or answer its bridge calls. A blocking run goes on (its
 // caller can ask for the result by ID); the server-side timeout bounds both.
+// A draining replica cut the stream itself: its caller attaches again by run
+// ID through another replica, and the run must still be going then (the
+// upgrade e2e spec's 25 s step was interrupted by the replica it outlasted).
 func (s *Server) callerGone(r *http.Request, t *target, id string, stream bool) {
-	if !stream || r.Context().Err() == nil {
+	if !stream || r.Context().Err() == nil || s.draining.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), interruptTimeout)

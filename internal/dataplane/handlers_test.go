@@ -148,3 +148,25 @@ func TestARunJustAfterItsRestoreIsNotRefusedByALaggingCache(t *testing.T) {
 		t.Fatal("another Session under the same name must not lift this one's refusal")
 	}
 }
+
+// A stream cut by a draining replica is not a caller that went away: the
+// caller attaches again by run ID through another replica, so the run is not
+// interrupted. Outside a drain, a cancelled stream is.
+func TestADrainingReplicaDoesNotInterruptTheRunsItCuts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx)
+	s := &Server{}
+	s.draining.Store(true)
+	s.callerGone(req, nil, "run", true) // a nil target: an interrupt would panic
+
+	s.draining.Store(false)
+	interrupted := func() (tried bool) {
+		defer func() { tried = recover() != nil }()
+		s.callerGone(req, nil, "run", true)
+		return false
+	}()
+	if !interrupted {
+		t.Fatal("outside a drain, the run of a caller that went away must be interrupted")
+	}
+}
