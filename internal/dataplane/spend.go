@@ -25,9 +25,14 @@ import (
 const (
 	// DefaultNamespaceRate is the tokens a second one namespace gets in a
 	// replica; DefaultNamespaceBurst how many it may save up. A run of
-	// print-sized output costs one.
-	DefaultNamespaceRate  = 100
-	DefaultNamespaceBurst = 200
+	// print-sized output costs one. 50 a second in each of two replicas is
+	// far above what a tenant's agents and people send, and halves what one
+	// flooding tenant took on the local cluster (up to 174 runs a second); a
+	// node with less to spare sets less: 20 kept another tenant's p99 at its
+	// own on a 2-core node that also ran the control plane
+	// (docs/reliability.md).
+	DefaultNamespaceRate  = 50
+	DefaultNamespaceBurst = 100
 	// spendBytesPerToken: the bytes of a request and its answer one more
 	// token pays for.
 	spendBytesPerToken = 64 << 10

@@ -120,7 +120,7 @@ func (b *bench) fairnessPhase(ctx context.Context, cfg *rest.Config, image, runt
 				}()
 			}
 		}
-		time.Sleep(3 * time.Second) // the flood at its pace
+		time.Sleep(fair.warmup) // the flood at its pace, its burst spent
 		start, before := time.Now(), done.Load()
 		under, err := sequentialRuns(ctx, quiet, runs)
 		secs := time.Since(start).Seconds()
@@ -130,8 +130,8 @@ func (b *bench) fairnessPhase(ctx context.Context, cfg *rest.Config, image, runt
 		if err != nil {
 			return err
 		}
-		report(fmt.Sprintf("[%s] tenant B under A's flood (%d Sessions x %d clients, %d B printed each; A ran %.0f/s, %d refused 429, %d failed)",
-			label, floodSessions, floodClients, floodBytes, float64(floodRuns)/secs, refused.Load(), failed.Load()), under)
+		report(fmt.Sprintf("[%s] tenant B under A's flood (%d Sessions x %d clients, %d B printed each, %s before; A ran %.0f/s, %d refused 429, %d failed)",
+			label, floodSessions, floodClients, floodBytes, fair.warmup, float64(floodRuns)/secs, refused.Load(), failed.Load()), under)
 	}
 	return nil
 }

@@ -66,7 +66,7 @@ func (b *bench) next() int { b.seq++; return b.seq }
 var fair struct {
 	limits                         string
 	runs, sessions, clients, bytes int
-	pause                          time.Duration
+	pause, warmup                  time.Duration
 }
 
 func main() {
@@ -88,6 +88,7 @@ func main() {
 	noRefill = flag.Bool("no-refill", false, "-only firstrun: cap the pool at its replicas, so that a lease starts no pod beside the run")
 	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
 	flag.StringVar(&fair.limits, "fair-limits", "-1/-1,32/-1,32/100,32/20", "comma-separated per-namespace limits of the data plane to measure in turn, each seats/rate (--data-plane-namespace-seats and -rate; -1 for none, 0 for the default) (-only fairness)")
+	flag.DurationVar(&fair.warmup, "fair-warmup", 15*time.Second, "how long tenant A floods before tenant B's runs under it are timed: long enough to spend A's saved-up burst (-only fairness)")
 	flag.DurationVar(&fair.pause, "fair-pause", 0, "tenant B's pause between its runs, as a caller that reads each answer before the next (-only fairness)")
 	flag.IntVar(&fair.runs, "fair-runs", 300, "tenant B's sequential print(1) runs alone and under the flood (-only fairness)")
 	flag.IntVar(&fair.sessions, "fair-flood-sessions", 4, "tenant A's Sessions (-only fairness)")
