@@ -27,44 +27,32 @@ point); ``register()`` adds ``"warmpool"`` to it:
     RLM(..., environment="warmpool", environment_kwargs={"pool": "python", "llm_query": my_model})
 """
 
+import ast
+import importlib.resources
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
+from . import errors
 from .sandbox import Sandbox
 
-# Helpers the environment adds to the interpreter next to the sandbox's own
-# (context, llm_query(_batched), rlm_query(_batched), FINAL, FINAL_VAR, chunk_text).
-_HELPERS = '''
-def SHOW_VARS():
-    """The names and types of the variables defined so far."""
-    return {k: type(v).__name__ for k, v in globals().items()
-            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+# The names the reference RLM reserves in its REPL, put back after every cell
+# that rebound them (with FINAL and FINAL_VAR): see _rlm_scaffold.py.
+RESERVED_NAMES = ("llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "SHOW_VARS", "answer",
+                  "context", "history")
 
 
-def _warmpool_locals(limit=4096):
-    """The user's variables as JSON values, or their repr (cut at `limit`) when they are not JSON."""
-    import json as _json
-    out = {}
-    for k, v in list(globals().items()):
-        if k.startswith("_") or callable(v) or type(v).__name__ == "module":
-            continue
-        try:
-            text = _json.dumps(v)
-            out[k] = v if len(text) <= limit else text[:limit] + "..."
-        except (TypeError, ValueError):
-            r = repr(v)
-            out[k] = r if len(r) <= limit else r[:limit] + "..."
-    return out
-'''
+def _scaffold():
+    return importlib.resources.files(__package__).joinpath("_rlm_scaffold.py").read_text()
 
 
 class LazyLocals(Mapping):
     """The interpreter's variables, read on first use (an iteration that never
     looks costs no round trip): JSON values where they serialise, else their
-    repr. A snapshot of when it is first read, not of the end of the run."""
+    repr cut at 4096 characters. A snapshot of when it is first read, not of
+    the end of the run."""
 
     def __init__(self, sandbox):
         self._sandbox, self._data = sandbox, None
@@ -91,12 +79,47 @@ class LazyLocals(Mapping):
         return repr(self._load())
 
 
+class SandboxLocals(Mapping):
+    """The interpreter's variables as they are now, each read whole when it is
+    looked up (``env.locals["history_0"]``): a JSON value, or the repr of one
+    that is not JSON. Nothing is cached: a later ``add_context`` or run shows."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getitem__(self, k):
+        sandbox = self._env.sandbox
+        if sandbox is None or not isinstance(k, str) or k.startswith("_") or k == "answer":
+            raise KeyError(k)
+        try:
+            return sandbox.get_variable(k)
+        except errors.NotFoundError:
+            raise KeyError(k) from None
+        except ValueError as e:  # not JSON: its repr, as the reference shows non-JSON values
+            return str(e).split(": ", 1)[-1]
+
+    def __iter__(self):
+        sandbox = self._env.sandbox
+        if sandbox is None:
+            return iter(())
+        ex = sandbox.run_code("_warmpool_vars = _warmpool_names()")
+        return iter(sandbox.get_variable("_warmpool_vars") if ex.ok else ())
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+
 @dataclass
 class REPLResult:
     """What one ``execute_code`` did: output, the user's variables
     (``locals``), the time it took, the model calls it made (``rlm_calls``),
-    the answer when the code called ``FINAL``/``FINAL_VAR``, and warmpool's
-    additions: the last expression's repr (``result``) and the error raised."""
+    the answer when the code ended its completion (``answer["ready"] = True``,
+    ``FINAL``, ``FINAL_VAR``), and warmpool's additions: the last expression's
+    repr (``result``) and the error raised. The error's traceback is in
+    ``stderr`` too, where the reference RLM shows the model what went wrong."""
 
     stdout: str
     stderr: str
@@ -112,34 +135,57 @@ class REPLResult:
         """The same as ``rlm_calls``."""
         return self.rlm_calls
 
+    def to_dict(self):
+        """A JSON-able dict of the result (what the reference RLM's logger writes)."""
+        calls = [c.to_dict() if hasattr(c, "to_dict") else (asdict(c) if hasattr(c, "__dataclass_fields__") else c)
+                 for c in self.rlm_calls]
+        return {"stdout": self.stdout, "stderr": self.stderr, "locals": {k: _simple(v) for k, v in self.locals.items()},
+                "execution_time": self.execution_time, "rlm_calls": calls, "final_answer": self.final_answer,
+                "result": self.result, "error": self.error}
+
     def __str__(self):
         parts = [self.stdout]
         if self.stderr:
             parts.append(self.stderr)
-        if self.error:
+        if self.error and self.error not in self.stderr:
             parts.append(self.error)
-        elif self.result is not None and self.final_answer is None:
+        elif self.result is not None and self.final_answer is None and not self.error:
             parts.append(self.result)
         return "\n".join(p.rstrip("\n") for p in parts if p)
 
 
-# Keyword arguments the reference RLM passes to every environment; a Session
-# needs none of them (llm_query comes over the bridge, not from a handler address).
-_RLM_KWARGS = ("lm_handler_address", "persistent", "depth", "max_concurrent_subcalls", "context_payload", "setup_code")
+def _simple(v):
+    return v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)
+
+
+# Keyword arguments the reference RLM passes to its environments; a Session
+# needs none of them at its creation.
+_RLM_KWARGS = ("lm_handler_address", "persistent", "depth", "max_concurrent_subcalls", "context_payload", "setup_code",
+               "compaction", "custom_tools", "custom_sub_tools", "subcall_fn")
+
+# A cell that names none of these can neither give an answer nor rebind a
+# scaffold name: no second round trip after it.
+_AFTER_NAMES = RESERVED_NAMES + ("FINAL", "globals", "exec", "eval", "setattr", "__dict__", "vars")
 
 
 class WarmpoolREPL:
     """A persistent REPL for an RLM, one warmpool Session per environment.
 
-    ``llm_query(prompt) -> str`` answers the code's ``llm_query`` calls;
-    ``rlm_query(task, context) -> str`` its recursive sub-tasks (without it,
-    ``rlm_query`` falls back to ``llm_query`` on the task). ``timeout``
-    (seconds) bounds each ``execute_code``; the rest goes to
-    ``Sandbox.create`` (``kubeconfig``, ``timeout`` of idleness as
-    ``idle_timeout``...).
+    The code's ``llm_query`` calls come back here over the data plane's
+    bridge and are answered by ``llm_query(prompt) -> str`` when given, else
+    by the reference RLM's own model (its LM handler at
+    ``lm_handler_address``, which the RLM passes; the sandbox never reaches
+    it). ``rlm_query`` calls go to ``rlm_query(task, context) -> str``, else
+    to the RLM's ``subcall_fn``, else to ``llm_query``. ``timeout`` (seconds)
+    bounds each ``execute_code``; the rest goes to ``Sandbox.create``
+    (``kubeconfig``, ``idle_timeout``...). ``compaction``: ``True`` gives the
+    code ``history`` as the list the RLM appends its compaction entries to;
+    ``None`` (the default) turns that on at the RLM's first entry (it passes
+    ``compaction`` only to its own environments); ``False`` ignores them.
     """
 
-    def __init__(self, pool: str, namespace: Optional[str] = None, *, llm_query: Callable[[str], str],
+    def __init__(self, pool: str = "python", namespace: Optional[str] = None, *,
+                 llm_query: Optional[Callable[[str], str]] = None,
                  rlm_query: Optional[Callable[[str, Any], str]] = None, timeout: Optional[float] = None,
                  idle_timeout: Optional[int] = None, max_llm_calls: Optional[int] = None, **sandbox_kwargs):
         self.pool, self.namespace = pool, namespace
@@ -147,88 +193,183 @@ class WarmpoolREPL:
         self.timeout, self.max_llm_calls = timeout, max_llm_calls
         rlm_kwargs = {k: sandbox_kwargs.pop(k) for k in _RLM_KWARGS if k in sandbox_kwargs}
         self.persistent = bool(rlm_kwargs.get("persistent"))
+        self.lm_handler_address = rlm_kwargs.get("lm_handler_address")
+        self.depth = int(rlm_kwargs.get("depth") or 1)
+        self.compaction = rlm_kwargs.get("compaction")
+        self._subcall_fn = rlm_kwargs.get("subcall_fn")
+        self._tools = {**(rlm_kwargs.get("custom_tools") or {})}
+        for name in self._tools:
+            if name in RESERVED_NAMES or name in ("FINAL", "FINAL_VAR"):
+                raise ValueError(f"custom tool {name!r} would replace the REPL's own {name}: choose another name")
         self._sandbox_kwargs = dict(sandbox_kwargs)
         if idle_timeout is not None:
             self._sandbox_kwargs["timeout"] = idle_timeout
         self.sandbox: Optional[Sandbox] = None
+        self.locals = SandboxLocals(self)
         self._contexts: set = set()
         self._histories: set = set()
+        self._turn_pending = False
+        self._calls_made: list = []
         self._setup_code = rlm_kwargs.get("setup_code")
         if rlm_kwargs.get("context_payload") is not None:
             self.load_context(rlm_kwargs["context_payload"])
 
     def setup(self):
-        """Lease the interpreter and define the RLM helpers in it."""
-        if self.sandbox is None:
-            self.sandbox = Sandbox.create(self.pool, self.namespace, **self._sandbox_kwargs)
-            for code in (_HELPERS, self._setup_code):
-                if code:
-                    ex = self.sandbox.run_code(code)
-                    if not ex.ok:
-                        raise RuntimeError(f"setting up the environment failed: {ex.error}")
+        """Lease the interpreter and define the RLM's REPL in it."""
+        if self.sandbox is not None:
+            return
+        self.sandbox = Sandbox.create(self.pool, self.namespace, **self._sandbox_kwargs)
+        setup = _scaffold()
+        if self.compaction:
+            setup += "\n_wp_compaction = []\nhistory = _wp_compaction\n"
+        for code in (setup, self._tools_code(), self._setup_code):
+            if code:
+                ex = self.sandbox.run_code(code)
+                if not ex.ok:
+                    raise RuntimeError(f"setting up the environment failed: {ex.error}")
+
+    def _tools_code(self):
+        """Custom tools the sandbox can hold: values as JSON, functions as their
+        source (a str starting with def). A host callable cannot cross into the
+        sandbox: the bridge answers the model calls only."""
+        lines = []
+        for name, tool in self._tools.items():
+            value = tool.get("tool") if isinstance(tool, dict) and "tool" in tool else tool
+            if callable(value):
+                raise TypeError(f"custom tool {name!r} is a function of this process; a warmpool sandbox can hold only "
+                                f"JSON values and Python source (a str starting with 'def {name}(')")
+            if isinstance(value, str) and value.lstrip().startswith(("def ", "class ", "async def ")):
+                lines.append(value)
+            else:
+                lines.append(f"{name} = __import__('json').loads({json.dumps(value)!r})")
+        return "\n".join(lines)
 
     def load_context(self, context_payload):
-        """Make ``context`` (and ``context_0``) the payload: a str, dict or list, anything JSON."""
+        """Make ``context`` and ``context_0`` the payload: a str, dict or list, anything JSON."""
         self.add_context(context_payload, 0)
 
+    def _answer_llm(self, prompt, model=None):
+        if self._llm_query is not None:
+            return self._llm_query(prompt)
+        if self.lm_handler_address is None:
+            return "Error: No LM handler configured"
+        from rlm.core.comms_utils import LMRequest, send_lm_request  # the reference RLM's own, when it runs us
+        response = send_lm_request(self.lm_handler_address, LMRequest(prompt=prompt, model=model, depth=self.depth))
+        if not response.success:
+            return f"Error: {response.error}"
+        self._calls_made.append(response.chat_completion)
+        return response.chat_completion.response
+
     def execute_code(self, code: str) -> REPLResult:
-        """Run the model's code; its variables stay for the next call."""
+        """Run the model's code; its variables stay for the next call. The
+        scaffold's names are put back after it, and an answer it gave is
+        ``final_answer``."""
         self.setup()
-        calls = []
+        self._calls_made = calls = []
+        if self._turn_pending:
+            code = "_warmpool_turn()\n" + code if code.strip() else "_warmpool_turn()"
+            self._turn_pending = False
 
         def llm(prompt):
-            calls.append({"method": "llm_query", "prompt": prompt})
-            return self._llm_query(prompt)
+            if self._llm_query is not None:
+                calls.append({"method": "llm_query", "prompt": prompt})
+            return self._answer_llm(prompt)
 
         def rlm(task, ctx):
-            calls.append({"method": "rlm_query", "task": task})
-            return self._rlm_query(task, ctx) if self._rlm_query else self._llm_query(task)
+            if self._rlm_query is not None:
+                calls.append({"method": "rlm_query", "task": task})
+                return self._rlm_query(task, ctx)
+            if self._subcall_fn is not None:
+                done = self._subcall_fn(task, None)
+                calls.append(done)
+                return getattr(done, "response", done)
+            if self._llm_query is not None:
+                calls.append({"method": "rlm_query", "task": task})
+            return self._answer_llm(task)
 
         start = time.monotonic()
         ex = self.sandbox.run_code(code, timeout=self.timeout, on_llm_query=llm, on_rlm_query=rlm,
                                    max_bridge_calls=self.max_llm_calls)
-        error = None
-        if ex.error is not None:
+        final, error, stderr = None, None, ex.stderr
+        if ex.final:
+            final = ex.text  # the sandbox's own FINAL, called past the scaffold's
+        if ex.error is not None and ex.error.name != "_WarmpoolFinal":
             error = ex.error.traceback or f"{ex.error.name}: {ex.error.value}"
-        return REPLResult(stdout=ex.stdout, stderr=ex.stderr, locals=LazyLocals(self.sandbox),
-                          execution_time=time.monotonic() - start, rlm_calls=calls,
-                          final_answer=ex.text if ex.final else None, result=ex.text, error=error)
+            stderr = (stderr + ("" if not stderr or stderr.endswith("\n") else "\n") + error)
+        if any(n in code for n in _AFTER_NAMES) or (ex.error is not None and ex.error.name == "_WarmpoolFinal"):
+            given = self._after()
+            if given is not None:
+                final = given
+        return REPLResult(stdout=ex.stdout, stderr=stderr, locals=LazyLocals(self.sandbox),
+                          execution_time=time.monotonic() - start, rlm_calls=calls, final_answer=final,
+                          result=None if ex.error is not None and ex.error.name == "_WarmpoolFinal" else ex.text,
+                          error=error)
+
+    def _after(self):
+        """The scaffold back, and the answer the cell gave (None: none)."""
+        ex = self.sandbox.run_code("_warmpool_after()")
+        if not ex.ok:
+            raise RuntimeError(f"restoring the REPL's names after a cell failed: {ex.error}")
+        if ex.text in (None, "None"):
+            return None
+        try:
+            return ast.literal_eval(ex.text)
+        except (ValueError, SyntaxError):  # cut short: read it whole
+            return self.sandbox.get_variable("_wp_last_final")
 
     # -- the persistence protocol (SupportsPersistence) --------------------
 
     def update_handler_address(self, address) -> None:
-        """Part of the protocol; nothing to do: the code's queries come back over the data plane."""
+        """The RLM's model handler for this turn; the RLM calls this first in
+        each turn of a persistent conversation, so a new completion starts
+        here: no answer yet (a ready left from the last turn ends nothing)."""
+        self.lm_handler_address = address
+        self._turn_pending = True
 
     def add_context(self, context_payload, context_index: Optional[int] = None) -> int:
-        """Set ``context_N`` (the next N unless given) and ``context``, the
-        alias of the latest; returns N."""
+        """Set ``context_N`` (the next N unless given); ``context`` is the
+        alias of ``context_0``. Returns N."""
         self.setup()
         index = self._next(self._contexts) if context_index is None else int(context_index)
-        ex = self.sandbox.run_code(f"context_{index} = context", context=context_payload)
+        code = f"context_{index} = context\ncontext = globals().get('context_0', context)"
+        if self._turn_pending:
+            code, self._turn_pending = "_warmpool_turn()\n" + code, False
+        ex = self.sandbox.run_code(code, context=context_payload)
         if not ex.ok:
             raise RuntimeError(f"loading context_{index} failed: {ex.error}")
         self._contexts.add(index)
         return index
 
     def get_context_count(self) -> int:
-        return len(self._contexts)
+        return self._next(self._contexts)
 
     def add_history(self, message_history, history_index: Optional[int] = None) -> int:
         """Set ``history_N`` to a copy of the messages (the next N unless
-        given); ``history`` is the alias of ``history_0``. Returns N."""
+        given); ``history`` is the alias of ``history_0`` (or, with
+        compaction, the compaction list). Returns N."""
         self.setup()
         index = self._next(self._histories) if history_index is None else int(history_index)
         data = json.dumps(message_history)  # a copy: the caller may change its list afterwards
         ex = self.sandbox.run_code(
             f"import json as _json\nhistory_{index} = _json.loads({data!r})\n"
-            f"if {index} == 0 or 'history' not in globals():\n    history = history_{index}")
+            f"if _wp_compaction is None and ({index} == 0 or 'history' not in globals()):\n    history = history_{index}")
         if not ex.ok:
             raise RuntimeError(f"loading history_{index} failed: {ex.error}")
         self._histories.add(index)
         return index
 
     def get_history_count(self) -> int:
-        return len(self._histories)
+        return self._next(self._histories)
+
+    def append_compaction_entry(self, entry) -> None:
+        """Append an entry (the messages of an iteration, or a summary) to
+        ``history``, the compaction list. Ignored with ``compaction=False``."""
+        if self.compaction is False:
+            return
+        self.setup()
+        ex = self.sandbox.run_code(f"_warmpool_compact(__import__('json').loads({json.dumps(entry)!r}))")
+        if not ex.ok:
+            raise RuntimeError(f"appending to the compaction history failed: {ex.error}")
 
     @staticmethod
     def _next(used):
@@ -251,20 +392,27 @@ class WarmpoolREPL:
         return False
 
 
-def register(module=None):
-    """Teach the reference RLM ``environment="warmpool"``.
+def register(module=None, **defaults):
+    """Teach the reference RLM ``environment="warmpool"``, single-turn and
+    persistent.
 
-    Its ``get_environment`` is a fixed list, imported by name into the module
-    that builds environments (``rlm.core.rlm``): both names are wrapped, so
-    ``RLM(environment="warmpool", environment_kwargs={"pool": ...,
-    "llm_query": ...})`` builds a WarmpoolREPL and every other environment is
-    built as before. ``module`` is that module (default: imported)."""
+    The reference RLM has no plug-in point: its ``get_environment`` is a fixed
+    list, imported by name into the module that builds environments
+    (``rlm.core.rlm``), and ``RLM(persistent=True)`` checks the environment's
+    name against a fixed set in ``RLM._validate_persistent_environment_support``.
+    ``register`` wraps both (patching no set): ``"warmpool"`` builds a
+    WarmpoolREPL and is accepted as persistent, every other name goes to the
+    RLM's own. ``defaults`` are environment kwargs for every warmpool
+    environment (``pool``, ``namespace``, ``kubeconfig``, ``idle_timeout``...),
+    under the RLM's ``environment_kwargs``. Calling it again replaces the
+    defaults. ``module`` is ``rlm.core.rlm`` (default: imported)."""
+    import importlib
     if module is None:
-        import importlib
         module = importlib.import_module("rlm.core.rlm")
+    _defaults.clear()
+    _defaults.update(defaults)
     targets = [module]
     try:
-        import importlib
         targets.append(importlib.import_module("rlm.environments"))
     except ImportError:
         pass
@@ -275,12 +423,22 @@ def register(module=None):
 
         def get_environment(environment, environment_kwargs, _original=original):
             if environment == "warmpool":
-                kwargs = dict(environment_kwargs or {})
-                if "llm_query" not in kwargs:
-                    raise ValueError("environment 'warmpool' needs environment_kwargs['llm_query']: the function that "
-                                     "answers the code's llm_query calls (the data plane brings them back here)")
+                kwargs = {**_defaults, **(environment_kwargs or {})}
                 return WarmpoolREPL(kwargs.pop("pool", "python"), kwargs.pop("namespace", None), **kwargs)
             return _original(environment, environment_kwargs)
 
         get_environment._warmpool = True
         target.get_environment = get_environment
+    rlm_class = getattr(module, "RLM", None)
+    validate = getattr(rlm_class, "_validate_persistent_environment_support", None)
+    if validate is not None and not getattr(validate, "_warmpool", False):
+        def _validate_persistent_environment_support(self, _original=validate):
+            if getattr(self, "environment_type", None) == "warmpool":
+                return None
+            return _original(self)
+
+        _validate_persistent_environment_support._warmpool = True
+        rlm_class._validate_persistent_environment_support = _validate_persistent_environment_support
+
+
+_defaults: dict = {}
