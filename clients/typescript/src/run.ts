@@ -119,7 +119,7 @@ export async function answerBridge(bridges: SandboxBridges, method: string, para
       return String(await bridges.onRLMQuery(String(params.task ?? ""), contextString(params.context)));
     case "llm_query_batched": {
       const prompts: unknown[] = Array.isArray(params.prompts) ? params.prompts : [];
-      return Promise.all(prompts.map(async (p) => String(await bridges.onLLMQuery(String(p)))));
+      return Promise.all(prompts.map((p) => eachAnswered(() => bridges.onLLMQuery(String(p)))));
     }
     case "rlm_query_batched": {
       const tasks = (Array.isArray(params.tasks) ? params.tasks : []).map((t: any) => ({
@@ -133,10 +133,23 @@ export async function answerBridge(bridges: SandboxBridges, method: string, para
         }
         return answers.map(String);
       }
-      return Promise.all(tasks.map(async (t: { task: string; context?: string }) => String(await bridges.onRLMQuery(t.task, t.context))));
+      return Promise.all(tasks.map((t: { task: string; context?: string }) => eachAnswered(() => bridges.onRLMQuery(t.task, t.context))));
     }
   }
   throw new Error(`${method} is not answered by this sandbox's bridges`);
+}
+
+/**
+ * One answer of a batch: a failing item answers "[Error: <message>]" in its
+ * place, as the RLM sandbox's batch_llm_query does, so one failure does not
+ * lose the batch's other answers.
+ */
+async function eachAnswered(ask: () => Promise<string> | string): Promise<string> {
+  try {
+    return String(await ask());
+  } catch (e) {
+    return `[Error: ${e instanceof Error ? e.message : String(e)}]`;
+  }
 }
 
 /** The message of an error thrown by a bridge, for the code. */

@@ -63,7 +63,9 @@ describe("BashKit Sandbox on warmpool", { skip: !kubeconfig && "no cluster (WARM
     assert.equal((await sb.exec("cat notes/b.txt")).stdout, "héllo\nwörld\n");
     await sb.deleteFile("notes/b.txt");
     assert.deepEqual(await sb.readDir("notes"), []);
-    await assert.rejects(sb.readFile("notes/missing.txt"), /no such file/);
+    await assert.rejects(sb.readFile("notes/missing.txt"), /^Error: File not found: notes\/missing.txt$/);
+    await assert.rejects(sb.readFile("/tmp/missing.txt"), /^Error: File not found: \/tmp\/missing.txt$/);
+    await assert.rejects(sb.readDir("notes/missing"), /^Error: Directory not found: notes\/missing$/);
   });
 
   test("files outside the workspace go through the shell", async () => {

@@ -129,6 +129,19 @@ for (const backend of backends) {
       assert.deepEqual(rec.calls[0], ["batch", 2]);
     });
 
+    test("a batch answers every item: one that fails is its error, in its place", async () => {
+      const r = await sb.execute("print(batch_llm_query(['x', 'fail', 'y']))\nprint(batch_llm_query([]))");
+      assert.equal(r.error, undefined);
+      assert.match(r.stdout, /^\['answer to x', '\[Error: .*the model is down.*\]', 'answer to y'\]\n\[\]\n$/);
+    });
+
+    test("text helpers over the context, as the RLM sandbox has them", async () => {
+      const r = await sb.execute("print(count_matches('the'), find_line('fox')[0][0], get_line(1)[:9], quote_match('l.zy'), " +
+        "search_context('end', window=4)[0]['context'])");
+      assert.equal(r.error, undefined);
+      assert.equal(r.stdout, "3 1 The quick lazy The end.\n");
+    });
+
     test("a bridge that throws raises in the code, which can catch it", async () => {
       const r = await sb.execute("try:\n    llm_query('fail')\nexcept RuntimeError as e:\n    print('caught:', e)");
       assert.equal(r.error, undefined);

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -341,6 +342,42 @@ assert [c["id"] for c in get_linked_chunks("a", "cites")] == ["c"] and search_ch
 	if res.Result != nil {
 		t.Fatalf("env leaked into the next run: %v", *res.Result)
 	}
+}
+
+// The RLM sandbox's text helpers over a string context (the seed's
+// repl-sandbox spec): each asserted in the code, so a failure names its line.
+func TestTextHelpersOverTheContext(t *testing.T) {
+	it := newInterp(t)
+	doc := "# Intro\nThe cat sat. The CAT ran.\n## Setup\nmax_tokens: 8192 here\nimport os\n## Usage\nimport sys\n### Detail\nend"
+	res := run(t, it, `assert count_matches("cat") == 2 and count_matches(r"\d+") == 1 and count_matches("zebra") == 0
+assert extract_json('say {"a": {"b": [1, 2]}} then') == {"a": {"b": [1, 2]}}
+assert extract_json("list [1, 2, 3] end") == [1, 2, 3] and extract_json("no json {here") is None
+s = extract_sections(r"^## .+$")
+assert [x["header"] for x in s] == ["## Setup", "## Usage"] and s[0]["content"] == "max_tokens: 8192 here\nimport os"
+assert [x["header"] for x in chunk_by_headers(2)] == ["## Setup", "## Usage"]
+assert [x["header"] for x in chunk_by_headers(level=1)] == ["# Intro"] and chunk_by_headers(4) == []
+assert find_line("import") == [(5, "import os"), (7, "import sys")]
+assert count_lines() == 9 and count_lines("import") == 2 and count_lines("zebra") == 0
+assert get_line(1) == "# Intro" and get_line(0) == "" and get_line(99) == ""
+assert quote_match(r"max_tokens: \d+") == "max_tokens: 8192" and quote_match("zebra") is None
+assert quote_match(r"The cat.*ran", max_length=5) == "The c..."
+r = search_context("sat", window=4)
+assert len(r) == 1 and r[0]["match"] == "sat" and r[0]["context"] == r[0]["snippet"] == "cat sat. Th"
+assert len(search_context("a", max_results=3)) == 3
+for bad in ("(", "x" * 501):
+    try:
+        count_matches(bad)
+        raise AssertionError(f"{bad!r} was taken")
+    except ValueError:
+        pass
+assert batch_llm_query([]) == []
+c = chunk_by_size(chars=30, overlap=5)
+assert len(c[0]) == 30 and c[0][-5:] == c[1][:5] and "".join(x[:25] for x in c[:-1]) + c[-1] == context
+assert chunk_by_size() == [context]
+"ok"`, func(r *protocol.ExecuteRequest) {
+		r.Context = json.RawMessage(strconv.Quote(doc))
+	})
+	wantStatus(t, res, protocol.StatusSucceeded)
 }
 
 func TestBridgeRoundTripAndLimits(t *testing.T) {

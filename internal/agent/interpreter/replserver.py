@@ -416,6 +416,12 @@ def llm_query_batched(prompts):
     return _answers(answers, len(prompts), "llm_query_batched")
 
 
+def batch_llm_query(prompts):
+    """llm_query_batched under the RLM sandbox's name: the answers in order."""
+    prompts = list(prompts)
+    return llm_query_batched(prompts) if prompts else []
+
+
 def rlm_query_batched(tasks, ctx=None):
     """Runs recursive sub-tasks concurrently: each a str (with ctx, default the
     current context) or a (task, ctx) pair; returns the answers in order."""
@@ -463,14 +469,124 @@ def _context_text():
     return json.dumps(ctx)
 
 
-def search_context(pattern, window=200):
-    """Finds a regex in the context; returns snippets with `window` characters on each side."""
+def search_context(pattern, window=200, max_results=100):
+    """Finds a regex in the context; returns at most `max_results` matches, each
+    with `window` characters on each side (`context`, also `snippet`)."""
     text = _context_text()
     out = []
-    for m in re.finditer(pattern, text):
+    for m in _pattern(pattern, 0).finditer(text):
+        if len(out) >= max_results:
+            break
         start, end = max(m.start() - window, 0), min(m.end() + window, len(text))
-        out.append({"start": m.start(), "end": m.end(), "match": m.group(0), "snippet": text[start:end]})
+        around = text[start:end]
+        out.append({"start": m.start(), "end": m.end(), "match": m.group(0), "context": around, "snippet": around})
     return out
+
+
+# Text helpers over the context (the RLM sandbox's seed, repl-sandbox spec).
+# Patterns are regular expressions, matched ignoring case unless said; one
+# longer than 500 characters or not a valid regex is a ValueError.
+_MAX_PATTERN = 500
+
+
+def _pattern(pattern, flags=re.IGNORECASE):
+    if not isinstance(pattern, str):
+        raise TypeError(f"the pattern must be a str, not {type(pattern).__name__}")
+    if len(pattern) > _MAX_PATTERN:
+        raise ValueError(f"the pattern is {len(pattern)} characters, more than {_MAX_PATTERN}")
+    try:
+        return re.compile(pattern, flags)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression: {pattern!r}: {e}") from None
+
+
+def count_matches(pattern):
+    """How many times the pattern occurs in the context."""
+    return len(_pattern(pattern).findall(_context_text()))
+
+
+def extract_json(text):
+    """The first JSON object or array in `text` (the longest that parses), or None."""
+    text = str(text)
+    for opener, closer in (("{", "}"), ("[", "]")):
+        starts = [i for i, ch in enumerate(text) if ch == opener]
+        ends = [i for i, ch in enumerate(text) if ch == closer]
+        for start in starts:
+            for end in reversed(ends):
+                if end <= start:
+                    break
+                try:
+                    return json.loads(text[start:end + 1])
+                except ValueError:
+                    continue
+    return None
+
+
+def _sections(regex):
+    text = _context_text()
+    found = list(regex.finditer(text))
+    out = []
+    for i, m in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(text)
+        out.append({"header": m.group(0), "content": text[m.end():end].strip(), "start": m.start()})
+    return out
+
+
+def extract_sections(header_pattern):
+    """The context split at each line the pattern matches: [{header, content, start}] (`^`/`$` match at lines)."""
+    return _sections(_pattern(header_pattern, re.MULTILINE))
+
+
+def chunk_by_headers(level=2):
+    """The context split at its Markdown headers of `level` (## for 2): [{header, content, start}]."""
+    return _sections(re.compile("^" + "#" * int(level) + r" .+$", re.MULTILINE))
+
+
+def chunk_by_size(chars=50000, overlap=0):
+    """The context in pieces of `chars` characters, each starting `overlap` characters before the last ended."""
+    if chars <= 0:
+        raise ValueError("chars must be positive")
+    if overlap < 0 or overlap >= chars:
+        raise ValueError("overlap must be at least 0 and less than chars")
+    text = _context_text()
+    out, start = [], 0
+    while start < len(text):
+        end = min(start + chars, len(text))
+        out.append(text[start:end])
+        if end == len(text):
+            break
+        start = end - overlap
+    return out or [""]
+
+
+def find_line(pattern):
+    """The lines of the context the pattern matches: [(line number from 1, line)]."""
+    regex = _pattern(pattern)
+    return [(i + 1, line) for i, line in enumerate(_context_text().split("\n")) if regex.search(line)]
+
+
+def count_lines(pattern=None):
+    """How many lines the context has, or how many of them the pattern matches."""
+    lines = _context_text().split("\n")
+    if pattern is None:
+        return len(lines)
+    regex = _pattern(pattern)
+    return sum(1 for line in lines if regex.search(line))
+
+
+def get_line(n):
+    """Line `n` of the context, counting from 1; "" past either end."""
+    lines = _context_text().split("\n")
+    return lines[n - 1] if 1 <= n <= len(lines) else ""
+
+
+def quote_match(pattern, max_length=100):
+    """The first match of the pattern in the context, cut at `max_length` characters (then "..."), or None."""
+    m = _pattern(pattern).search(_context_text())
+    if m is None:
+        return None
+    found = m.group(0)
+    return found if len(found) <= max_length else found[:max_length] + "..."
 
 
 def _chunks():
@@ -723,7 +839,10 @@ class _PyplotHook:
 _HELPERS = {
     "display": display, "FINAL": FINAL, "FINAL_VAR": FINAL_VAR, "llm_query": llm_query, "rlm_query": rlm_query,
     "llm_query_batched": llm_query_batched, "rlm_query_batched": rlm_query_batched, "chunk_text": chunk_text,
-    "search_context": search_context, "read_chunk": read_chunk, "search_chunks": search_chunks,
+    "search_context": search_context, "count_matches": count_matches, "extract_json": extract_json,
+    "extract_sections": extract_sections, "chunk_by_headers": chunk_by_headers, "chunk_by_size": chunk_by_size,
+    "find_line": find_line, "count_lines": count_lines, "get_line": get_line, "quote_match": quote_match,
+    "batch_llm_query": batch_llm_query, "read_chunk": read_chunk, "search_chunks": search_chunks,
     "list_chunks_by_tag": list_chunks_by_tag, "get_linked_chunks": get_linked_chunks,
 }
 _globals = {"__name__": "__main__", "__builtins__": builtins, "context": None, **_HELPERS}

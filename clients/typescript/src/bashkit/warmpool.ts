@@ -104,21 +104,28 @@ class WarmpoolBashSandbox implements Sandbox {
     return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode, durationMs: r.durationMs, interrupted: r.timedOut };
   }
 
-  /** Runs a helper command; a non-zero exit is an error with its stderr. */
-  private async sh(script: string, what: string): Promise<string> {
+  /** Runs a helper command; a non-zero exit is an error with its stderr (prefixed by `what`, if given). */
+  private async sh(script: string, what?: string): Promise<string> {
     const r = await this.session.shell(script, { timeout: 60_000 });
-    if (r.exitCode !== 0) throw new Error(`${what}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+    if (r.exitCode !== 0) {
+      const why = r.stderr.trim() || `exit ${r.exitCode}`;
+      throw new Error(what ? `${what}: ${why}` : why);
+    }
     return r.stdout;
   }
 
+  // A missing path is "File not found: <path>" or "Directory not found:
+  // <path>", as BashKit's own sandboxes say and its tools and tests match.
   async readFile(path: string): Promise<string> {
     await this.start();
     const rel = this.inWorkspace(path);
-    if (rel === undefined) return this.sh(`cat -- ${quote(path)}`, `read ${path}`);
+    if (rel === undefined) {
+      return this.sh(`[ -e ${quote(path)} ] || { echo "File not found: "${quote(path)} >&2; exit 1; }; cat -- ${quote(path)}`);
+    }
     try {
       return (await this.session.readFile(rel)).toString("utf8");
     } catch (e) {
-      if (e instanceof HTTPError && e.status === 404) throw new Error(`read ${path}: no such file`);
+      if (e instanceof HTTPError && e.status === 404) throw new Error(`File not found: ${path}`);
       throw e;
     }
   }
@@ -134,7 +141,7 @@ class WarmpoolBashSandbox implements Sandbox {
 
   async readDir(path: string): Promise<string[]> {
     await this.start();
-    const out = await this.sh(`ls -A1 -- ${quote(path)}`, `list ${path}`);
+    const out = await this.sh(`[ -d ${quote(path)} ] || { echo "Directory not found: "${quote(path)} >&2; exit 1; }; ls -A1 -- ${quote(path)}`);
     return out.split("\n").filter(Boolean);
   }
 
