@@ -4,7 +4,7 @@ import { DaemonClientSandbox, isDaemonAvailable } from "./backends/daemon.js";
 import { findPython, NativePythonSandbox } from "./backends/native.js";
 import { PyodideSandbox } from "./backends/pyodide.js";
 import { WarmpoolSandbox } from "./backends/warmpool.js";
-import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "./types.js";
+import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "./types.js";
 
 export type { CodeExecution, REPLConfig, Sandbox, SandboxBackend, SandboxBridges, SandboxConfig, WarmpoolTarget } from "./types.js";
 export { NotRunError, Result, SandboxError } from "./types.js";
@@ -19,11 +19,38 @@ export { readManifest, SNAPSHOT_MEDIA_TYPE, type SnapshotManifest } from "./snap
 
 const DEFAULTS = { timeout: 30_000, maxOutputLength: 50_000 };
 
-/** The backend `auto` picks: a daemon that answers, else a python3 ≥ 3.8, else Pyodide. */
-export async function selectBackend(config: Partial<SandboxConfig> = {}): Promise<"daemon" | "native" | "pyodide"> {
-  if (await isDaemonAvailable(config.socketPath)) return "daemon";
-  if (findPython(config.pythonPath)) return "native";
+/** Whether a warmpool daemon answers at `socketPath` (default: the seed's ~/.rlm/daemon.sock). */
+export async function isDaemonRunning(socketPath?: string): Promise<boolean> {
+  return isDaemonAvailable(socketPath);
+}
+
+/** Whether a python3 ≥ 3.8 runs at `pythonPath` (default: python3, else python). */
+export async function isNativeAvailable(pythonPath?: string): Promise<boolean> {
+  return findPython(pythonPath) !== undefined;
+}
+
+/** The checks `detectBestBackend` makes, each replaceable (tests give their own). */
+export interface DetectOptions {
+  pythonPath?: string;
+  socketPath?: string;
+  isDaemonRunning?: (socketPath?: string) => Promise<boolean>;
+  isNativeAvailable?: (pythonPath?: string) => Promise<boolean>;
+}
+
+/**
+ * The backend `auto` picks, asked in this order: a daemon that answers, else
+ * a python3 ≥ 3.8, else Pyodide. Never warmpool: that one needs a cluster
+ * named in the config.
+ */
+export async function detectBestBackend(opts: DetectOptions = {}): Promise<"daemon" | "native" | "pyodide"> {
+  if (await (opts.isDaemonRunning ?? isDaemonRunning)(opts.socketPath)) return "daemon";
+  if (await (opts.isNativeAvailable ?? isNativeAvailable)(opts.pythonPath)) return "native";
   return "pyodide";
+}
+
+/** The backend `auto` picks for this config (detectBestBackend). */
+export async function selectBackend(config: Partial<SandboxConfig> = {}): Promise<"daemon" | "native" | "pyodide"> {
+  return detectBestBackend({ pythonPath: config.pythonPath, socketPath: config.socketPath });
 }
 
 type Concrete = NativePythonSandbox | DaemonClientSandbox | PyodideSandbox | WarmpoolSandbox;
@@ -49,6 +76,7 @@ function make(backend: string, config: SandboxConfig, bridges: SandboxBridges): 
 class AutoSandbox implements Sandbox {
   private chosen?: Promise<Concrete>;
   private destroyed = false;
+  private initialized = false;
 
   constructor(private readonly config: SandboxConfig, private readonly bridges: SandboxBridges) {}
 
@@ -65,14 +93,17 @@ class AutoSandbox implements Sandbox {
   }
 
   async initialize(context: string): Promise<void> {
-    return (await this.sandbox()).initialize(context);
+    await (await this.sandbox()).initialize(context);
+    this.initialized = true;
   }
 
   async execute(code: string): Promise<CodeExecution> {
+    if (!this.destroyed && !this.initialized) return notInitialized(); // before choosing: nothing is started
     return (await this.sandbox()).execute(code);
   }
 
   async getVariable(name: string): Promise<unknown> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     return (await this.sandbox()).getVariable(name);
   }
 

@@ -141,6 +141,15 @@ export class SandboxError extends Error {
 }
 
 /**
+ * What execute and getVariable answer before initialize has resolved, as the
+ * RLM sandbox's interface has it: the code would otherwise run without the
+ * context it was written for.
+ */
+export function notInitialized(): Promise<never> {
+  return Promise.reject(new SandboxError("the sandbox is not initialized: call initialize(context) first"));
+}
+
+/**
  * warmpool: the code did not run. Its run never reached the Session's agent,
  * as often as it was sent (docs/recovery.md): sending it again cannot run
  * it twice. `cause` is the last failure.

@@ -69,7 +69,7 @@ test("a stream cut before its result is picked up by its ID, the rest of its out
     res.end("{}");
   };
   const sb = sandbox();
-  await sb.execute("None");
+  await sb.initialize(""); // the lease
   const ex = await sb.execute("print('a')\nprint('b')\n2");
   assert.equal(ex.status, "ok", ex.error);
   assert.equal(ex.result, "2");
@@ -95,7 +95,7 @@ test("a run refused as not ready is sent again, with its ID, and never asked abo
     res.end("{}");
   };
   const sb = sandbox();
-  await sb.execute("None");
+  await sb.initialize(""); // the lease
   const ex = await sb.execute("5");
   assert.equal(ex.result, "5");
   const sent = seen.filter((s) => s.sub.startsWith("sessions/") && s.sub.endsWith("/exec"));
@@ -120,7 +120,7 @@ test("a run sent again that attaches (it had arrived after all) hands on its out
     res.end("{}");
   };
   const sb = sandbox();
-  await sb.execute("None");
+  await sb.initialize(""); // the lease
   const ex = await sb.execute("print('step 1')\n1");
   assert.equal(ex.result, "1");
   assert.equal(ex.stdout, "step 1\n", "the output once");
@@ -175,8 +175,9 @@ test("a first call that found no pod in time leaves a sandbox whose next call ma
     status(res, 504, "Timeout", `Session ${ses.metadata.name} was not Ready within 1m0s (NoIdleSandbox: no idle pod); it is closed; the code has not run`);
   });
   const sb = sandbox();
-  const first = await sb.execute("1 + 1").catch((e) => e);
-  assert.ok(first instanceof Error || first.status === "error", "the first call failed");
+  const first = await sb.initialize("").catch((e) => e);
+  assert.ok(first instanceof Error, "the first call failed");
+  await sb.initialize("");
   const ex = await sb.execute("1 + 1");
   assert.equal(ex.status, "ok", ex.error);
   assert.equal(ex.result, "2");
@@ -188,11 +189,12 @@ test("a first call that found no pod in time leaves a sandbox whose next call ma
 test("a first call whose answer was lost before its code reached the agent takes its Session over, and runs the code once", async () => {
   const st = oneCallSessions((res) => setTimeout(() => res.socket.destroy(), 20)); // the Session is Ready; the answer never comes
   const sb = sandbox();
+  await sb.initialize("");
+  assert.equal(st.creates, 1, "the Session was not made twice");
+  assert.equal(st.execs, 1, "the first call's code ran once, in the Session it made");
   const ex = await sb.execute("1 + 1");
   assert.equal(ex.status, "ok", ex.error);
   assert.equal(ex.result, "2");
-  assert.equal(st.creates, 1, "the Session was not made twice");
-  assert.equal(st.execs, 1, "the code ran once, in the Session the first call made");
   assert.deepEqual(st.deletes, []);
   await sb.close?.();
 });
@@ -201,8 +203,8 @@ test("a Session under the sandbox's name that is not its own is left alone, and 
   const st = oneCallSessions(() => assert.fail("not created by this sandbox"));
   st.session = { metadata: { name: "x", uid: "theirs", annotations: { "sandbox.warmpool.dev/run": "someone-else" } }, status: { phase: "Closed" } };
   const sb = sandbox();
-  const got = await sb.execute("1 + 1").catch((e) => e);
-  const msg = got instanceof Error ? got.message : String(got.error);
+  const got = await sb.initialize("").catch((e) => e);
+  const msg = got instanceof Error ? got.message : String(got);
   assert.match(msg, /not this sandbox's/);
   assert.deepEqual(st.deletes, []);
   await sb.close?.();

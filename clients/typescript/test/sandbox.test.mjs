@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { createSandbox, selectBackend } from "warmpool";
+import { createSandbox, detectBestBackend, isNativeAvailable, selectBackend } from "warmpool";
 
 const backends = (process.env.WARMPOOL_TS_BACKENDS ?? "native,pyodide").split(",").filter(Boolean);
 
@@ -63,6 +63,19 @@ for (const backend of backends) {
 
     after(async () => {
       await sb?.destroy();
+    });
+
+    test("execute and getVariable before initialize are refused: the code would run without its context", async () => {
+      const own = createSandbox({ backend, timeout: 3000, maxOutputLength: 1000, ...targetFor(backend) }, rec.bridges);
+      try {
+        await assert.rejects(own.execute("1"), /not initialized: call initialize\(context\) first/);
+        await assert.rejects(own.getVariable("x"), /not initialized/);
+        await own.initialize("later");
+        assert.equal((await own.execute("context")).result, "'later'");
+      } finally {
+        await own.destroy();
+      }
+      await assert.rejects(own.execute("1"), /destroyed/);
     });
 
     test("initialize(context) sets `context` in Python", async () => {
@@ -169,6 +182,7 @@ for (const backend of backends) {
         onStdout: (l) => seen.push(`out:${l}`), onResult: (r) => seen.push(`result:${r.formats().join(",")}${r.isMainResult ? " main" : ""}`),
       }, rec.bridges);
       try {
+        await own.initialize("");
         const r = await own.execute(`
 class Rich:
     def __repr__(self): return "Rich()"
@@ -200,6 +214,7 @@ Rich()`);
       // this test times, so its sandbox has a timeout of its own.
       const own = createSandbox({ backend, timeout: 60000, maxOutputLength: 1000, ...targetFor(backend) }, rec.bridges);
       try {
+        await own.initialize("");
         const r = await own.execute("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nprint('drawn')");
         assert.equal(r.error, undefined);
         assert.equal(r.stdout, "drawn\n");
@@ -267,6 +282,7 @@ describe("backend: 'auto'", () => {
     assert.equal(await selectBackend({ socketPath: daemon }), "daemon");
     const sb = createSandbox({ backend: "auto", socketPath: daemon }, bridges);
     try {
+      await sb.initialize("");
       assert.equal((await sb.execute("1 + 2")).result, "3");
       assert.equal(sb.backend, "daemon");
     } finally {
@@ -279,6 +295,7 @@ describe("backend: 'auto'", () => {
     assert.equal(await selectBackend(cfg), "native");
     const sb = createSandbox({ backend: "auto", ...cfg }, bridges);
     try {
+      await sb.initialize("");
       assert.equal((await sb.execute("1 + 2")).result, "3");
       assert.equal(sb.backend, "native");
     } finally {
@@ -286,11 +303,25 @@ describe("backend: 'auto'", () => {
     }
   });
 
+  test("detectBestBackend asks the daemon first, then python3, with the checks it is given", async () => {
+    const asked = [];
+    const check = (name, answer) => async (arg) => { asked.push([name, arg]); return answer; };
+    const opts = { socketPath: "/s", pythonPath: "/p" };
+    assert.equal(await detectBestBackend({ ...opts, isDaemonRunning: check("daemon", false), isNativeAvailable: check("native", false) }), "pyodide");
+    assert.deepEqual(asked, [["daemon", "/s"], ["native", "/p"]]);
+    asked.length = 0;
+    assert.equal(await detectBestBackend({ ...opts, isDaemonRunning: check("daemon", true), isNativeAvailable: check("native", true) }), "daemon");
+    assert.deepEqual(asked, [["daemon", "/s"]], "a daemon that answers needs no python3");
+    assert.equal(await detectBestBackend({ ...opts, isDaemonRunning: check("daemon", false), isNativeAvailable: check("native", true) }), "native");
+    assert.equal(await isNativeAvailable("/nonexistent/python3"), false);
+  });
+
   test("falls back to Pyodide with neither", async () => {
     const cfg = { socketPath: "/nonexistent/daemon.sock", pythonPath: "/nonexistent/python3" };
     assert.equal(await selectBackend(cfg), "pyodide");
     const sb = createSandbox({ backend: "auto", ...cfg }, bridges);
     try {
+      await sb.initialize("");
       assert.match((await sb.execute("import sys; sys.platform")).result, /emscripten/);
       assert.equal(sb.backend, "pyodide");
     } finally {

@@ -17,6 +17,7 @@ describe("warmpool snapshots", { skip: !enabled && "needs the warmpool backend (
     const sb = createSandbox(target, bridges);
     const made = [sb];
     try {
+      await sb.initialize("");
       await sb.execute("x = 40\ndef bump(n):\n    global x\n    x += n\n    return x\nimport socket\ns = socket.socket()");
       const snap = await sb.snapshot();
       const m = readManifest(snap);

@@ -13,7 +13,7 @@ import readline from "node:readline";
 import type { Readable, Writable } from "node:stream";
 
 import { answerBridge, bridgeErrorMessage, OutputCollector, toCodeExecution, type RawOutcome, Serial } from "../run.js";
-import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
+import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
 let replServerSource: string | undefined;
 
@@ -152,6 +152,7 @@ export class NativePythonSandbox implements Sandbox {
   private running?: { id: string; interrupt: (reason: "timeout" | "cancel") => void };
   private strayInterrupt = false;
   private destroyed = false;
+  private initialized = false;
   private context: unknown = undefined;
 
   constructor(private readonly config: SandboxConfig, private readonly bridges: SandboxBridges) {}
@@ -254,9 +255,11 @@ export class NativePythonSandbox implements Sandbox {
       const reply = await this.call(p, "execute", { code: "", context, marker: "" });
       if (reply.error) throw new SandboxError(`setting the context failed: ${reply.error.message}`);
     });
+    this.initialized = true;
   }
 
   execute(code: string): Promise<CodeExecution> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     const started = performance.now();
     return this.calls.run(async () => {
       const p = await this.start();
@@ -348,6 +351,7 @@ export class NativePythonSandbox implements Sandbox {
   }
 
   getVariable(name: string): Promise<unknown> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     return this.calls.run(async () => {
       const p = await this.start();
       const reply = await this.call(p, "get_variable", { name });

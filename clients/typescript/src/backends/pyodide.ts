@@ -12,7 +12,7 @@
 import { MessageChannel, Worker } from "node:worker_threads";
 
 import { OutputCollector, answerBridge, bridgeErrorMessage, toCodeExecution, type RawOutcome, Serial } from "../run.js";
-import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
+import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { replServer } from "./native.js";
 import { loadCore, type Core } from "./pyodide-core.js";
 
@@ -155,6 +155,7 @@ export class PyodideSandbox implements Sandbox {
   private readonly calls = new Serial();
   private running?: (reason: "timeout" | "cancel") => void;
   private destroyed = false;
+  private initialized = false;
   private context: unknown = undefined;
 
   constructor(private readonly config: SandboxConfig, private readonly bridges: SandboxBridges) {
@@ -176,9 +177,11 @@ export class PyodideSandbox implements Sandbox {
       const reply = await (await this.start()).call("execute", { code: "", context });
       if (reply.status !== "ok") throw new SandboxError(`setting the context failed: ${reply.error?.message}`);
     });
+    this.initialized = true;
   }
 
   execute(code: string): Promise<CodeExecution> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     const started = performance.now();
     return this.calls.run(async () => {
       const engine = await this.start();
@@ -243,6 +246,7 @@ export class PyodideSandbox implements Sandbox {
   }
 
   getVariable(name: string): Promise<unknown> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     return this.calls.run(async () => {
       const v = await (await this.start()).call("get_variable", { name });
       if (v.exited) throw new SandboxError(`reading ${name} failed: ${v.error?.message}`);

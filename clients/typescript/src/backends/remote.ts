@@ -7,7 +7,7 @@ import type http from "node:http";
 import { HTTPError, json, type Request } from "../http.js";
 import { OutputCollector, toCodeExecution, Serial, type RawOutcome } from "../run.js";
 import { readRun } from "../stream.js";
-import { SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
+import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
 /** The fields of a run request both the agent and the data plane take. */
 export interface RunFields {
@@ -29,6 +29,8 @@ export const MAX_OUTPUT_BYTES = 131072;
 export abstract class RemoteSandbox implements Sandbox {
   protected running?: string;
   protected destroyed = false;
+  /** initialize has resolved (or the sandbox came with its state: a fork, an attach, a restore). */
+  protected initialized = false;
   private readonly calls = new Serial();
 
   constructor(protected readonly config: SandboxConfig, protected readonly bridges: SandboxBridges) {}
@@ -96,13 +98,16 @@ export abstract class RemoteSandbox implements Sandbox {
   async initialize(context: string): Promise<void> {
     const ex = await this.serial(() => this.run("None", context));
     if (ex.error) throw new SandboxError(`setting the context failed: ${ex.error}`);
+    this.initialized = true;
   }
 
   execute(code: string): Promise<CodeExecution> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     return this.serial(() => this.run(code));
   }
 
   getVariable(name: string): Promise<unknown> {
+    if (!this.destroyed && !this.initialized) return notInitialized();
     return this.serial(async () => {
       let v: any;
       try {

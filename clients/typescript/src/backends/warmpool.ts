@@ -75,6 +75,7 @@ export class WarmpoolSandbox extends RemoteSandbox {
     if (!config.pool) throw new SandboxError("the warmpool backend needs a pool (config.pool: a SandboxPool's name, or namespace/name for a shared pool)");
     this.name = name ?? sessionName();
     this.leased = leased;
+    this.initialized = leased; // a fork or a Session attached to comes with its state
   }
 
   /** The namespace of the Session (the config's, else the kubeconfig context's). */
@@ -315,7 +316,9 @@ export class WarmpoolSandbox extends RemoteSandbox {
   /** Replaces the Session's state with a snapshot's; names made since are gone. */
   async restore(snapshot: Buffer): Promise<{ variables: number; modulesFailed?: Record<string, string>; workspaceFiles?: number }> {
     await this.lease();
-    return this.serial(async () => json(await this.request({ method: "POST", path: await this.path("restore"), raw: snapshot })));
+    const restored = await this.serial(async () => json(await this.request({ method: "POST", path: await this.path("restore"), raw: snapshot })));
+    this.initialized = true;
+    return restored as { variables: number; modulesFailed?: Record<string, string>; workspaceFiles?: number };
   }
 
   /**
