@@ -4,6 +4,7 @@ import { DaemonClientSandbox, isDaemonAvailable } from "./backends/daemon.js";
 import { findPython, NativePythonSandbox } from "./backends/native.js";
 import { PyodideSandbox } from "./backends/pyodide.js";
 import { WarmpoolSandbox } from "./backends/warmpool.js";
+import { allowedIndexURLHosts, validatePyodideURL } from "./indexurl.js";
 import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "./types.js";
 
 export type { CodeExecution, REPLConfig, Sandbox, SandboxBackend, SandboxBridges, SandboxConfig, WarmpoolTarget } from "./types.js";
@@ -12,9 +13,10 @@ export { HTTPError } from "./http.js";
 export { StreamCutError } from "./stream.js";
 export { DaemonClientSandbox, daemonSocket, isDaemonAvailable, WINDOWS_PIPE } from "./backends/daemon.js";
 export { findPython, NativePythonSandbox, pythonVersion } from "./backends/native.js";
-export { PyodideSandbox } from "./backends/pyodide.js";
+export { detectWorkerSupport, PyodideSandbox } from "./backends/pyodide.js";
 export { WarmpoolSandbox } from "./backends/warmpool.js";
 export { truncate } from "./run.js";
+export { allowedIndexURLHosts, validatePyodideURL } from "./indexurl.js";
 export { readManifest, SNAPSHOT_MEDIA_TYPE, type SnapshotManifest } from "./snapshot.js";
 
 const DEFAULTS = { timeout: 30_000, maxOutputLength: 50_000 };
@@ -93,6 +95,7 @@ class AutoSandbox implements Sandbox {
   }
 
   async initialize(context: string): Promise<void> {
+    validatePyodideURL(this.config.indexURL, allowedIndexURLHosts(this.config)); // before choosing: nothing is started
     await (await this.sandbox()).initialize(context);
     this.initialized = true;
   }

@@ -89,8 +89,16 @@ export interface REPLConfig {
   timeout: number;
   /** Longer stdout/stderr is cut with "... [truncated, N chars omitted]". */
   maxOutputLength: number;
-  /** Pyodide: where it loads from, a string or a list (the first is used); default: the installed `pyodide` package. */
+  /**
+   * Pyodide: where it loads from, a string or a list (the first is used);
+   * default: the installed `pyodide` package. A local path or file: URL, or an
+   * https URL of a host in allowedIndexURLHosts (or the environment's
+   * WARMPOOL_PYODIDE_ALLOWED_HOSTS); anything else is refused at initialize,
+   * on every backend.
+   */
   indexURL?: string | string[];
+  /** The https hosts indexURL may name. */
+  allowedIndexURLHosts?: string[];
   fullStdLib?: boolean;
   /** Pyodide packages loaded at start-up (from indexURL). */
   preloadPackages?: string[];

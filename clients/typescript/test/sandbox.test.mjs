@@ -78,6 +78,16 @@ for (const backend of backends) {
       await assert.rejects(own.execute("1"), /destroyed/);
     });
 
+    test("an indexURL of a host nobody allowed is refused at initialize, on every backend", async () => {
+      const own = createSandbox({ backend, timeout: 3000, maxOutputLength: 1000, ...targetFor(backend),
+        indexURL: "https://untrusted.example/pyodide/" }, rec.bridges);
+      try {
+        await assert.rejects(own.initialize("x"), /Untrusted Pyodide URL domain: untrusted\.example/);
+      } finally {
+        await own.destroy();
+      }
+    });
+
     test("initialize(context) sets `context` in Python", async () => {
       const r = await sb.execute("print(len(context)); context[:9]");
       assert.equal(r.error, undefined);

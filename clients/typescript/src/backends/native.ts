@@ -13,6 +13,7 @@ import readline from "node:readline";
 import type { Readable, Writable } from "node:stream";
 
 import { answerBridge, bridgeErrorMessage, OutputCollector, toCodeExecution, type RawOutcome, Serial } from "../run.js";
+import { allowedIndexURLHosts, validatePyodideURL } from "../indexurl.js";
 import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
 let replServerSource: string | undefined;
@@ -249,6 +250,7 @@ export class NativePythonSandbox implements Sandbox {
   }
 
   async initialize(context: string): Promise<void> {
+    validatePyodideURL(this.config.indexURL, allowedIndexURLHosts(this.config));
     this.context = context;
     await this.calls.run(async () => {
       const p = await this.start();

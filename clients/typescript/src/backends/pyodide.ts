@@ -12,6 +12,7 @@
 import { MessageChannel, Worker } from "node:worker_threads";
 
 import { OutputCollector, answerBridge, bridgeErrorMessage, toCodeExecution, type RawOutcome, Serial } from "../run.js";
+import { allowedIndexURLHosts, validatePyodideURL } from "../indexurl.js";
 import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 import { replServer } from "./native.js";
 import { loadCore, type Core } from "./pyodide-core.js";
@@ -21,6 +22,11 @@ interface Engine {
   answer(json: string): void;
   interrupt(): void;
   terminate(): Promise<void>;
+}
+
+/** Whether Pyodide can run in a worker thread here, interruptible through a SharedArrayBuffer. */
+export function detectWorkerSupport(): boolean {
+  return typeof SharedArrayBuffer === "function" && typeof Worker === "function";
 }
 
 function indexURL(u?: string | string[]): string | undefined {
@@ -159,7 +165,7 @@ export class PyodideSandbox implements Sandbox {
   private context: unknown = undefined;
 
   constructor(private readonly config: SandboxConfig, private readonly bridges: SandboxBridges) {
-    this.worker = config.useWorker !== false && typeof SharedArrayBuffer === "function";
+    this.worker = config.useWorker !== false && detectWorkerSupport();
   }
 
   private start(): Promise<Engine> {
@@ -172,6 +178,7 @@ export class PyodideSandbox implements Sandbox {
   }
 
   async initialize(context: string): Promise<void> {
+    validatePyodideURL(this.config.indexURL, allowedIndexURLHosts(this.config));
     this.context = context;
     await this.calls.run(async () => {
       const reply = await (await this.start()).call("execute", { code: "", context });

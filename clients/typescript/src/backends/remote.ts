@@ -7,6 +7,7 @@ import type http from "node:http";
 import { HTTPError, json, type Request } from "../http.js";
 import { OutputCollector, toCodeExecution, Serial, type RawOutcome } from "../run.js";
 import { readRun } from "../stream.js";
+import { allowedIndexURLHosts, validatePyodideURL } from "../indexurl.js";
 import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "../types.js";
 
 /** The fields of a run request both the agent and the data plane take. */
@@ -96,6 +97,7 @@ export abstract class RemoteSandbox implements Sandbox {
   }
 
   async initialize(context: string): Promise<void> {
+    validatePyodideURL(this.config.indexURL, allowedIndexURLHosts(this.config));
     const ex = await this.serial(() => this.run("None", context));
     if (ex.error) throw new SandboxError(`setting the context failed: ${ex.error}`);
     this.initialized = true;
