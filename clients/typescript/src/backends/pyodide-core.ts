@@ -4,6 +4,8 @@
 // transport (_send/_recv) is replaced by the functions given here, and an
 // interrupt comes through Pyodide's interrupt buffer, which raises
 // KeyboardInterrupt through the same SIGINT handler the agent's SIGINT does.
+import { createRequire } from "node:module";
+import { dirname, sep } from "node:path";
 
 export interface CoreOptions {
   indexURL?: string;
@@ -28,8 +30,22 @@ export interface Core {
   version: string;
 }
 
+/**
+ * The installed pyodide package's directory, the default indexURL. Pyodide
+ * finds it from its own module URL, which a test runner or bundler that
+ * rewrites module URLs (vitest) points elsewhere: given, it holds everywhere.
+ */
+function installedPyodide(): string | undefined {
+  try {
+    return dirname(createRequire(import.meta.url).resolve("pyodide")) + sep;
+  } catch {
+    return undefined; // let Pyodide find itself
+  }
+}
+
 export async function loadCore(o: CoreOptions): Promise<Core> {
   const { loadPyodide } = await import("pyodide");
+  const indexURL = o.indexURL ?? installedPyodide();
   const decoders = { stdout: new TextDecoder(), stderr: new TextDecoder() };
   const writer = (stream: "stdout" | "stderr") => ({
     write: (buf: Uint8Array) => {
@@ -38,7 +54,7 @@ export async function loadCore(o: CoreOptions): Promise<Core> {
     },
   });
   const py = await loadPyodide({
-    ...(o.indexURL ? { indexURL: o.indexURL } : {}),
+    ...(indexURL ? { indexURL } : {}),
     fullStdLib: o.fullStdLib ?? false,
     stdout: undefined,
     stderr: undefined,

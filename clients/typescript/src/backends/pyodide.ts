@@ -227,7 +227,15 @@ export class PyodideSandbox implements Sandbox {
           : { ...reply, stateLost: true };
         this.engine = undefined;
         if (this.context !== undefined && !this.destroyed) {
-          await (await this.start()).call("execute", { code: "", context: this.context });
+          // A fresh Pyodide with the context, loading while the caller reads
+          // this outcome (seconds): the next call waits for it, not this one.
+          const context = this.context;
+          const fresh = this.start().then(async (e) => {
+            await e.call("execute", { code: "", context });
+            return e;
+          });
+          this.engine = fresh;
+          fresh.catch(() => (this.engine = undefined));
         }
       } else if (stoppedBy === "timeout" && reply.status === "interrupted") {
         outcome = { ...reply, status: "timed_out" };
