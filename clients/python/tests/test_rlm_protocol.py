@@ -134,6 +134,17 @@ def test_context_is_context_0_and_scaffold_names_come_back_after_a_cell(env):
     assert env.get_history_count() == 2
 
 
+def test_a_cell_that_ends_its_interpreter_leaves_a_repl_that_goes_on(env):
+    env.load_context("doc")
+    lost = env.sandbox
+    r = env.execute_code("import os\nprint('before', flush=True)\nos._exit(3)")
+    assert r.final_answer is None and r.stdout == "before\n" and "every variable and context" in r.stderr, r.stderr
+    assert "exit code 3" in r.error and env.get_context_count() == 0
+    r = env.execute_code("print(type(answer).__name__, 'context_0' in globals())\nFINAL('again')")
+    assert r.final_answer == "again" and r.stdout == "_AnswerDict False\n", (r.stdout, r.stderr)
+    assert env.sandbox.name != lost.name, "a fresh Session took the lost one's place"
+
+
 def test_locals_is_live_and_whole(env):
     big = "x" * 10000
     env.load_context(big)

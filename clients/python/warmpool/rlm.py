@@ -163,6 +163,10 @@ def _simple(v):
 _RLM_KWARGS = ("lm_handler_address", "persistent", "depth", "max_concurrent_subcalls", "context_payload", "setup_code",
                "compaction", "custom_tools", "custom_sub_tools", "subcall_fn")
 
+# What the model is told when its code ended the interpreter (and so the Session).
+_RESTARTED = ("The interpreter ended, and with it every variable and context: the next code runs in a fresh "
+              "sandbox.\n")
+
 # A cell that names none of these can neither give an answer nor rebind a
 # scaffold name: no second round trip after it.
 _AFTER_NAMES = RESERVED_NAMES + ("FINAL", "globals", "exec", "eval", "setattr", "__dict__", "vars")
@@ -219,6 +223,10 @@ class WarmpoolREPL:
         if self.sandbox is not None:
             return
         self.sandbox = Sandbox.create(self.pool, self.namespace, **self._sandbox_kwargs)
+        self._install()
+
+    def _install(self):
+        """The REPL's scaffold, the custom tools and the setup code, in the interpreter."""
         setup = _scaffold()
         if self.compaction:
             setup += "\n_wp_compaction = []\nhistory = _wp_compaction\n"
@@ -266,8 +274,8 @@ class WarmpoolREPL:
         ``final_answer``."""
         self.setup()
         self._calls_made = calls = []
-        if self._turn_pending:
-            code = "_warmpool_turn()\n" + code if code.strip() else "_warmpool_turn()"
+        if self._turn_pending:  # a new turn with no add_context to carry its start (the RLM always sends one)
+            self.sandbox.run_code("_warmpool_turn()")
             self._turn_pending = False
 
         def llm(prompt):
@@ -288,8 +296,11 @@ class WarmpoolREPL:
             return self._answer_llm(task)
 
         start = time.monotonic()
-        ex = self.sandbox.run_code(code, timeout=self.timeout, on_llm_query=llm, on_rlm_query=rlm,
-                                   max_bridge_calls=self.max_llm_calls)
+        try:
+            ex = self.sandbox.run_code(code, timeout=self.timeout, on_llm_query=llm, on_rlm_query=rlm,
+                                       max_bridge_calls=self.max_llm_calls)
+        except errors.SessionLostError as lost:
+            return self._lost(lost, calls, start)
         final, error, stderr = None, None, ex.stderr
         if ex.final:
             final = ex.text  # the sandbox's own FINAL, called past the scaffold's
@@ -304,6 +315,25 @@ class WarmpoolREPL:
                           execution_time=time.monotonic() - start, rlm_calls=calls, final_answer=final,
                           result=None if ex.error is not None and ex.error.name == "_WarmpoolFinal" else ex.text,
                           error=error)
+
+    def _lost(self, lost, calls, start):
+        """The code ended its interpreter (it exited, or ran it out of memory),
+        and with it the Session: the model is told, in stderr, that every
+        variable and context is gone, and the next call leases a fresh
+        Session with the REPL's scaffold, so the conversation can go on."""
+        ex = getattr(lost, "execution", None)
+        why = f"{lost}"
+        try:
+            self.sandbox.close()
+        except errors.WarmpoolError:
+            pass  # already gone
+        self.sandbox = None
+        self._contexts.clear()
+        self._histories.clear()
+        stderr = (ex.stderr if ex is not None else "")
+        stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + _RESTARTED
+        return REPLResult(stdout=ex.stdout if ex is not None else "", stderr=stderr, locals={},
+                          execution_time=time.monotonic() - start, rlm_calls=calls, error=why)
 
     def _after(self):
         """The scaffold back, and the answer the cell gave (None: none)."""
