@@ -171,38 +171,31 @@ func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
 
 // seats is the per-namespace fairness o asks for (nil: none).
 func (o Options) seats() *seats {
-	limit, queue, wait := o.NamespaceSeats, o.NamespaceQueue, o.NamespaceQueueWait
-	if limit < 0 {
+	if o.NamespaceSeats < 0 {
 		return nil
 	}
-	if limit == 0 {
-		limit = DefaultNamespaceSeats
-	}
-	if queue <= 0 {
-		queue = DefaultNamespaceQueue
-	}
-	if wait <= 0 {
-		wait = DefaultNamespaceQueueWait
-	}
-	return newSeats(limit, queue, wait)
+	return newSeats(positiveOr(o.NamespaceSeats, DefaultNamespaceSeats), positiveOr(o.NamespaceQueue, DefaultNamespaceQueue), o.queueWait())
 }
 
 // spend is the per-namespace rate o asks for (nil: none).
 func (o Options) spend() *spend {
-	perSecond, burst, wait := o.NamespaceRate, o.NamespaceBurst, o.NamespaceQueueWait
-	if perSecond < 0 {
+	if o.NamespaceRate < 0 {
 		return nil
 	}
-	if perSecond == 0 {
-		perSecond = DefaultNamespaceRate
+	return newSpend(positiveOr(o.NamespaceRate, DefaultNamespaceRate), positiveOr(o.NamespaceBurst, DefaultNamespaceBurst), o.queueWait())
+}
+
+// queueWait bounds how long a request waits for a seat, and for its turn.
+func (o Options) queueWait() time.Duration {
+	return positiveOr(o.NamespaceQueueWait, DefaultNamespaceQueueWait)
+}
+
+// positiveOr is v, or def when v is not positive (unset).
+func positiveOr[T int | float64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	if burst <= 0 {
-		burst = DefaultNamespaceBurst
-	}
-	if wait <= 0 {
-		wait = DefaultNamespaceQueueWait
-	}
-	return newSpend(perSecond, burst, wait)
+	return def
 }
 
 // Models gives the answerer of a pool's ModelEndpoint (nil when the pool

@@ -112,7 +112,7 @@ var (
 	DataPlaneQueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "warmpool_dataplane_queue_wait_seconds",
 		Help:    "Time data-plane requests waited for one of their namespace's seats in the replica (those that waited).",
-		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30},
+		Buckets: waitBuckets,
 	})
 	DataPlaneQueueRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warmpool_dataplane_queue_refused_total",
@@ -123,7 +123,7 @@ var (
 	DataPlaneSpendWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "warmpool_dataplane_spend_wait_seconds",
 		Help:    "Time data-plane requests waited for their namespace's rate in the replica to pay for them (those that waited).",
-		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30},
+		Buckets: waitBuckets,
 	})
 	DataPlaneResume = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "warmpool_dataplane_resume_seconds",
@@ -287,3 +287,7 @@ func ForgetPool(namespace, pool string) {
 	PoolTenant.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "pool": pool})
 	PoolTenantQueueWait.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "pool": pool})
 }
+
+// waitBuckets are the data plane's buckets for a request's wait for its
+// namespace's seat or turn: a millisecond up to the queue's 30 s.
+var waitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}

@@ -64,6 +64,22 @@ def test_a_persistent_rlm_on_warmpool_is_accepted_and_others_are_still_checked(m
     assert mod.get_environment("local", {}) == "local env" and built == ["local"]
 
 
+def test_custom_tools_the_sandbox_cannot_hold_are_refused_before_any_session():
+    for tools, error, match in (({"a b": 1}, ValueError, "not a Python name"),
+                                ({"context": 1}, ValueError, "replace the REPL's own"),
+                                ({"f": len}, TypeError, "a function of this process"),
+                                ({"g": {"tool": print, "description": "d"}}, TypeError, "a function of this process")):
+        with pytest.raises(error, match=match):
+            warmpool.WarmpoolREPL("no-such-pool", "no-such-namespace", custom_tools=tools)
+
+
+def test_custom_tools_are_defined_in_the_sandbox(cluster):
+    tools = {"limit": 3, "double": "def double(x):\n    return 2 * x", "cfg": {"tool": {"a": 1}, "description": "settings"}}
+    with warmpool.WarmpoolREPL(cluster["pool"], cluster["namespace"], llm_query=str.upper, kubeconfig=cluster["kubeconfig"],
+                               idle_timeout=120, custom_tools=tools) as env:
+        assert env.execute_code("double(limit), cfg['a']").result == "(6, 1)"
+
+
 def test_register_gives_its_defaults_under_the_rlms_kwargs(cluster, monkeypatch):
     mod = _stand_in_rlm(monkeypatch, [])
     warmpool.rlm.register(pool="no-such-pool", namespace=cluster["namespace"], kubeconfig=cluster["kubeconfig"],

@@ -154,6 +154,11 @@ class REPLResult:
         return "\n".join(p.rstrip("\n") for p in parts if p)
 
 
+def _tool_value(tool):
+    """A custom tool's value: the reference gives a tool as itself or as {"tool": ..., "description": ...}."""
+    return tool.get("tool") if isinstance(tool, dict) and "tool" in tool else tool
+
+
 def _simple(v):
     return v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)
 
@@ -203,8 +208,13 @@ class WarmpoolREPL:
         self._subcall_fn = rlm_kwargs.get("subcall_fn")
         self._tools = {**(rlm_kwargs.get("custom_tools") or {})}
         for name in self._tools:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"custom tool {name!r} is not a Python name")
             if name in RESERVED_NAMES or name in ("FINAL", "FINAL_VAR"):
                 raise ValueError(f"custom tool {name!r} would replace the REPL's own {name}: choose another name")
+            if callable(_tool_value(self._tools[name])):
+                raise TypeError(f"custom tool {name!r} is a function of this process; a warmpool sandbox can hold only "
+                                f"JSON values and Python source (a str starting with 'def {name}(')")
         self._sandbox_kwargs = dict(sandbox_kwargs)
         if idle_timeout is not None:
             self._sandbox_kwargs["timeout"] = idle_timeout
@@ -242,10 +252,7 @@ class WarmpoolREPL:
         sandbox: the bridge answers the model calls only."""
         lines = []
         for name, tool in self._tools.items():
-            value = tool.get("tool") if isinstance(tool, dict) and "tool" in tool else tool
-            if callable(value):
-                raise TypeError(f"custom tool {name!r} is a function of this process; a warmpool sandbox can hold only "
-                                f"JSON values and Python source (a str starting with 'def {name}(')")
+            value = _tool_value(tool)
             if isinstance(value, str) and value.lstrip().startswith(("def ", "class ", "async def ")):
                 lines.append(value)
             else:
