@@ -155,13 +155,13 @@ while True:
 
 	It("cancels a running Execution", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
-		// Running is stored before the code starts: the marker says it printed.
+		// Running is stored a second after the code starts (runningStatusDelay): the marker says it printed.
 		marker := filepath.Join(GinkgoT().TempDir(), "started")
 		ex := wrappers.Execution(ns, "long").Code(fmt.Sprintf(
 			"import time\nprint('started', flush=True)\nopen(%q, 'w').close()\ntime.sleep(60)", marker)).Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(func() error { _, err := os.Stat(marker); return err }, 30*time.Second).Should(Succeed())
-		Expect(getExec(ex).Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
+		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
 		got := getExec(ex)
 		got.Spec.Cancel = true
 		Expect(k8s.Update(ctx, got)).To(Succeed())

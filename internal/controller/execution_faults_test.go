@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -97,7 +98,10 @@ var _ = Describe("Execution under faults", func() {
 		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 3*time.Second).Should(Equal("ran\n"),
 			"the code ran once")
 		Expect(getExec(ex).Status).To(Equal(done.Status), "the stored result is untouched")
-		Eventually(func() bool { return podGone(&free) }).Should(BeTrue(), "the free pod was claimed on the stale view, then replaced")
+		// An Execution from before the manager led is claimed only after its
+		// Running status is stored, which the stale view fails: the free pod
+		// was never claimed.
+		Expect(lease.ClaimedBy(getPodOf(ns, free.Name))).To(BeEmpty(), "the free pod was not claimed on the stale view")
 		Eventually(func() int { return idleReady(ns, "python") }).Should(Equal(1), "a replacement is warm again")
 		next := run(wrappers.Execution(ns, "next").Obj())
 		Expect(next.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", next.Status)
@@ -128,7 +132,7 @@ var _ = Describe("Execution under faults", func() {
 		}
 		crashAfter.Store(&f)
 		ex := wrappers.Execution(ns, "unsent").Timeout(time.Second).Code("print('ran')\n'ok'").Obj()
-		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		createBeforeTheLead(ex)
 		Eventually(managerDone, 30*time.Second).Should(BeClosed())
 		stored := getExec(ex)
 		Expect(stored.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
@@ -141,7 +145,28 @@ var _ = Describe("Execution under faults", func() {
 		Expect(done.Status.PodName).To(Equal(stored.Status.PodName))
 	})
 
-	It("puts an Execution whose claim lost the race back in the queue, though its Running status was stored, and runs it once", func() {
+	It("runs code whose claim was stored but never sent, once, when the manager died between them", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
+		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
+		f := func(pod *corev1.Pod) bool {
+			return pod.Namespace == ns && pod.Annotations[sandboxpod.AnnotationClaimedBy] == "claimed-only"
+		}
+		crashAfterPodUpdate.Store(&f)
+		DeferCleanup(func() { crashAfterPodUpdate.Store(nil) })
+		time.Sleep(time.Until(managerStarted.Add(2500 * time.Millisecond))) // claimed alone, with no Running status first
+		ex := wrappers.Execution(ns, "claimed-only").Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\n'done'", runLog)).Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Eventually(managerDone, 30*time.Second).Should(BeClosed())
+		Expect(getExec(ex).Status.Phase).NotTo(Equal(sandboxv1alpha1.PhaseRunning), "no Running status was written before the claim")
+		_, err := os.Stat(runLog)
+		Expect(os.IsNotExist(err)).To(BeTrue(), "the code was never sent")
+		startManager()
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(os.ReadFile(runLog)).To(BeEquivalentTo("ran\n"), "the code ran once, on the pod it claimed")
+	})
+
+	It("puts an Execution whose claim lost the race back in the queue and runs it once", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
 		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
 		name := "raced"
@@ -157,12 +182,16 @@ var _ = Describe("Execution under faults", func() {
 		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
 		name := "raced-crash"
 		claimLoses.Store(&name)
+		// The claim fails after Running was stored (an Execution from before
+		// the manager led stores Running first), and the manager dies as it
+		// takes Running back.
 		f := func(ex *sandboxv1alpha1.Execution) bool {
-			return ex.Name == name && ex.Status.Phase == sandboxv1alpha1.PhaseRunning
+			c := condition(ex.Status.Conditions, sandboxv1alpha1.ExecutionConditionWaitingForSandbox)
+			return ex.Name == name && ex.Status.Phase == sandboxv1alpha1.PhasePending && c != nil && strings.Contains(c.Message, "was taken by another")
 		}
-		crashAfter.Store(&f)
+		crashBefore.Store(&f)
 		ex := wrappers.Execution(ns, name).Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\n'done'", runLog)).Obj()
-		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		createBeforeTheLead(ex)
 		Eventually(managerDone, 30*time.Second).Should(BeClosed())
 		stored := getExec(ex)
 		Expect(stored.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning), "Running was stored")
@@ -180,8 +209,8 @@ var _ = Describe("Execution under faults", func() {
 		ex := wrappers.Execution(ns, "long-failover").Timeout(2 * time.Second).
 			Code("import time\ntime.sleep(0.5)\nprint('done')\n'ok'").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
-		Eventually(func() sandboxv1alpha1.ExecutionPhase { return getExec(ex).Status.Phase }).Should(Equal(sandboxv1alpha1.PhaseRunning))
-		waitClaimed(ex)
+		// Its Running status may not be stored yet (runningStatusDelay): its claim is.
+		Eventually(func() bool { return claimedPodOf(ns, "python", ex) != nil }).Should(BeTrue())
 		stopManager()
 		<-managerDone
 		// Longer than timeout + grace + the runner's slack: a runner started
@@ -304,3 +333,24 @@ var _ = Describe("A pool whose pods cannot start", func() {
 		Expect(len(seen)).To(BeNumerically("<=", 5), "pods started in 6 s: %v", seen)
 	})
 })
+
+// createBeforeTheLead creates ex while no manager runs, and starts one: an
+// Execution from before its manager led, which it claims the careful way
+// (its Running status stored first).
+func createBeforeTheLead(ex *sandboxv1alpha1.Execution) {
+	GinkgoHelper()
+	stopManager()
+	<-managerDone
+	Expect(k8s.Create(ctx, ex)).To(Succeed())
+	startManager()
+}
+
+// claimedPodOf returns the pod of pool that carries ex's claim, if any.
+func claimedPodOf(ns, pool string, ex *sandboxv1alpha1.Execution) *corev1.Pod {
+	for _, p := range poolPods(ns, pool) {
+		if lease.ClaimedBy(&p) == ex.UID {
+			return &p
+		}
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/controller/agentkeys"
@@ -210,8 +212,24 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := (&modelendpoint.Reconciler{Endpoints: models}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	// When this manager became the leader: Executions created after it
+	// cannot have been claimed by a leader before it (execution.Deps.LeadingSince).
+	var leading atomic.Pointer[time.Time]
+	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error {
+		now := time.Now()
+		leading.Store(&now)
+		return nil
+	})); err != nil {
+		return err
+	}
+	leadingSince := func() (time.Time, bool) {
+		if t := leading.Load(); t != nil {
+			return *t, true
+		}
+		return time.Time{}, false
+	}
 	if err := execution.NewReconciler(mgr, execution.Deps{Gate: rt.Gate, Runner: rt.Runner, Keys: keys, Dispatcher: rt.Dispatcher,
-		Tenancy: rt.Tenancy, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes}).SetupWithManager(mgr); err != nil {
+		Tenancy: rt.Tenancy, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, LeadingSince: leadingSince}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return session.NewReconciler(mgr, session.Deps{Gate: rt.Gate, Dispatcher: rt.Dispatcher, Tenancy: rt.Tenancy, Keys: keys,

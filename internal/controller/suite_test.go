@@ -141,6 +141,14 @@ func crashBeforeFinalStatus(name string) {
 	crashBefore.Store(&f)
 }
 
+// podUpdateHook, when set, sees each pod update of the manager before it is
+// sent: it may delay it, or crash the manager (crash) and refuse it.
+var podUpdateHook atomic.Pointer[func(pod *corev1.Pod, crash func()) error]
+
+// crashAfterPodUpdate, when set, makes the manager "die" just after it
+// stored a pod update it matches, before it acts on it.
+var crashAfterPodUpdate atomic.Pointer[func(*corev1.Pod) bool]
+
 // claimLoses, when set, names an Execution whose next claim of a pod fails
 // with a conflict, as when another Execution claimed the pod first.
 var claimLoses atomic.Pointer[string]
@@ -159,12 +167,56 @@ func startManager() {
 	opts := managerOptions()
 	cfg := managerConfig()
 	opts.Cache = controller.CacheOptions(cfg.KeysSecret())
-	var crash context.CancelFunc
+	// crash is a power cut: the manager stops, and from that moment nothing it
+	// was still doing reaches the API server (its workers take a moment to
+	// stop, and would otherwise go on writing).
+	var cancelManager context.CancelFunc
+	var dead atomic.Bool
+	crash := func() { dead.Store(true); cancelManager() }
+	errDead := errors.New("injected: the manager is dead")
 	opts.NewClient = func(config *rest.Config, options client.Options) (client.Client, error) {
 		c, err := client.NewWithWatch(config, options)
 		if err != nil {
 			return nil, err
 		}
+		c = interceptor.NewClient(c, interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if dead.Load() {
+					return errDead
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if dead.Load() {
+					return errDead
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if dead.Load() {
+					return errDead
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				if dead.Load() {
+					return errDead
+				}
+				return c.Delete(ctx, obj, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if dead.Load() {
+					return errDead
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if dead.Load() {
+					return errDead
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
 		return interceptor.NewClient(c, interceptor.Funcs{
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 				if ex, ok := obj.(*sandboxv1alpha1.Execution); ok {
@@ -176,11 +228,26 @@ func startManager() {
 				return c.Get(ctx, key, obj, opts...)
 			},
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if f := podUpdateHook.Load(); f != nil {
+					if pod, ok := obj.(*corev1.Pod); ok {
+						if err := (*f)(pod, crash); err != nil {
+							return err
+						}
+					}
+				}
 				if name := claimLoses.Load(); name != nil && obj.GetAnnotations()[sandboxpod.AnnotationClaimedBy] == *name {
 					claimLoses.Store(nil)
 					return apierrors.NewConflict(corev1.Resource("pods"), obj.GetName(), errors.New("injected: claimed by another Execution first"))
 				}
-				return c.Update(ctx, obj, opts...)
+				err := c.Update(ctx, obj, opts...)
+				if f := crashAfterPodUpdate.Load(); f != nil && err == nil {
+					if pod, ok := obj.(*corev1.Pod); ok && (*f)(pod) {
+						crashAfterPodUpdate.Store(nil)
+						crash()
+						return errors.New("injected: the manager died just after this write")
+					}
+				}
+				return err
 			},
 			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 				if f, pod := podDeleteFails.Load(), (*corev1.Pod)(nil); f != nil {
@@ -230,12 +297,17 @@ func startManager() {
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	Expect(err).NotTo(HaveOccurred())
 	mctx, cancel := context.WithCancel(context.Background())
-	crash = cancel
+	cancelManager = cancel
 	Expect(controller.Setup(mctx, mgr, cfg)).To(Succeed())
 	done := make(chan struct{})
 	go func() { defer GinkgoRecover(); defer close(done); Expect(mgr.Start(mctx)).To(Succeed()) }()
 	stopManager, managerDone = cancel, done
+	managerStarted = time.Now()
 }
+
+// managerStarted is when the running manager started (and led: the suite's
+// managers do not elect).
+var managerStarted time.Time
 
 // managerNamespace stands for warmpool-system: it holds the agent keys Secret.
 const managerNamespace = "warmpool-system"

@@ -164,6 +164,23 @@ func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, me
 	if t == nil && code != http.StatusInternalServerError && s.APIReader != nil {
 		// The cache can lag behind what the caller saw (its Session just became Ready).
 		t, code, reason, msg = s.resolveWith(ctx, s.APIReader, ns, name)
+		// The claim of a Session's pod is written alongside its Ready
+		// status, and can land a moment after it: wait for it, briefly
+		// (and read once more after it landed between the two reads).
+		for wait := 5 * time.Millisecond; t == nil && strings.HasSuffix(msg, podGone) && wait < time.Second; wait *= 2 {
+			inFlight := s.claimInFlight(ctx, ns, name)
+			if inFlight {
+				select {
+				case <-ctx.Done():
+					return nil, http.StatusRequestTimeout, metav1.StatusReasonTimeout, "the request ended while the Session's claim was stored"
+				case <-time.After(wait):
+				}
+			}
+			t, code, reason, msg = s.resolveWith(ctx, s.APIReader, ns, name)
+			if !inFlight {
+				break
+			}
+		}
 	}
 	if t == nil {
 		return nil, code, reason, msg
@@ -178,6 +195,26 @@ func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, me
 	}
 	t.agent = agent
 	return t, 0, "", ""
+}
+
+// podGone ends resolveWith's answer for a Ready Session whose pod does not
+// carry its lease.
+const podGone = " is gone; the Session is being marked Lost: start a new Session"
+
+// claimInFlight reports whether a Ready Session's pod, as kube-apiserver has
+// it, is the one its status names and is held by nobody yet: the lease's
+// claim, written alongside the status, has not landed.
+func (s *Server) claimInFlight(ctx context.Context, ns, name string) bool {
+	ses := &sandboxv1alpha1.Session{}
+	if err := s.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ses); err != nil ||
+		ses.Status.Phase != sandboxv1alpha1.SessionReady || ses.Status.PodName == "" {
+		return false
+	}
+	pod := &corev1.Pod{}
+	if err := s.APIReader.Get(ctx, ses.PodKey(), pod); err != nil {
+		return false
+	}
+	return pod.UID == ses.Status.PodUID && lease.Session(pod) == "" && lease.ClaimedBy(pod) == "" && !sandboxpod.IsTerminal(pod)
 }
 
 func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name string) (*target, int, metav1.StatusReason, string) {
@@ -211,7 +248,7 @@ func (s *Server) resolveWith(ctx context.Context, r client.Reader, ns, name stri
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if gone || r.Get(ctx, ses.PoolKey(), pool) != nil {
 		return nil, http.StatusConflict, metav1.StatusReasonConflict,
-			fmt.Sprintf("Session %s's pod %s is gone; the Session is being marked Lost: start a new Session", name, ses.Status.PodName)
+			fmt.Sprintf("Session %s's pod %s%s", name, ses.Status.PodName, podGone)
 	}
 	return &target{ses: ses, pod: pod, pool: pool}, 0, "", ""
 }

@@ -32,7 +32,7 @@ func (d *Dispatcher) Promised(key types.NamespacedName) map[string]bool {
 	}
 	var out map[string]bool
 	for name, pi := range p.pods {
-		if pi.idle && pi.assignedTo != nil {
+		if (pi.idle && pi.assignedTo != nil) || (pi.session == "" && pi.claimedBy == "" && p.namedBy[name] != "") {
 			if out == nil {
 				out = map[string]bool{}
 			}

@@ -186,14 +186,17 @@ type session struct {
 }
 
 type pool struct {
-	key        types.NamespacedName
-	hash       string
-	obj        *sandboxv1alpha1.SandboxPool // nil until seen, and once deleted
-	tenants    map[string]*tenantQueue      // waiting for a fresh pod, by namespace
-	waiting    int                          // entries in tenants
-	sessions   map[string]*session          // by sessionKey
-	pods       map[string]*podInfo
-	idle       map[string]*podInfo
+	key      types.NamespacedName
+	hash     string
+	obj      *sandboxv1alpha1.SandboxPool // nil until seen, and once deleted
+	tenants  map[string]*tenantQueue      // waiting for a fresh pod, by namespace
+	waiting  int                          // entries in tenants
+	sessions map[string]*session          // by sessionKey
+	pods     map[string]*podInfo
+	idle     map[string]*podInfo
+	// namedBy: pods a Ready Session's status names, by the session's key
+	// (sessions.go, renamed).
+	namedBy    map[string]string
 	lastDemand int
 }
 
@@ -280,7 +283,7 @@ func (d *Dispatcher) pool(key types.NamespacedName) *pool {
 	p := d.pools[key]
 	if p == nil {
 		p = &pool{key: key, sessions: map[string]*session{}, pods: map[string]*podInfo{}, idle: map[string]*podInfo{},
-			tenants: map[string]*tenantQueue{}}
+			tenants: map[string]*tenantQueue{}, namedBy: map[string]string{}}
 		d.pools[key] = p
 	}
 	return p
@@ -288,7 +291,7 @@ func (d *Dispatcher) pool(key types.NamespacedName) *pool {
 
 // gc drops a pool that holds nothing any more.
 func (d *Dispatcher) gc(p *pool) {
-	if len(p.pods) == 0 && len(p.sessions) == 0 && p.waiting == 0 && p.hash == "" {
+	if len(p.pods) == 0 && len(p.sessions) == 0 && len(p.namedBy) == 0 && p.waiting == 0 && p.hash == "" {
 		delete(d.pools, p.key)
 	}
 }

@@ -586,3 +586,32 @@ func TestPromisedFromChoiceUntilClaim(t *testing.T) {
 		t.Fatalf("promised %v of an unknown pool", got)
 	}
 }
+
+// The lease's claim is written alongside the Session's Ready status: the
+// status can arrive first, or alone (the manager stopped before the claim
+// landed, and a new leader hears of the Session and an idle pod). The pod the
+// status names is the Session's: no other claim gets it, and the pool counts
+// it as taken, until the Session lets it go.
+func TestAPodAReadySessionNamesIsNotIdleBeforeItsClaimLands(t *testing.T) {
+	d, _ := newDispatcher()
+	d.UpdatePod(pod("leased").Obj())
+	d.UpdatePod(pod("other").Obj())
+	d.UpdateSession(ses("s", 0).ReadyOn("leased").Obj())
+	if !d.Promised(poolKey)["leased"] {
+		t.Fatalf("promised %v, want the named pod counted as taken", d.Promised(poolKey))
+	}
+	for i := range 2 {
+		e := ex(fmt.Sprintf("e-%d", i), i+1).Obj()
+		d.UpdateExecution(e)
+		// Its own event, still idle, must not free it either.
+		d.UpdatePod(pod("leased").RV(fmt.Sprint(i + 2)).Obj())
+		if got := d.Place(e).Pod; got == "leased" {
+			t.Fatalf("e-%d got the pod a Ready Session's status names", i)
+		}
+	}
+	// e-0 took the other pod; e-1 waits, and gets the pod once the Session lets it go.
+	d.UpdateSession(ses("s", 0).ReadyOn("leased").Closed().Obj())
+	if got := d.Place(ex("e-1", 2).Obj()).Pod; got != "leased" {
+		t.Fatalf("after the Session ended: got %q, want the pod it no longer names", got)
+	}
+}

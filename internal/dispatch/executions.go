@@ -50,8 +50,13 @@ func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
 		}
 		d.enqueue(e, &w)
 	case e.state == running:
-		// Waiting again: its claim, written with its Running status, did not
-		// commit, and Running was taken back. The pod's own events say whether
+		if pi := e.pool.pods[e.pod]; pi != nil && pi.claimedBy == e.uid {
+			// Its claim says it runs: its Running status is written later,
+			// if at all (a short run writes only its final status).
+			break
+		}
+		// Waiting again: its claim did not commit, and a Running status
+		// stored before it was taken back. The pod's own events say whether
 		// it is free.
 		d.requeue(e, &w)
 	}

@@ -82,7 +82,9 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	}
 	pi.sessionUID = lease.SessionUID(pod)
 	usable := d.o.Usable == nil || (p.obj != nil && d.o.Usable(p.obj, pod))
-	pi.idle = pi.session == "" && pi.claimedBy == "" && sandboxpod.IsIdle(pod) && usable
+	named := p.namedBy[pi.name]
+	// Named by a Ready Session whose claim is not seen yet: that Session's.
+	pi.idle = pi.session == "" && pi.claimedBy == "" && named == "" && sandboxpod.IsIdle(pod) && usable
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
 	pi.readySince = time.Time{}
 	for _, c := range pod.Status.Conditions {
@@ -103,7 +105,7 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	}
 	// A pod chosen for one Execution that someone else took (or that stopped
 	// being free) sends that Execution back to its place in the queue.
-	if a := pi.assignedTo; a != nil && !pi.idle && !(a.session != "" && pi.sessionFree && pi.session == a.session) {
+	if a := pi.assignedTo; a != nil && !pi.idle && !(a.session != "" && (pi.sessionFree && pi.session == a.session || named == a.session)) {
 		pi.assignedTo = nil
 		if pi.claimedBy != a.uid {
 			d.requeue(a, w)

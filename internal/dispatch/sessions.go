@@ -54,7 +54,9 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 	if s := p.sessions[key]; s != nil || ready {
 		s = p.session(key)
 		if s.ready != ready || s.uid != ses.UID || s.named != ses.Status.PodName {
+			was := s.heldName()
 			s.ready, s.uid, s.named = ready, ses.UID, ses.Status.PodName
+			d.renamed(p, key, was, s.heldName(), &w)
 			if pi := p.pods[s.named]; pi != nil && pi.session == key && s.owns(pi) {
 				s.pod = s.named
 			} else if s.named != "" && s.pod != s.named {
@@ -90,6 +92,38 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		d.enqueue(e, &w)
 	}
 	return w
+}
+
+// heldName is the pod the Session's Ready status names, "" when it is not Ready.
+func (s *session) heldName() string {
+	if !s.ready {
+		return ""
+	}
+	return s.named
+}
+
+// renamed moves the mark of the pod a Ready Session's status names, from was
+// to now. The lease's claim is written alongside the Ready status, not before
+// it (internal/controller/session/lease.go): until the claim shows on the pod,
+// or if the manager stopped before it landed, the pod's own events say it is
+// idle. The mark keeps it out of every other claim meanwhile; the Session
+// controller writes the claim again if it never landed.
+func (d *Dispatcher) renamed(p *pool, key, was, now string, w *wakes) {
+	if was == now {
+		return
+	}
+	if was != "" && p.namedBy[was] == key {
+		delete(p.namedBy, was)
+		if pi := p.pods[was]; pi != nil && pi.pod != nil {
+			d.updatePod(p, pi.pod, w)
+		}
+	}
+	if now != "" {
+		p.namedBy[now] = key
+		if pi := p.pods[now]; pi != nil && pi.pod != nil {
+			d.updatePod(p, pi.pod, w)
+		}
+	}
 }
 
 // DeleteSession forgets a Session that was deleted: as a Session being

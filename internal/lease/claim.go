@@ -129,6 +129,26 @@ func ReleaseForReset(ctx context.Context, c client.Client, pod *corev1.Pod, ex *
 	return nil
 }
 
+// ReleaseReset frees a pod whose Execution ended on it and whose interpreter
+// was then replaced (reusePolicy FreshInterpreter), back among its pool's idle
+// pods: one write, where ReleaseForReset and ReturnToPool take two. The claim
+// stays on the pod while the interpreter is replaced, so nothing can claim it
+// meanwhile. It does nothing to a pod ex no longer holds.
+func ReleaseReset(ctx context.Context, c client.Client, pod *corev1.Pod, ex *sandboxv1alpha1.Execution) error {
+	if ClaimedBy(pod) != ex.UID {
+		return nil
+	}
+	delete(pod.Annotations, sandboxpod.AnnotationClaimedBy)
+	delete(pod.Annotations, sandboxpod.AnnotationClaimedUID)
+	delete(pod.Annotations, sandboxpod.AnnotationResetSince)
+	delete(pod.Labels, sandboxpod.LabelSession)
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateIdle
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("return pod %s to its pool after a reset: %w", pod.Name, err)
+	}
+	return nil
+}
+
 // ReturnToPool puts a pod whose interpreter was replaced back among the pool's
 // idle pods. It does nothing unless the pod is still resetting.
 func ReturnToPool(ctx context.Context, c client.Client, pod *corev1.Pod) error {

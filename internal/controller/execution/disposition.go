@@ -3,6 +3,8 @@ package execution
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,9 +28,17 @@ import (
 
 // dispose carries out ex's pod disposition.
 func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution) error {
-	if ex.Status.PodName == "" {
+	if ex.Status.PodName == "" || r.disposed.has(ex.UID, r.now()) {
 		return nil
 	}
+	err := r.disposeOnce(ctx, ex)
+	if err == nil && ex.Status.PodDisposition != sandboxv1alpha1.DispositionReset {
+		r.disposed.add(ex.UID, r.now())
+	}
+	return err
+}
+
+func (r *Reconciler) disposeOnce(ctx context.Context, ex *sandboxv1alpha1.Execution) error {
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, ex.PodKey(), pod); err != nil {
 		return client.IgnoreNotFound(err)
@@ -43,22 +53,18 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 	case sandboxv1alpha1.DispositionReleaseToSession:
 		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return lease.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
 	case sandboxv1alpha1.DispositionReset:
-		released := false
-		if err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error {
-			released = false
-			if lease.ClaimedBy(p) != ex.UID {
-				return nil // released by an earlier call, whose reset is under way
-			}
-			err := lease.ReleaseForReset(ctx, r.Client, p, ex, r.now())
-			released = err == nil
-			return err
-		}); err != nil || !released {
-			return err
-		}
 		// A new interpreter takes about a second under gVisor: replace it off
-		// the request path. A manager that stops during the reset leaves the pod
-		// resetting; the pool controller replaces it after recycle.ResetTimeout.
-		go recycle.Pod(logf.FromContext(ctx).WithValues("pod", pod.Name), r.Client, r.APIReader, r.Gate, client.ObjectKeyFromObject(pod), pod.UID)
+		// the request path, under the Execution's claim, and release the pod
+		// once, when it is done. One reset per pod at a time: every
+		// reconcile of the finished Execution comes here meanwhile.
+		if _, busy := r.resets.LoadOrStore(pod.UID, struct{}{}); busy {
+			return nil
+		}
+		go func(ex *sandboxv1alpha1.Execution) {
+			defer r.resets.Delete(ex.Status.PodUID)
+			recycle.Claimed(logf.FromContext(ctx).WithValues("pod", ex.Status.PodName), r.Client, r.APIReader, r.Gate, ex)
+			r.disposed.add(ex.UID, r.now())
+		}(ex.DeepCopy())
 		return nil
 	default: // Delete, and Executions finished before dispositions were recorded
 		return r.deleteClaimedPod(ctx, pod, ex.UID)
@@ -101,4 +107,41 @@ func (r *Reconciler) ownedByItsPool(ctx context.Context, pod *corev1.Pod) bool {
 		return false
 	}
 	return lease.Owned(pod, pool)
+}
+
+// recentlyDisposed remembers for a while the Executions whose pod
+// disposition this manager carried out: every later reconcile of a finished
+// Execution comes to dispose, and the cache may not show the first one's
+// write yet (a second delete, a release refused as a conflict, are API
+// requests for nothing).
+type recentlyDisposed struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+// disposedMemory is how long a disposition is remembered: far longer than
+// the cache lags.
+const disposedMemory = time.Minute
+
+func (d *recentlyDisposed) has(uid types.UID, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.at[uid]
+	return ok && now.Sub(t) < disposedMemory
+}
+
+func (d *recentlyDisposed) add(uid types.UID, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.at == nil {
+		d.at = map[types.UID]time.Time{}
+	}
+	if len(d.at) >= 1024 {
+		for k, t := range d.at {
+			if now.Sub(t) >= disposedMemory {
+				delete(d.at, k)
+			}
+		}
+	}
+	d.at[uid] = now
 }

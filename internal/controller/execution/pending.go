@@ -32,12 +32,6 @@ import (
 // reconcilePending takes a waiting Execution through the dispatcher's
 // decision to a claimed pod and a started run.
 func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
-	if job, ok := r.Runner.Job(ex.UID); ok {
-		// It claimed a pod and started, but the cache does not show it yet (or
-		// writing Running lost a race): claiming again would take a second pod.
-		r.markRunning(ex, job.Pod, job.PodUID, metav1.NewTime(job.StartTime), job.CodeDigest)
-		return ctrl.Result{}, nil
-	}
 	first := ex.Status.Phase == ""
 	if first {
 		ex.Status.Phase = sandboxv1alpha1.PhasePending
@@ -215,8 +209,7 @@ func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Exec
 		r.Dispatcher.ClaimFailed(ex.UID, podName, pod.ResourceVersion)
 		return ctrl.Result{RequeueAfter: waitBackstop}, nil
 	}
-	// The claim is written with the Running status, at the same time
-	// (afterWrite): the code is sent once both are stored.
+	// The claim is written next (Reconcile), and the code sent once it is stored.
 	toClaim := pod.DeepCopy()
 	res, err := r.start(ctx, ex, pool, pod, next)
 	if next.send == nil {
@@ -227,18 +220,6 @@ func (r *Reconciler) claimAndStart(ctx context.Context, ex *sandboxv1alpha1.Exec
 	}
 	next.claim = toClaim
 	return res, err
-}
-
-// claimConcurrently writes the claim of next.claim while write stores the
-// Running status, and returns the claim's error. A claim that fails after
-// Running was stored is undone by unclaimed (or, if the manager dies first,
-// by the next reconcile: see reconcileRunning).
-func (r *Reconciler) claimConcurrently(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, write func() error) (claimErr, writeErr error) {
-	claimer := ex.DeepCopy() // write changes ex while the claim reads it
-	done := make(chan error, 1)
-	go func() { done <- lease.Claim(ctx, r.Client, pod, claimer) }()
-	writeErr = write()
-	return <-done, writeErr
 }
 
 // unclaimed puts a Running Execution whose claim did not commit back in the

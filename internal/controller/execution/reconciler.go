@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,7 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/modelendpoint"
 	"github.com/warmpool/warmpool/internal/controller/wakeup"
 	"github.com/warmpool/warmpool/internal/dispatch"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/tenancy"
@@ -52,6 +54,11 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Deps
+
+	// resets: the pods whose interpreter is being replaced for reuse (dispose).
+	resets sync.Map
+	// disposed: the Executions whose pod disposition was carried out.
+	disposed recentlyDisposed
 }
 
 // Deps is what the Execution reconciler is built with, besides its manager.
@@ -75,6 +82,10 @@ type Deps struct {
 	Clock clock.PassiveClock
 	// Wakeups feeds the runner's and the dispatcher's wake-ups to the work queue.
 	Wakeups *wakeup.Source
+	// LeadingSince says since when this manager leads (false: not yet, or
+	// unknown). Only an Execution created after that is claimed without a
+	// Running status first (claimsAlone). Nil: none is.
+	LeadingSince func() (time.Time, bool)
 }
 
 // NewReconciler returns the Execution reconciler: mgr's client, API reader
@@ -94,11 +105,11 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 type afterWrite struct {
 	send *runner.Job
 	// pool and pod are the send's: the gate opens the pod's agent for it
-	// once the status (with the pod's UID) and the claim are stored.
+	// once the claim is stored.
 	pool *sandboxv1alpha1.SandboxPool
 	pod  *corev1.Pod
-	// claim is the pod to claim while the Running status is written, both
-	// before the send. Written one after the other they cost a round trip more.
+	// claim is the pod to claim before the send: a fresh claim, which the
+	// send follows without a status write (runningStatusDelay).
 	claim *corev1.Pod
 }
 
@@ -127,43 +138,96 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var result ctrl.Result
 	var err error
 	next := &afterWrite{}
-	if ex.Status.Phase == sandboxv1alpha1.PhaseRunning {
-		result, err = r.reconcileRunning(ctx, ex, next)
-	} else {
-		result, err = r.reconcilePending(ctx, ex, next)
+	for attempt := 1; ; attempt++ {
+		if job, started := r.Runner.Job(ex.UID); started && ex.Status.Phase != sandboxv1alpha1.PhaseRunning {
+			// Started here on a fresh claim, its Running status not stored
+			// (runningStatusDelay), or not in the cache yet.
+			r.markRunning(ex, job.Pod, job.PodUID, metav1.NewTime(job.StartTime), job.CodeDigest)
+		}
+		if ex.Status.Phase == sandboxv1alpha1.PhaseRunning {
+			result, err = r.reconcileRunning(ctx, ex, next)
+		} else {
+			result, err = r.reconcilePending(ctx, ex, next)
+		}
+		if next.claim == nil {
+			break
+		}
+		// A fresh claim: it alone commits the run to the pod. The claim,
+		// with the pod's resourceVersion as precondition, gives the pod to
+		// one Execution; the Execution's UID on it is what a manager that
+		// restarts finds the run by (reconcilePending, claimedPods); and the
+		// runner remembers the run until the cache shows its final status,
+		// so a reconcile from a view that lags never claims a second pod.
+		// The Running status is written only for a run still under way
+		// after runningStatusDelay: a short run writes its final status alone.
+		pod, stored := next.claim, orig
+		if !r.claimsAlone(ex) {
+			// An Execution from before this manager led: a leader before it may
+			// have started it, and this view of it may lag (a watch cache that
+			// is behind after a failover). The Running status, written first
+			// with the resourceVersion read, proves the view is current.
+			ex.Status.ObservedGeneration = ex.Generation
+			if perr := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+				r.Dispatcher.ClaimFailed(ex.UID, pod.Name, "")
+				if apierrors.IsConflict(perr) {
+					return ctrl.Result{Requeue: true}, err // stale: nothing was sent
+				}
+				return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
+			}
+			stored = ex.DeepCopy()
+		}
+		if cerr := lease.Claim(ctx, r.Client, pod, ex.DeepCopy()); cerr != nil {
+			logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", cerr.Error())
+			r.Dispatcher.ClaimFailed(ex.UID, pod.Name, pod.ResourceVersion)
+			if stored != orig {
+				return r.takeBack(ctx, ex, stored, pod)
+			}
+			if !apierrors.IsConflict(cerr) && !errors.Is(cerr, lease.ErrNotClaimable) {
+				return ctrl.Result{}, cerr
+			}
+			// Lost a race (the cache was behind the pod): the next pod the
+			// dispatcher gives is tried at once, not after a fixed delay.
+			*ex, next = *orig.DeepCopy(), &afterWrite{}
+			if attempt < maxClaimAttempts {
+				continue
+			}
+			return ctrl.Result{Requeue: true}, nil
+		}
+		metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
+		if res, err := r.send(ctx, ex, stored, next); err != nil || res != (ctrl.Result{}) {
+			return res, err
+		}
+		if stored != orig {
+			return result, err
+		}
+		return ctrl.Result{RequeueAfter: runningStatusDelay}, err
 	}
 	ex.Status.ObservedGeneration = ex.Generation
-	// A run is sent only after a write: even when the status did not change,
-	// the resourceVersion precondition proves this reconcile saw the latest one.
+	if due, deferred := r.runningDeferred(orig, ex); deferred && next.send == nil {
+		// Running, but for less than runningStatusDelay: nothing to write yet.
+		*ex = *orig
+		if result.RequeueAfter <= 0 || due < result.RequeueAfter {
+			result.RequeueAfter = due
+		}
+		return result, err
+	}
+	// A run is sent (again, re-attaching after a restart) only after a write:
+	// even when the status did not change, the resourceVersion precondition
+	// proves this reconcile saw the latest one.
 	if next.send != nil || !equality.Semantic.DeepEqual(orig.Status, ex.Status) {
 		// The optimistic lock makes a reconcile that worked from a stale cache
 		// fail here instead of overwriting a newer status (or starting code that
 		// already ran).
 		patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-		write := func() error { return r.Status().Patch(ctx, ex, patch) }
-		var perr error
-		if next.claim != nil {
-			var cerr error
-			if cerr, perr = r.claimConcurrently(ctx, ex, next.claim, write); cerr != nil {
-				return r.claimFailed(ctx, ex, next.claim, cerr, perr)
-			}
-			metrics.QueueWait.Observe(r.now().Sub(ex.CreationTimestamp.Time).Seconds())
-		} else {
-			perr = write()
-		}
-		if perr != nil {
+		if perr := r.Status().Patch(ctx, ex, patch); perr != nil {
 			if apierrors.IsConflict(perr) {
-				// Stale: nothing was sent. A pod claimed on that view stays claimed:
-				// the next reconcile runs on it if the Execution still waits, and
-				// the pool controller replaces it if the Execution ran elsewhere or
-				// ended. (Handing it back here would race with that next reconcile,
-				// which can find the claim in its cache after it was undone.)
+				// Stale: nothing was sent.
 				return ctrl.Result{Requeue: true}, err
 			}
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status of execution %s: %w", ex.Name, perr))
 		}
 		if next.send != nil {
-			if res, err := r.send(ctx, ex, next); err != nil || res != (ctrl.Result{}) {
+			if res, err := r.send(ctx, ex, ex.DeepCopy(), next); err != nil || res != (ctrl.Result{}) {
 				return res, err
 			}
 		}
@@ -178,17 +242,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, err
 }
 
-// claimFailed handles a claim that did not commit while the Running status
-// was written: nothing was sent; if Running was stored, it is taken back.
-func (r *Reconciler) claimFailed(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, claimErr, writeErr error) (ctrl.Result, error) {
-	logf.FromContext(ctx).V(4).Info("the claim did not commit; back in the queue", "pod", pod.Name, "err", claimErr.Error())
-	r.Dispatcher.ClaimFailed(ex.UID, pod.Name, pod.ResourceVersion)
-	if writeErr != nil {
-		return ctrl.Result{Requeue: true}, nil // Running was not stored either
+// claimsAlone reports whether a fresh claim alone may commit ex's run, with
+// no Running status written before the code is sent: ex was created after
+// this manager became the leader (with a margin for the clocks of the API
+// server and the manager), so no leader before it saw ex, and this
+// manager's own runner remembers every run it started until the cache shows
+// its final status.
+func (r *Reconciler) claimsAlone(ex *sandboxv1alpha1.Execution) bool {
+	if r.LeadingSince == nil {
+		return false
 	}
-	orig := ex.DeepCopy()
+	since, ok := r.LeadingSince()
+	return ok && ex.CreationTimestamp.After(since.Add(leadershipMargin))
+}
+
+// leadershipMargin covers the skew between the API server's clock (creation
+// times, in whole seconds) and the manager's.
+const leadershipMargin = time.Second
+
+// takeBack puts an Execution whose claim did not commit back in the queue,
+// taking back the Running status stored before the claim. Nothing was sent.
+func (r *Reconciler) takeBack(ctx context.Context, ex, stored *sandboxv1alpha1.Execution, pod *corev1.Pod) (ctrl.Result, error) {
 	r.unclaimed(ex, fmt.Sprintf("pod %s was taken by another Execution before this one's claim: back in the queue", pod.Name))
-	if err := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
 		// Running stays stored for a pod it does not hold; reconcileRunning undoes it.
 		return ctrl.Result{Requeue: true}, fmt.Errorf("take back the Running status of execution %s: %w", ex.Name, err)
 	}
@@ -196,11 +272,31 @@ func (r *Reconciler) claimFailed(ctx context.Context, ex *sandboxv1alpha1.Execut
 	return ctrl.Result{RequeueAfter: waitBackstop}, nil
 }
 
+// runningStatusDelay is how long a run started on a fresh claim goes before
+// its Running status is written. Most runs end sooner, and write their final
+// status alone: one write fewer per Execution. kubectl shows such an
+// Execution Pending (or no phase) until it ends.
+const runningStatusDelay = time.Second
+
+// maxClaimAttempts bounds the claims one reconcile makes in a row.
+const maxClaimAttempts = 3
+
+// runningDeferred reports whether ex is Running in memory only (started
+// here, its Running status not stored) for less than runningStatusDelay,
+// and when that delay is up.
+func (r *Reconciler) runningDeferred(orig, ex *sandboxv1alpha1.Execution) (time.Duration, bool) {
+	if orig.Status.Phase == sandboxv1alpha1.PhaseRunning || ex.Status.Phase != sandboxv1alpha1.PhaseRunning || ex.Status.StartTime == nil {
+		return 0, false
+	}
+	due := ex.Status.StartTime.Add(runningStatusDelay).Sub(r.now())
+	return due, due > 0
+}
+
 // send starts the run once its status is stored: on the pod the gate
 // opens for it, the pod as claimed (next.claim, written with the status) or
 // as read. A pod the gate refuses gets nothing; the Execution goes back to
 // the queue (its code never left).
-func (r *Reconciler) send(ctx context.Context, ex *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
+func (r *Reconciler) send(ctx context.Context, ex, stored *sandboxv1alpha1.Execution, next *afterWrite) (ctrl.Result, error) {
 	pod := next.pod
 	if next.claim != nil {
 		pod = next.claim
@@ -211,9 +307,8 @@ func (r *Reconciler) send(ctx context.Context, ex *sandboxv1alpha1.Execution, ne
 		r.Recorder.Eventf(ex, pod, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSandboxRefused, "Send",
 			"pod %s: %v; the code was not sent", pod.Name, err)
 		r.Dispatcher.ClaimFailed(ex.UID, pod.Name, pod.ResourceVersion)
-		orig := ex.DeepCopy()
 		r.unclaimed(ex, fmt.Sprintf("pod %s could not be given the code (%v): back in the queue", pod.Name, err))
-		if perr := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+		if perr := r.Status().Patch(ctx, ex, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); perr != nil {
 			// Running stays stored without a run; reconcileRunning finds no outcome and sends it again through the gate.
 			return ctrl.Result{Requeue: true}, fmt.Errorf("take back the Running status of execution %s: %w", ex.Name, perr)
 		}

@@ -125,8 +125,10 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 		// The runner wakes this Execution when the run ends; this is the backstop.
 		return ctrl.Result{RequeueAfter: max(left, time.Second)}, nil
 	}
+	// Not forgotten yet: the runner remembers a run until the cache shows its
+	// final status (reconcileFinished), the guard against a reconcile from a
+	// lagging view claiming another pod for it.
 	r.Runner.Cancel(ex.UID)
-	r.Runner.Forget(ex.UID)
 	msg := fmt.Sprintf("no outcome from the sandbox agent by %s, well after the timeout of %s and the grace period of %s; the pod is deleted",
 		deadline.UTC().Format(time.RFC3339), timeoutOf(ex, pool), graceOf(pool))
 	r.end(ex, sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut, msg,

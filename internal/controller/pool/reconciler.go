@@ -87,6 +87,8 @@ type Reconciler struct {
 	startFailures startFailures
 	// refills delays the refill of a pool that still has an idle pod (refill.go).
 	refills refills
+	// statusWrites spaces the writes of a pool's counts (statuswrites.go).
+	statusWrites statusWrites
 }
 
 // Deps is what the pool reconciler is built with, besides its manager.
@@ -164,6 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.refills.forget(req.NamespacedName)
 			r.mu.Unlock()
 			r.Autoscalers.forget(req.NamespacedName)
+			r.statusWrites.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -343,10 +346,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, pods.degradedReason, "Reconcile", "%s", pods.degMsg)
 	}
 	if !equality.Semantic.DeepEqual(status, pool.Status) {
-		patch := client.MergeFrom(pool.DeepCopy())
-		pool.Status = status
-		if err := r.Status().Patch(ctx, pool, patch); err != nil {
-			errs = append(errs, fmt.Errorf("update status of pool %s: %w", pool.Name, err))
+		now := time.Now() // a rate of writes, not a policy of the pool's: not r.Clock
+		if wait := r.statusWrites.wait(req.NamespacedName, &pool.Status, &status, now); wait > 0 {
+			pods.requeueWithin(wait) // statuswrites.go
+		} else {
+			patch := client.MergeFrom(pool.DeepCopy())
+			pool.Status = status
+			if err := r.Status().Patch(ctx, pool, patch); err != nil {
+				errs = append(errs, fmt.Errorf("update status of pool %s: %w", pool.Name, err))
+			} else {
+				r.statusWrites.written(req.NamespacedName, now)
+			}
 		}
 	}
 	if len(errs) > 0 {

@@ -63,6 +63,47 @@ func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate
 	}
 }
 
+// Claimed gives a pod its Execution ended on a fresh interpreter while the
+// Execution's claim still holds it, and then returns it to its pool's idle
+// pods in one write (lease.ReleaseReset); it deletes the pod when the reset
+// fails. The final status is stored before: the reset is what follows it.
+// A manager that stops meanwhile leaves the claim, and the Execution's next
+// reconcile starts over.
+func Claimed(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, ex *sandboxv1alpha1.Execution) {
+	ctx, cancel := context.WithTimeout(context.Background(), ResetTimeout)
+	defer cancel()
+	key := ex.PodKey()
+	pod := &corev1.Pod{}
+	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != ex.Status.PodUID || lease.ClaimedBy(pod) != ex.UID {
+		return // gone, or not the Execution's any more
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
+		pool = nil // the gate refuses: a pod without its pool is deleted
+	}
+	agent, resetErr := gate.Open(ctx, pool, pod, agentgate.ForExecution(ex))
+	if agentgate.IsRefused(resetErr) && (pool == nil || !lease.Owned(pod, pool)) {
+		log.Info("not resetting a pod its pool does not own", "err", resetErr.Error())
+		return
+	}
+	if resetErr == nil {
+		resetErr = reset(ctx, agent)
+	}
+	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != ex.Status.PodUID || lease.ClaimedBy(pod) != ex.UID {
+		return
+	}
+	if resetErr != nil {
+		log.Info("could not reset the interpreter for reuse; deleting the pod", "err", resetErr.Error())
+		if err := c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}); client.IgnoreNotFound(err) != nil {
+			log.Error(err, "delete pod after a failed reset")
+		}
+		return
+	}
+	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return lease.ReleaseReset(ctx, c, p, ex) }); err != nil {
+		log.Error(err, "return reset pod to its pool")
+	}
+}
+
 // reset gives the agent a fresh interpreter. The agent publishes a run's
 // result a moment before it frees the interpreter, so a reset that follows
 // the result at once can find it busy (409): that is retried for a few seconds.

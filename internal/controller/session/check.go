@@ -198,6 +198,18 @@ func (r *Reconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Sessio
 	switch {
 	case ses.Status.PodUID != "" && pod.UID != ses.Status.PodUID:
 		return nil, podGone{msg: fmt.Sprintf("pod %s was deleted, and with it the session's state (a pod now under its name is another one)", key.Name)}, nil
+	case !lease.HeldBy(pod, ses) && lease.Session(pod) == "" && lease.ClaimedBy(pod) == "":
+		// Ready, but the claim written with the status never landed (the
+		// manager stopped in between): the dispatcher kept the pod for the
+		// Session; write the claim now.
+		held, err := r.claimNamedPod(ctx, ses)
+		if err != nil || !held {
+			return nil, podGone{msg: fmt.Sprintf("pod %s was never claimed by the session, and is no longer free for it", key.Name)}, err
+		}
+		if err := r.APIReader.Get(ctx, key, pod); err != nil {
+			return nil, podGone{}, err
+		}
+		return pod, podGone{}, nil
 	case !lease.HeldBy(pod, ses):
 		return nil, podGone{msg: fmt.Sprintf("pod %s no longer belongs to the session", key.Name)}, nil
 	case sandboxpod.IsTerminal(pod):

@@ -17,6 +17,7 @@ import (
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentgate"
+	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
@@ -25,11 +26,14 @@ import (
 )
 
 // lease gets the Session a pod: the one already labelled with its name, or
-// the one the dispatcher chose. The claim and the Ready status are written
-// one after the other; a manager that stops between them leaves a labelled
-// pod, which the next reconcile adopts. The dispatcher knows that pod from
-// the pod informer; should the informer lag behind it and a second pod be
-// leased, the pool deletes the one the Ready Session does not name.
+// the one the dispatcher chose. A plain Session (no context, env or
+// snapshot to apply) writes its pod's claim and its Ready status at the same
+// time, one write on the critical path (leaseAtOnce); one with something to
+// apply claims first, applies it on the pod that is now its own, and then
+// stores Ready. A manager that stops between the two writes leaves a
+// labelled pod, which the next reconcile adopts, or a Ready status whose
+// claim never landed, which check() writes again (the dispatcher keeps the
+// pod a Ready status names from every other claim meanwhile).
 func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (ctrl.Result, error) {
 	start := time.Now() // a measurement (metrics.SessionLease), not a decision: not r.Clock
 	pool := &sandboxv1alpha1.SandboxPool{}
@@ -47,89 +51,92 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		}
 		return r.pending(ctx, ses, refused.Reason, refused.Message)
 	}
-	// A Session with a snapshot is resuming: it restores it on the pod it
-	// leases, before its Ready status (suspend.go).
-	resuming := ses.Status.Snapshot != nil
 	init, err := initRequest(ses)
 	if err != nil {
 		// Immutable: no pod is taken for a Session that can never be Ready.
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonContextFailed, err.Error())
 	}
+	// A claim that does not commit (the cache was behind the pod) is tried
+	// again at once on the next pod the dispatcher gives, not after a delay:
+	// a fixed wait would be paid by every Session that lost a race.
+	for attempt := 1; ; attempt++ {
+		res, retry, err := r.leaseOnce(ctx, ses, pool, init, start)
+		if !retry {
+			return res, err
+		}
+		if attempt == maxClaimAttempts {
+			return ctrl.Result{RequeueAfter: claimRetry}, nil
+		}
+	}
+}
+
+// maxClaimAttempts bounds the claims one reconcile makes in a row.
+const maxClaimAttempts = 3
+
+// leaseOnce places the Session and tries to lease the pod it is given;
+// retry: the claim did not commit, and the pod went back to the dispatcher.
+func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool,
+	init *protocol.ExecuteRequest, start time.Time) (res ctrl.Result, retry bool, err error) {
+	// A Session with a snapshot is resuming: it restores it on the pod it
+	// leases, before its Ready status (suspend.go).
+	resuming := ses.Status.Snapshot != nil
 	log := logf.FromContext(ctx)
 	pl := r.Dispatcher.PlaceSession(ses)
 	if pl.Pod == "" && pl.SessionPod != "" {
-		return r.awaitOwnPod(ctx, ses, pl.SessionPod)
-	}
-	if pl.Pod == "" && resuming {
-		return r.pending(ctx, ses, sandboxv1alpha1.ReasonResuming, fmt.Sprintf(
-			"resuming: waiting for an idle pod of pool %s to restore its snapshot on", pool.Name))
-	}
-	if pl.Pod == "" && pl.TenantLimit {
-		p := tenancy.PolicyFor(pool, ses.Namespace)
-		return r.pending(ctx, ses, sandboxv1alpha1.ReasonTenantLimitReached, fmt.Sprintf(
-			"namespace %s holds as many pods (spec.sharing maxPods %d) or Sessions (maxSessions %d) of the shared pool %s as it may: waiting for one to be freed",
-			ses.Namespace, p.MaxPods, p.MaxSessions, ses.Spec.PoolRef.String()))
+		res, err := r.awaitOwnPod(ctx, ses, pl.SessionPod)
+		return res, false, err
 	}
 	if pl.Pod == "" {
-		return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
-			"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
+		res, err := r.noPod(ctx, ses, pool, pl, resuming)
+		return res, false, err
 	}
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: pl.Pod}, pod); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, false, err
 		}
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
-		return ctrl.Result{RequeueAfter: claimRetry}, nil
-	}
-	// Without a context or env to apply, the interpreter's tag is all the
-	// Session needs from the agent, and asking for it changes nothing: ask
-	// while the claim is written. A context is applied only to a pod that is
-	// the Session's.
-	var tag chan tagAnswer
-	tagCtx, cancelTag := context.WithCancel(ctx)
-	defer cancelTag()
-	if init == nil {
-		tag = make(chan tagAnswer, 1)
-		go func(pod *corev1.Pod) {
-			h, err := r.Gate.Health(tagCtx, pool, pod)
-			if err == nil && h.Interpreter == "" {
-				err = fmt.Errorf("the agent did not say which interpreter runs")
-			}
-			if err != nil {
-				tag <- tagAnswer{err: fmt.Errorf("ask the agent of pod %s for its interpreter: %w", pod.Name, err)}
-				return
-			}
-			tag <- tagAnswer{interp: h.Interpreter}
-		}(pod.DeepCopy())
+		return ctrl.Result{}, true, nil
 	}
 	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
 		log.Info("not claiming a pod that is not the pool's", "pod", pod.Name, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
-		return ctrl.Result{RequeueAfter: claimRetry}, nil
+		return ctrl.Result{}, true, nil
 	}
 	if err := r.Gate.Agents().Check(ctx, pod); err != nil {
 		// Its pool replaces a pod whose agent the manager does not speak.
 		log.Info("not claiming a pod whose agent cannot be called", "pod", pod.Name, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
-		return ctrl.Result{RequeueAfter: claimRetry}, nil
+		return ctrl.Result{}, true, nil
+	}
+	if init == nil && !resuming && !lease.HeldBy(pod, ses) {
+		return r.leaseAtOnce(ctx, ses, pool, pod, start)
+	}
+	// Without a context or env to apply, the interpreter's tag is all the
+	// Session needs from the agent, and asking for it changes nothing: ask
+	// while the claim is written. A context is applied only to a pod that is
+	// the Session's.
+	var tag chan error
+	var interp string
+	if init == nil {
+		tag = make(chan error, 1)
+		asked := pod.DeepCopy()
+		go func() {
+			var err error
+			interp, err = r.interpreter(ctx, pool, asked)
+			tag <- err
+		}()
 	}
 	claimStart := time.Now()
 	if err := lease.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now()); err != nil {
-		log.V(1).Info("the claim did not commit", "pod", pod.Name, "err", err.Error())
-		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
-		if !apierrors.IsConflict(err) && err != lease.ErrNotClaimable {
-			return ctrl.Result{}, err // the pod goes back to the queue meanwhile
+		if tag != nil {
+			<-tag
 		}
-		// A fixed short retry, not the rate limiter's: a cache that lags
-		// behind a few claims must not push the Session out by minutes.
-		return ctrl.Result{RequeueAfter: claimRetry}, nil
+		return r.claimDidNotCommit(ctx, ses, pl.Pod, pod.ResourceVersion, err)
 	}
 	claimed := time.Now()
-	var interp string
 	if tag != nil {
-		a := <-tag
-		interp, err = a.interp, a.err
+		err = <-tag
 	} else {
 		interp, err = r.initialize(ctx, ses, pool, pod, init)
 	}
@@ -141,13 +148,189 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		// Session's, and the next look adopts it and tries again).
 		hold, herr := r.Memory.Acquire("resume", ses.Namespace, resumeCost(ses.Status.Snapshot.Bytes))
 		if herr != nil {
-			return r.budgetFull(ctx, ses, herr)
+			res, err := r.budgetFull(ctx, ses, herr)
+			return res, false, err
 		}
 		f := r.fetch(ctx, ses)
 		fetchedAt = time.Now()
 		err = r.restore(ctx, ses, pod, f)
 		hold.Release()
 	}
+	if err != nil {
+		res, err := r.leaseFailed(ctx, ses, pod, resuming, err)
+		return res, false, err
+	}
+	r.markReady(ses, pod, interp, resuming)
+	tagged := time.Now()
+	if err := r.Status().Update(ctx, ses); err != nil {
+		if apierrors.IsConflict(err) {
+			// The cache showed an older Session; the pod is its own now, and the
+			// next look adopts it.
+			return ctrl.Result{RequeueAfter: claimRetry}, false, nil
+		}
+		return ctrl.Result{}, false, fmt.Errorf("store Ready status of session %s: %w", ses.Name, err)
+	}
+	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
+		"interpreterMs", ms(interpreted.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming)
+	if resuming {
+		log.V(1).Info("resumed", "fetchWaitMs", ms(fetchedAt.Sub(interpreted)), "restoreMs", ms(tagged.Sub(fetchedAt)))
+	}
+	return r.leased(ctx, ses, pool, pod, start, resuming), false, nil
+}
+
+// leaseAtOnce leases a pod to a plain Session with one write on the critical
+// path: the claim is sent first, the Ready status as soon as the agent said
+// which interpreter runs, without waiting for the claim's answer.
+//
+// Why this keeps the commit point: the claim, with the pod's
+// resourceVersion as precondition, is still what gives the pod to one
+// Session alone, and nothing runs on a pod before it shows the claim (the
+// data plane and the Executions run only on a pod that carries the
+// Session's lease, agentgate). A Ready status whose claim did not commit
+// names a pod the Session does not hold: the claim is written again on the
+// pod as it is now, and if someone else holds it the status is taken back
+// (unready) before anything could run. A manager that stops in between
+// leaves a Ready status without its claim: the dispatcher keeps that pod
+// for the Session and check() writes the claim (claimNamedPod).
+func (r *Reconciler) leaseAtOnce(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, start time.Time) (ctrl.Result, bool, error) {
+	log := logf.FromContext(ctx)
+	toClaim := pod.DeepCopy()
+	claimDone := make(chan error, 1)
+	go func() { claimDone <- lease.ClaimForSession(ctx, r.Client, toClaim, ses, r.Clock.Now()) }()
+	interp, err := r.interpreter(ctx, pool, pod)
+	interpreted := time.Now()
+	if err != nil {
+		if cerr := <-claimDone; cerr != nil {
+			return r.claimDidNotCommit(ctx, ses, pod.Name, pod.ResourceVersion, cerr)
+		}
+		res, err := r.leaseFailed(ctx, ses, toClaim, false, err)
+		return res, false, err
+	}
+	before := ses.Status.DeepCopy()
+	r.markReady(ses, pod, interp, false)
+	werr := r.Status().Update(ctx, ses)
+	stored := time.Now()
+	cerr := <-claimDone
+	switch {
+	case werr != nil && cerr != nil:
+		_, _, err := r.claimDidNotCommit(ctx, ses, pod.Name, pod.ResourceVersion, cerr)
+		if apierrors.IsConflict(werr) {
+			// The Session changed since it was read: look again at the new one.
+			return ctrl.Result{Requeue: true}, false, err
+		}
+		return ctrl.Result{}, false, errors.Join(err, fmt.Errorf("store Ready status of session %s: %w", ses.Name, werr))
+	case werr != nil && apierrors.IsConflict(werr):
+		// The cache showed an older Session; the pod is its own now, and the
+		// next look adopts it.
+		return ctrl.Result{RequeueAfter: claimRetry}, false, nil
+	case werr != nil:
+		return ctrl.Result{}, false, fmt.Errorf("store Ready status of session %s: %w", ses.Name, werr)
+	case cerr != nil:
+		held, err := r.claimNamedPod(ctx, ses)
+		if err != nil {
+			return ctrl.Result{}, false, err
+		}
+		if !held {
+			log.V(1).Info("the claim did not commit after the Ready status; taking it back", "pod", pod.Name, "err", cerr.Error())
+			if err := r.unready(ctx, ses, pod.Name, before); err != nil {
+				return ctrl.Result{}, false, err
+			}
+			r.Dispatcher.ClaimFailed(ses.UID, pod.Name, pod.ResourceVersion)
+			return ctrl.Result{}, true, nil
+		}
+	}
+	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(interpreted.Sub(start)), "statusMs", ms(stored.Sub(interpreted)),
+		"claimMs", ms(time.Since(interpreted)), "atOnce", true)
+	return r.leased(ctx, ses, pool, toClaim, start, false), false, nil
+}
+
+// claimDidNotCommit gives the pod back to the dispatcher; retry: the claim
+// lost a race (the cache was behind the pod), and another pod may be tried.
+func (r *Reconciler) claimDidNotCommit(ctx context.Context, ses *sandboxv1alpha1.Session, pod, rv string, err error) (ctrl.Result, bool, error) {
+	logf.FromContext(ctx).V(1).Info("the claim did not commit", "pod", pod, "err", err.Error())
+	r.Dispatcher.ClaimFailed(ses.UID, pod, rv)
+	if !apierrors.IsConflict(err) && !errors.Is(err, lease.ErrNotClaimable) {
+		return ctrl.Result{}, false, err // the pod goes back to the queue meanwhile
+	}
+	return ctrl.Result{}, true, nil
+}
+
+// claimNamedPod writes the lease's claim on the pod a Ready Session's status
+// names, when the claim that went with the status did not land: the pod as
+// it is now, if it is still free for the Session. held: the pod is the
+// Session's now.
+func (r *Reconciler) claimNamedPod(ctx context.Context, ses *sandboxv1alpha1.Session) (held bool, err error) {
+	pod := &corev1.Pod{}
+	for range 3 {
+		if err := r.APIReader.Get(ctx, ses.PodKey(), pod); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if pod.UID != ses.Status.PodUID || !lease.ClaimableForSession(pod, ses) {
+			return false, nil
+		}
+		if lease.HeldBy(pod, ses) && lease.SessionUID(pod) == ses.UID {
+			return true, nil
+		}
+		err := lease.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now())
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// unready takes back a Ready status whose pod was never the Session's:
+// nothing ran (nothing runs on a pod without the Session's claim), and the
+// Session waits for another pod.
+func (r *Reconciler) unready(ctx context.Context, ses *sandboxv1alpha1.Session, pod string, before *sandboxv1alpha1.SessionStatus) error {
+	ses.Status = *before
+	ses.Status.Phase = sandboxv1alpha1.SessionPending
+	r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
+		"pod %s was taken before this Session's claim of it was stored: waiting for another", pod))
+	if err := r.Status().Update(ctx, ses); err != nil {
+		return fmt.Errorf("take back the Ready status of session %s: %w", ses.Name, err)
+	}
+	return nil
+}
+
+// noPod records why the dispatcher has no pod for the Session yet.
+func (r *Reconciler) noPod(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool,
+	pl dispatch.Placement, resuming bool) (ctrl.Result, error) {
+	switch {
+	case resuming:
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonResuming, fmt.Sprintf(
+			"resuming: waiting for an idle pod of pool %s to restore its snapshot on", pool.Name))
+	case pl.TenantLimit:
+		p := tenancy.PolicyFor(pool, ses.Namespace)
+		return r.pending(ctx, ses, sandboxv1alpha1.ReasonTenantLimitReached, fmt.Sprintf(
+			"namespace %s holds as many pods (spec.sharing maxPods %d) or Sessions (maxSessions %d) of the shared pool %s as it may: waiting for one to be freed",
+			ses.Namespace, p.MaxPods, p.MaxSessions, ses.Spec.PoolRef.String()))
+	}
+	return r.pending(ctx, ses, sandboxv1alpha1.ReasonNoIdleSandbox, fmt.Sprintf(
+		"no idle pod in pool %s: queued in creation order while the pool adds pods", pool.Name))
+}
+
+// interpreter asks the pod's agent which interpreter runs: the tag the
+// Session's runs are pinned to. Asking changes nothing on the pod, so it is
+// asked while the claim is written.
+func (r *Reconciler) interpreter(ctx context.Context, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) (string, error) {
+	h, err := r.Gate.Health(ctx, pool, pod)
+	if err == nil && h.Interpreter == "" {
+		err = fmt.Errorf("the agent did not say which interpreter runs")
+	}
+	if err != nil {
+		return "", fmt.Errorf("ask the agent of pod %s for its interpreter: %w", pod.Name, err)
+	}
+	return h.Interpreter, nil
+}
+
+// leaseFailed ends, retries or hands on a lease whose pod is the Session's
+// (its claim committed) but whose agent failed it.
+func (r *Reconciler) leaseFailed(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, resuming bool, err error) (ctrl.Result, error) {
 	var failed *initFailed
 	var lost *snapshotLost
 	switch {
@@ -156,20 +339,23 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	case errors.As(err, new(*storeFailed)):
 		// The pod is the Session's now and stays so; the next look adopts it and asks the store again.
 		return ctrl.Result{}, err
-	case err != nil && resuming:
+	case resuming:
 		// Never Lost for a pod: the state is in the snapshot, and another pod takes it.
 		return r.discard(ctx, ses, pod, err)
 	case errors.As(err, &failed):
 		// The pod is the Session's now; a later reconcile frees it.
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonContextFailed, err.Error())
-	case err != nil && r.Clock.Since(claimedAt(pod)) >= sessionUnreachableGrace:
+	case r.Clock.Since(claimedAt(pod)) >= sessionUnreachableGrace:
 		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf(
 			"the agent of pod %s did not answer for %s after the Session claimed it: %v", pod.Name, sessionUnreachableGrace, err))
-	case err != nil:
-		// The agent may be restarting: the next reconcile adopts the pod, which
-		// now carries the Session's name, and asks again.
-		return ctrl.Result{}, err
 	}
+	// The agent may be restarting: the next reconcile adopts the pod, which
+	// now carries the Session's name, and asks again.
+	return ctrl.Result{}, err
+}
+
+// markReady sets the Ready status of a Session that holds pod.
+func (r *Reconciler) markReady(ses *sandboxv1alpha1.Session, pod *corev1.Pod, interp string, resuming bool) {
 	now := metav1.NewTime(r.Clock.Now())
 	ses.Status.Phase = sandboxv1alpha1.SessionReady
 	ses.Status.PodName, ses.Status.PodUID = pod.Name, pod.UID
@@ -186,36 +372,26 @@ func (r *Reconciler) lease(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		ses.Status.Snapshot = nil
 	}
 	r.setReady(ses, metav1.ConditionTrue, reason, msg)
-	tagged := time.Now()
-	if err := r.Status().Update(ctx, ses); err != nil {
-		if apierrors.IsConflict(err) {
-			// The cache showed an older Session; the pod is its own now, and the
-			// next look adopts it.
-			return ctrl.Result{RequeueAfter: claimRetry}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("store Ready status of session %s: %w", ses.Name, err)
-	}
+}
+
+// leased records a lease whose Ready status is stored, and says when the
+// Session is looked at next.
+func (r *Reconciler) leased(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool,
+	pod *corev1.Pod, start time.Time, resuming bool) ctrl.Result {
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionLease.Observe(time.Since(start).Seconds())
 	r.mu.Lock()
-	waitMs := 0.0
 	if t, ok := r.seen[ses.UID]; ok {
-		waitMs = ms(start.Sub(t))
 		metrics.SessionReady.Observe(time.Since(t).Seconds())
 		delete(r.seen, ses.UID)
 	}
 	r.mu.Unlock()
-	log.V(1).Info("leased", "pod", pod.Name, "placeMs", ms(claimStart.Sub(start)), "claimMs", ms(claimed.Sub(claimStart)),
-		"interpreterMs", ms(interpreted.Sub(claimed)), "statusMs", ms(time.Since(tagged)), "resumed", resuming, "waitMs", waitMs)
-	if resuming {
-		log.V(1).Info("resumed", "fetchWaitMs", ms(fetchedAt.Sub(interpreted)), "restoreMs", ms(tagged.Sub(fetchedAt)))
-	}
 	if resuming {
 		metrics.SessionResume.Observe(time.Since(start).Seconds())
-		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, reason, "Resume", "Resumed on pod %s", pod.Name)
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonResumed, "Resume", "Resumed on pod %s", pod.Name)
 		r.resumed(ctx, ses)
 	}
-	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, now.Time)}, nil
+	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, ses.Status.LastActivityTime.Time)}
 }
 
 // labelledPod returns a live pod of the Session's pool that is this
@@ -234,12 +410,6 @@ func (r *Reconciler) labelledPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		}
 	}
 	return nil, nil
-}
-
-// tagAnswer is the agent's answer to which interpreter runs.
-type tagAnswer struct {
-	interp string
-	err    error
 }
 
 // initFailed: the agent ran the Session's context and env, and they failed.

@@ -380,6 +380,12 @@ func (w *SessionWrapper) ReadyOn(pod string) *SessionWrapper {
 	return w
 }
 
+// Closed ends the Session Closed (it keeps the pod its status names).
+func (w *SessionWrapper) Closed() *SessionWrapper {
+	w.Status.Phase = sandboxv1alpha1.SessionClosed
+	return w
+}
+
 // HeldBy labels the pod as Session ses's, as its claim does.
 func (w *PodWrapper) HeldBy(ses *sandboxv1alpha1.Session) *PodWrapper {
 	w.Session(ses.Name)
