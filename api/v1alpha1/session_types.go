@@ -14,6 +14,12 @@ const AnnotationCreatedFor = "sandbox.warmpool.dev/created-for"
 // Session's owner can ask about (sessions/executions) if the answer was lost.
 const AnnotationRun = "sandbox.warmpool.dev/run"
 
+// AnnotationClaimedPod is set on the Session of a one-call run whose pod
+// the data plane claimed itself, at the same time as it created the Session:
+// the Session is leased that pod alone (the manager adopts it) until the
+// annotation goes or is older than a few seconds.
+const AnnotationClaimedPod = "sandbox.warmpool.dev/claimed-pod"
+
 // AnnotationRestoring is set on a Session that waits for its state from a
 // snapshot: a fork of the Session it names, or (any value) a caller's own
 // snapshot it sends to sessions/NAME/restore. No code runs in the Session

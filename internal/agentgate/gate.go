@@ -110,7 +110,8 @@ func ForExecution(ex *sandboxv1alpha1.Execution) Holder {
 
 // ForSession: a call for ses (its lease, its status.podUID).
 func ForSession(ses *sandboxv1alpha1.Session) Holder {
-	return Holder{what: "Session " + ses.Name, claim: lease.SessionUID, uid: ses.UID, podUID: ses.Status.PodUID, keeps: true}
+	return Holder{what: "Session " + ses.Name, claim: func(p *corev1.Pod) types.UID { return lease.HolderUID(p, ses) },
+		uid: ses.UID, podUID: ses.Status.PodUID, keeps: true}
 }
 
 // ForSessionLease: the calls that make a Session's lease, between the claim
@@ -120,6 +121,14 @@ func ForSessionLease(ses *sandboxv1alpha1.Session, pod *corev1.Pod) Holder {
 	h := ForSession(ses)
 	h.podUID = pod.UID
 	return h
+}
+
+// ForRun: a one-call run of ses on the pod the data plane claimed for it
+// (lease.ClaimForRun) while it created ses, before the manager wrote ses's
+// UID on the pod: the claim names ses's run and caller (lease.HeldBy).
+func ForRun(ses *sandboxv1alpha1.Session, pod *corev1.Pod) Holder {
+	return Holder{what: "Session " + ses.Name, uid: ses.UID, podUID: pod.UID,
+		claim: func(p *corev1.Pod) types.UID { return lease.HolderUID(p, ses) }}
 }
 
 // ForReset: a reset for reuse of the pod with UID podUID, which its last

@@ -244,7 +244,9 @@ var _ = Describe("Session data plane", func() {
 
 		closeSession(ns, "private")
 		sessionIn(ns, "private", sandboxv1alpha1.SessionClosed)
-		_, err = s.Run(ctx, sessions.ExecRequest{Code: "1"})
+		// The data plane answers from its cache, which may be a moment behind
+		// what this spec read from the API server.
+		Eventually(func() error { _, err = s.Run(ctx, sessions.ExecRequest{Code: "1"}); return err }, 5*time.Second).Should(HaveOccurred())
 		Expect(sessions.IsStatus(err, http.StatusConflict)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(And(ContainSubstring("Closed"), ContainSubstring("create a new Session")))
 	})

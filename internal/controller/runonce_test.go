@@ -3,6 +3,9 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"github.com/warmpool/warmpool/internal/lease"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
+	corev1 "k8s.io/api/core/v1"
 	"net/http"
 	"strings"
 	"time"
@@ -193,5 +196,63 @@ var _ = Describe("One-call runs", func() {
 		Eventually(func() error {
 			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Name}, &sandboxv1alpha1.Session{})
 		}).Should(Satisfy(apierrors.IsNotFound), "the client ends the Session it recovered from")
+	})
+})
+
+var _ = Describe("The data plane's pod claims", func() {
+	It("let the data plane claim an idle pod for a run and give it back, and refuse it every other change of a pod", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		// The data plane's identity, with its role's right to update pods (config/dataplane/role.yaml).
+		const dataPlane = "system:serviceaccount:warmpool-system:warmpool-data-plane"
+		Expect(k8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-plane"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "update"}}}})).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-plane"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "data-plane"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "warmpool-system", Name: "warmpool-data-plane"}}})).To(Succeed())
+		dp, err := env.ClientAs(dataPlane, "system:serviceaccounts")
+		Expect(err).NotTo(HaveOccurred())
+		// A Session holds one pod; the other is idle.
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "held").Pool("python").Obj())).To(Succeed())
+		held := getPodOf(ns, sessionIn(ns, "held", sandboxv1alpha1.SessionReady).Status.PodName)
+		var idle *corev1.Pod
+		Eventually(func() *corev1.Pod {
+			for _, p := range poolPods(ns, "python") {
+				if p.Name != held.Name && sandboxpod.IsIdle(&p) {
+					idle = p.DeepCopy()
+				}
+			}
+			return idle
+		}).ShouldNot(BeNil())
+		refused := func(pod *corev1.Pod, want string) {
+			GinkgoHelper()
+			err := dp.Update(ctx, pod)
+			Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			Expect(err.Error()).To(ContainSubstring(want))
+		}
+
+		evil := idle.DeepCopy()
+		evil.Spec.Containers[0].Image = "registry.invalid/evil"
+		refused(evil, "not its spec, owners or finalizers")
+		relabelled := idle.DeepCopy()
+		relabelled.Labels[sandboxpod.LabelPool] = "another"
+		refused(relabelled, "only a sandbox pod's claim labels")
+		keyed := idle.DeepCopy()
+		keyed.Annotations[sandboxpod.AnnotationSessionUID] = string(getSession(ns, "held").UID)
+		refused(keyed, "only a sandbox pod's claim labels")
+		// A pod a Session holds is not the data plane's to claim.
+		run := wrappers.Session(ns, "held").Owner("alice").Obj()
+		run.Annotations = map[string]string{sandboxv1alpha1.AnnotationRun: "r-1"}
+		stolen := held.DeepCopy()
+		stolen.Annotations[sandboxpod.AnnotationRun], stolen.Annotations[sandboxpod.AnnotationRunOwner] = "r-1", "alice"
+		refused(stolen, "may claim only an idle sandbox pod")
+
+		// What it may: claim the idle pod for a run, and give it back.
+		run.Name = "fresh"
+		before := idle.DeepCopy()
+		Expect(lease.ClaimForRun(ctx, dp, idle, run, time.Now())).To(Succeed())
+		Expect(lease.Session(idle)).To(Equal("fresh"))
+		Expect(lease.UnclaimRun(ctx, dp, before, idle)).To(Succeed())
+		Expect(lease.Session(getPodOf(ns, idle.Name))).To(BeEmpty())
 	})
 })

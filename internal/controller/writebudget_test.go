@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -261,6 +264,53 @@ var _ = Describe("The write budget", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(*res.Result).To(Equal("2"))
 		Expect(getSession(ns, "cut").Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
+	})
+
+	It("runs a one-call run's code after one write's time: the pod's claim and the Session's create, at the same time", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		settled(ns)
+		grantRuns(ns, "alice")
+		c := sessionsClient(sessionUser(ns, "alice", true))
+		stamp := filepath.Join(GinkgoT().TempDir(), "ran")
+		managerCalls.record(ns)
+		res, s, err := c.RunOnce(ctx, ns, sessions.RunRequest{Pool: "python", Session: "counted", ExecRequest: sessions.ExecRequest{
+			Code: fmt.Sprintf("import time\nopen(%q, 'w').write(repr(time.time()))\n6 * 7", stamp)}}, sessions.Handlers{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(*res.Result).To(Equal("42"))
+		Eventually(func() sandboxv1alpha1.SessionPhase { return getSession(ns, s.Name).Status.Phase }).Should(Equal(sandboxv1alpha1.SessionClosed))
+		calls := managerCalls.stopTimed()
+		data, err := os.ReadFile(stamp)
+		Expect(err).NotTo(HaveOccurred())
+		secs, err := strconv.ParseFloat(string(data), 64)
+		Expect(err).NotTo(HaveOccurred())
+		ran := time.Unix(0, int64(secs*1e9))
+		pod := getSession(ns, "counted").Status.PodName
+		Expect(pod).NotTo(BeEmpty(), "the manager adopted the pod the run ran on")
+		path, other, _ := onPath(calls, "counted", pod)
+		fmt.Fprintf(GinkgoWriter, "one-call path: %v\nalongside it: %v\n", whats(path), other)
+		// The create has no name in its URL; the first pod write is the data
+		// plane's claim (the manager's adoption, which writes the Session's
+		// UID on the pod, follows the create and runs beside the code).
+		var create apiCall
+		for _, c := range calls {
+			if c.what == "POST sessions" {
+				create = c
+				break
+			}
+		}
+		Expect(create.what).NotTo(BeEmpty(), "the Session was created: %v", other)
+		claim := find(path, "PUT pods")
+		Expect(claim.start).To(BeTemporally("<", create.end), "sent together: one write's time before the code")
+		Expect(create.start).To(BeTemporally("<", claim.end), "sent together: one write's time before the code")
+		Expect(ran).To(BeTemporally(">", create.end), "the code ran once the Session was stored")
+		Expect(ran).To(BeTemporally(">", claim.end), "the code ran once the pod's claim was stored")
+		for _, c := range path {
+			if c.what == "PUT sessions/status" {
+				Expect(c.start).To(BeTemporally(">", claim.start), "no status of the manager's came before the run's claim")
+			}
+		}
 	})
 
 	// An Execution's writes from its create until its pod is the pool's again.

@@ -4,14 +4,16 @@ package dataplane
 // these markers alone): it runs with a ServiceAccount of its own, and, as the
 // part of warmpool every caller reaches, may only read what it serves, record
 // a Session's interpreter, create and close the Sessions of one-call runs
-// (owned by their callers: "delegate", see config/admission), read the agent
-// keys and keep its serving certificate, and answer llm_query from a pool's
-// ModelEndpoint. It cannot create, change or delete
-// pods, nor write the keys.
+// (owned by their callers: "delegate", see config/admission), claim an idle
+// pod for such a run (lease.ClaimForRun: an update of the pod's labels and
+// annotations, which the warmpool-data-plane-pods admission policy holds it
+// to), read the agent keys and keep its serving certificate, and answer
+// llm_query from a pool's ModelEndpoint. It cannot create or delete pods,
+// change anything else of them, nor write the keys.
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;patch;delegate
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions/status,verbs=get;patch
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update
 // A pool's ModelEndpoint, the namespaces its selector admits and (below, in
 // the manager's namespace) its key: llm_query in a Session's runs.
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=modelendpoints,verbs=get;list;watch

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentgate"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/sessions"
@@ -111,7 +114,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 
 	start := time.Now()
 	ses := oneCallSession(ns, name, caller.GetName(), &req)
-	err := s.Client.Create(r.Context(), ses)
+	claimed, err := s.createRun(r.Context(), ses, pool, req.Keep)
 	created := time.Now()
 	if err != nil {
 		code := http.StatusInternalServerError
@@ -132,24 +135,29 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 			s.closeSession(r.Context(), ses)
 		}
 	}()
-	wait := defaultRunWait
-	if req.WaitMillis > 0 {
-		wait = time.Duration(req.WaitMillis) * time.Millisecond
-	}
-	readySes, code, reason, msg := s.waitReady(r.Context(), ses, wait, "")
-	if readySes == nil {
-		writeStatus(w, code, reason, msg+"; the code has not run")
-		return
-	}
-	ready := time.Now()
-	metrics.DataPlaneRunLease.Observe(ready.Sub(start).Seconds())
-	// Where the time before the run went, for a caller's timeline.
-	w.Header().Set("Server-Timing", fmt.Sprintf("create;dur=%.1f, lease;dur=%.1f",
-		ms(created.Sub(start)), ms(ready.Sub(created))))
-	t, code, reason, msg := s.resolve(r.Context(), ns, ses.Name)
+	t := claimed
 	if t == nil {
-		writeStatus(w, code, reason, msg+"; the code has not run")
-		return
+		wait := defaultRunWait
+		if req.WaitMillis > 0 {
+			wait = time.Duration(req.WaitMillis) * time.Millisecond
+		}
+		readySes, code, reason, msg := s.waitReady(r.Context(), ses, wait, "")
+		if readySes == nil {
+			writeStatus(w, code, reason, msg+"; the code has not run")
+			return
+		}
+		ready := time.Now()
+		metrics.DataPlaneRunLease.Observe(ready.Sub(start).Seconds())
+		// Where the time before the run went, for a caller's timeline.
+		w.Header().Set("Server-Timing", fmt.Sprintf("create;dur=%.1f, lease;dur=%.1f",
+			ms(created.Sub(start)), ms(ready.Sub(created))))
+		if t, code, reason, msg = s.resolve(r.Context(), ns, ses.Name); t == nil {
+			writeStatus(w, code, reason, msg+"; the code has not run")
+			return
+		}
+	} else {
+		metrics.DataPlaneRunLease.Observe(created.Sub(start).Seconds())
+		w.Header().Set("Server-Timing", fmt.Sprintf("create;dur=%.1f, lease;dur=0", ms(created.Sub(start))))
 	}
 	closeIt = !req.Keep
 	s.runThroughSeal(w, r, t, pool, &req.ExecRequest)
@@ -163,6 +171,61 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.Log.V(1).Info("the caller of a one-call run went away; its Session stays for the caller to ask about the run",
 			"namespace", ns, "session", ses.Name, "run", req.ID)
 	}
+}
+
+// createRun creates a one-call run's Session. When the pool has an idle pod
+// and nothing waits for one, it claims that pod for the run at the same
+// time (lease.ClaimForRun) and returns it to run on: the code then waits for
+// one write's time, not for the create, the manager's lease and its watch
+// event in a row. Both writes must be stored before the code runs: the
+// claim makes the pod the run's alone, and the create is where admission
+// (quotas, policies, the owner) says yes to the Session at all. The manager
+// adopts the pod for the Session afterwards (AnnotationClaimedPod). A
+// Session kept after the run (keep), or one of a shared pool, whose
+// tenants' limits the manager's dispatcher keeps, is leased by the manager
+// as before; so is one whose claim lost a race.
+func (s *Server) createRun(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool, keep bool) (*target, error) {
+	var pod *corev1.Pod
+	if !keep && pool.Namespace == ses.Namespace && pool.Spec.Sharing == nil && pool.Status.PendingExecutions == 0 &&
+		pool.DeletionTimestamp == nil && (s.KeysLoaded == nil || s.KeysLoaded()) {
+		pod = s.idle.take(client.ObjectKeyFromObject(pool), ses.Namespace)
+	}
+	if pod == nil {
+		return nil, s.Client.Create(ctx, ses)
+	}
+	ses.Annotations[sandboxv1alpha1.AnnotationClaimedPod] = pod.Name
+	before, claiming := pod.DeepCopy(), ses.DeepCopy()
+	claimed := make(chan error, 1)
+	go func() { claimed <- lease.ClaimForRun(ctx, s.Client, pod, claiming, time.Now()) }()
+	err := s.Client.Create(ctx, ses)
+	cerr := <-claimed
+	switch {
+	case err != nil && cerr == nil:
+		// Nothing ran on it: idle again, as it was.
+		if uerr := lease.UnclaimRun(context.WithoutCancel(ctx), s.Client, before, pod); uerr != nil {
+			s.Log.Info("could not give back a pod claimed for a run whose Session was refused; its pool frees it", "pod", pod.Name, "err", uerr.Error())
+		}
+		return nil, err
+	case err != nil:
+		return nil, err
+	case cerr != nil:
+		// The Session is stored: the manager leases it a pod as any other,
+		// once it no longer waits for this one.
+		s.Log.V(1).Info("a one-call run's claim did not commit; the manager leases its Session", "pod", pod.Name, "err", cerr.Error())
+		patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:null}}}`, ses.UID, sandboxv1alpha1.AnnotationClaimedPod)
+		if perr := s.Client.Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch)); perr != nil {
+			s.Log.Info("could not take back a one-call Session's claimed pod; it waits out its grace", "session", ses.Name, "err", perr.Error())
+		}
+		return nil, nil
+	}
+	agent, err := s.Gate.Open(ctx, pool, pod, agentgate.ForRun(ses, pod))
+	if err != nil {
+		// The manager adopts the pod, or (the gate refused it) gives it up
+		// after the grace, and leases the Session another.
+		s.Log.Info("cannot run on the pod claimed for a one-call run; the manager leases its Session", "pod", pod.Name, "err", err.Error())
+		return nil, nil
+	}
+	return &target{ses: ses, pod: pod, pool: pool, agent: agent}, nil
 }
 
 // mayCreateAndRun asks, as the caller, for the two rights the one call

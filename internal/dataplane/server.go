@@ -22,6 +22,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -143,6 +144,7 @@ type Server struct {
 
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
+	idle       idlePods
 	seats      *seats
 	spend      *spend
 	forking    sync.Map // Session UIDs with a fork under way
@@ -247,6 +249,13 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		if _, err := inf.AddEventHandler(s.ready.handler()); err != nil {
 			return fmt.Errorf("watch Sessions for one-call runs: %w", err)
+		}
+		pods, err := s.Informers.GetInformer(ctx, &corev1.Pod{})
+		if err != nil {
+			return fmt.Errorf("watch pods for one-call runs: %w", err)
+		}
+		if _, err := pods.AddEventHandler(s.idle.handler()); err != nil {
+			return fmt.Errorf("watch pods for one-call runs: %w", err)
 		}
 	}
 	s.Log.Info("data plane serving", "addr", serving.Listener.Addr().String())

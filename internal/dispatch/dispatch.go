@@ -135,6 +135,9 @@ type entry struct {
 	pod    string // assigned or running on
 	// claim: a new claim of a pool's pod whose outcome is still to be told.
 	claim bool
+	// awaits, for a Session's lease, is the pod the data plane claimed for
+	// its one-call run: it takes no other pod meanwhile (ClaimedPod).
+	awaits string
 	// index in the pool's queue and in the session's queue, -1 when out.
 	poolIdx, sessionIdx int
 }

@@ -89,19 +89,20 @@ func (p *pool) pickIdle(ns string) *podInfo {
 // Place returns what the dispatcher decided for a waiting Execution, taking
 // it in first if no event brought it yet.
 func (d *Dispatcher) Place(ex *sandboxv1alpha1.Execution) Placement {
-	return d.place(ex.UID, func() wakes { return d.updateExecution(ex) })
+	return d.place(ex.UID, false, func() wakes { return d.updateExecution(ex) })
 }
 
 // PlaceSession is Place for a Session that waits for its pod.
 func (d *Dispatcher) PlaceSession(ses *sandboxv1alpha1.Session) Placement {
-	return d.place(ses.UID, func() wakes { return d.updateSession(ses) })
+	// Taken in again even when known: its wait for the data plane's pod may be over.
+	return d.place(ses.UID, true, func() wakes { return d.updateSession(ses) })
 }
 
-func (d *Dispatcher) place(uid types.UID, takeIn func() wakes) Placement {
+func (d *Dispatcher) place(uid types.UID, always bool, takeIn func() wakes) Placement {
 	d.mu.Lock()
 	var w wakes
 	e := d.execs[uid]
-	if e == nil {
+	if e == nil || always {
 		w = takeIn()
 		e = d.execs[uid]
 	}

@@ -84,14 +84,37 @@ func (d *Dispatcher) updateSession(ses *sandboxv1alpha1.Session) wakes {
 		}
 	case e == nil:
 		e = &entry{uid: ses.UID, name: types.NamespacedName{Namespace: ses.Namespace, Name: ses.Name}, lease: true,
-			pool: p, session: key, created: ses.CreationTimestamp.Time, seen: time.Now(), poolIdx: -1, sessionIdx: -1}
+			pool: p, session: key, created: ses.CreationTimestamp.Time, seen: time.Now(), poolIdx: -1, sessionIdx: -1,
+			awaits: ClaimedPod(ses, time.Now())}
 		d.execs[ses.UID] = e
 		p.session(key).uid = ses.UID
 		e.claim = true
 		w.claims = append(w.claims, e)
 		d.enqueue(e, &w)
+	case e.lease && e.state == waiting && e.awaits != ClaimedPod(ses, time.Now()):
+		// The data plane's claim failed (it took the annotation back), or
+		// its grace is over: the Session waits for any pod of the pool.
+		e.awaits = ClaimedPod(ses, time.Now())
+		d.syncSession(p, p.session(key), &w)
+		d.fill(p, &w)
 	}
 	return w
+}
+
+// ClaimedPodGrace is how long a one-call run's Session waits for the pod the
+// data plane claimed for it (sandboxv1alpha1.AnnotationClaimedPod) before it
+// takes any pod of its pool: the claim is written at the same time as the
+// Session, and lands within moments, or fails and the annotation goes.
+const ClaimedPodGrace = 10 * time.Second
+
+// ClaimedPod is the pod the data plane claimed for ses's run, which ses
+// waits for alone while the grace lasts ("" once it is over, or for none).
+func ClaimedPod(ses *sandboxv1alpha1.Session, now time.Time) string {
+	pod := ses.Annotations[sandboxv1alpha1.AnnotationClaimedPod]
+	if pod == "" || ses.Status.PodName != "" || !now.Before(ses.CreationTimestamp.Add(ClaimedPodGrace)) {
+		return ""
+	}
+	return pod
 }
 
 // heldName is the pod the Session's Ready status names, "" when it is not Ready.
@@ -159,7 +182,7 @@ func (d *Dispatcher) syncSession(p *pool, s *session, w *wakes) {
 		switch {
 		case pi != nil && l.poolIdx >= 0:
 			p.unpush(l)
-		case pi == nil && l.poolIdx < 0:
+		case pi == nil && l.poolIdx < 0 && l.awaits == "":
 			p.push(l)
 		}
 	}

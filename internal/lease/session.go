@@ -38,7 +38,76 @@ func SessionUID(pod *corev1.Pod) types.UID {
 func HeldBy(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
 	uid := SessionUID(pod)
 	return Session(pod) == ses.Name && Tenant(pod) == ses.Namespace && (uid == "" || uid == ses.UID) &&
-		(ses.Status.PodUID == "" || ses.Status.PodUID == pod.UID)
+		(uid != "" || runOf(pod, ses)) && (ses.Status.PodUID == "" || ses.Status.PodUID == pod.UID)
+}
+
+// runOf reports whether a pod claimed without a Session UID may be ses's:
+// one the data plane claimed for a run (ClaimForRun) is the Session of that
+// run and caller alone (a Session made again under the name by someone
+// else is not; spec.owner is set by admission, not by the creator); one
+// from before Session objects is any Session's of its name.
+func runOf(pod *corev1.Pod, ses *sandboxv1alpha1.Session) bool {
+	run, ok := pod.Annotations[sandboxpod.AnnotationRun]
+	return !ok || run != "" && run == ses.Annotations[sandboxv1alpha1.AnnotationRun] && pod.Annotations[sandboxpod.AnnotationRunOwner] == ses.Spec.Owner
+}
+
+// ForRun reports whether the data plane claimed pod for a one-call run (ClaimForRun).
+func ForRun(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[sandboxpod.AnnotationRun]
+	return ok
+}
+
+// HolderUID is the UID of the Session that holds pod by its lease: the
+// UID it records, or, for a pod the data plane claimed for a one-call run,
+// ses's when the run and caller are ses's. "" when ses does not hold it.
+func HolderUID(pod *corev1.Pod, ses *sandboxv1alpha1.Session) types.UID {
+	if uid := SessionUID(pod); uid != "" || !ForRun(pod) {
+		return uid
+	}
+	if HeldBy(pod, ses) {
+		return ses.UID
+	}
+	return ""
+}
+
+// ClaimForRun leases an idle pod to the Session a one-call run is creating
+// (ses, not created yet: it has no UID), with the pod's resourceVersion as
+// precondition like every claim. The data plane writes it at the same time
+// as it creates the Session, so the run's code waits for one write's time,
+// not two in a row; the manager adopts the pod for the Session once both
+// are stored, and writes the Session's UID on it then.
+func ClaimForRun(ctx context.Context, c client.Client, pod *corev1.Pod, ses *sandboxv1alpha1.Session, now time.Time) error {
+	run := ses.Annotations[sandboxv1alpha1.AnnotationRun]
+	if run == "" || sandboxpod.IsTerminal(pod) || !sandboxpod.IsIdle(pod) || Session(pod) != "" || ClaimedBy(pod) != "" ||
+		!ServesTenant(pod, ses.Namespace) {
+		return ErrNotClaimable
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
+	markTenant(pod, ses.Namespace)
+	pod.Labels[sandboxpod.LabelSession] = ses.Name
+	pod.Annotations[sandboxpod.AnnotationRun] = run
+	pod.Annotations[sandboxpod.AnnotationRunOwner] = ses.Spec.Owner
+	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
+	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("claim pod %s for run %s: %w", pod.Name, run, err)
+	}
+	return nil
+}
+
+// UnclaimRun gives back a pod claimed for a run whose Session could not be
+// created: nothing ran on it, and it is idle again as it was (before: the
+// pod as it was read before ClaimForRun; claimed: as that claim stored it).
+func UnclaimRun(ctx context.Context, c client.Client, before, claimed *corev1.Pod) error {
+	pod := claimed.DeepCopy()
+	pod.Labels, pod.Annotations = before.DeepCopy().Labels, before.DeepCopy().Annotations
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("give back pod %s: %w", pod.Name, err)
+	}
+	return nil
 }
 
 // ClaimableForSession reports whether ses may take pod (as read): an idle
@@ -60,8 +129,10 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 	if !ClaimableForSession(pod, ses) {
 		return ErrNotClaimable
 	}
-	if HeldBy(pod, ses) && SessionUID(pod) == ses.UID {
-		return nil // adopted: the lease was written before
+	if HeldBy(pod, ses) && (SessionUID(pod) == ses.UID || SessionUID(pod) == "" && ForRun(pod)) {
+		// Adopted: the lease was written before, by this controller or, for a
+		// one-call run, by the data plane (its run and caller name the Session).
+		return nil
 	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
@@ -70,6 +141,8 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 	markTenant(pod, ses.Namespace)
 	pod.Labels[sandboxpod.LabelSession] = ses.Name
 	pod.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
+	delete(pod.Annotations, sandboxpod.AnnotationRun) // the UID says it now
+	delete(pod.Annotations, sandboxpod.AnnotationRunOwner)
 	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
 	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
 	if err := c.Update(ctx, pod); err != nil {
@@ -87,6 +160,8 @@ func ReleaseSessionForReset(ctx context.Context, c client.Client, pod *corev1.Po
 	}
 	delete(pod.Labels, sandboxpod.LabelSession)
 	delete(pod.Annotations, sandboxpod.AnnotationSessionUID)
+	delete(pod.Annotations, sandboxpod.AnnotationRun)
+	delete(pod.Annotations, sandboxpod.AnnotationRunOwner)
 	delete(pod.Annotations, sandboxpod.AnnotationInterpreter)
 	delete(pod.Annotations, sandboxpod.AnnotationSuspending)
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateResetting

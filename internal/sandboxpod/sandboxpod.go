@@ -61,6 +61,13 @@ const (
 	// in the namespace the pools' NetworkPolicies name.
 	LabelAgentClient = "sandbox.warmpool.dev/agent-client"
 
+	// AnnotationRun and AnnotationRunOwner are, on a pod the data plane
+	// claimed for a one-call run before its Session had a UID (lease.ClaimForRun),
+	// the run's ID and its caller: the Session of that name, run and owner
+	// holds the pod until its own UID is written on it.
+	AnnotationRun      = "sandbox.warmpool.dev/run"
+	AnnotationRunOwner = "sandbox.warmpool.dev/run-owner"
+
 	// AnnotationResetSince is when a pod went into StateResetting (RFC 3339), so a reset that never
 	// finished (the manager stopped mid-way) can be told apart from one in progress.
 	AnnotationResetSince = "sandbox.warmpool.dev/reset-since"

@@ -47,7 +47,7 @@ func (r *Reconciler) heldUnfinished(ctx context.Context, p *corev1.Pod) bool {
 	if name := lease.Session(p); name != "" {
 		ses := &sandboxv1alpha1.Session{}
 		key := types.NamespacedName{Namespace: lease.Tenant(p), Name: name}
-		return r.Get(ctx, key, ses) == nil && ses.UID == lease.SessionUID(p) && !ses.Status.Phase.IsFinished() &&
+		return r.Get(ctx, key, ses) == nil && ses.UID == lease.HolderUID(p, ses) && !ses.Status.Phase.IsFinished() &&
 			(ses.Status.PodUID == "" || ses.Status.PodUID == p.UID)
 	}
 	return false

@@ -420,14 +420,17 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 				out.busy = append(out.busy, p)
 				continue
 			}
-			if err == nil && ses.UID == lease.SessionUID(p) && ses.Status.Phase.IsFinished() && ses.Status.PodUID != "" && ses.Status.PodUID != p.UID {
+			if err == nil && ses.UID == lease.HolderUID(p, ses) && ses.Status.Phase.IsFinished() && ses.Status.PodUID != "" && ses.Status.PodUID != p.UID {
 				// A second pod the lease of an ended Session left labelled (its
 				// cache lagged behind its first claim): the Session never used
 				// it, and nobody will.
 				out.expired = append(out.expired, p)
 				continue
 			}
-			if apierrors.IsNotFound(err) && apierrors.IsNotFound(r.APIReader.Get(ctx, key, ses)) {
+			// A pod the data plane claimed for a one-call run is claimed while
+			// the run's Session is created: it waits the grace below for it.
+			_, forRun := p.Annotations[sandboxpod.AnnotationRun]
+			if apierrors.IsNotFound(err) && !forRun && apierrors.IsNotFound(r.APIReader.Get(ctx, key, ses)) {
 				// Deleted (kubectl delete ses, an SDK's close): the API server,
 				// not only a cache that may lag behind a Session that has just
 				// claimed the pod, says it is gone. Nobody can use the pod.

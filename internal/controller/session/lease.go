@@ -86,6 +86,12 @@ func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session
 		res, err := r.awaitOwnPod(ctx, ses, pl.SessionPod)
 		return res, false, err
 	}
+	if claimed := dispatch.ClaimedPod(ses, time.Now()); pl.Pod == "" && claimed != "" {
+		// The data plane claimed a pod for the Session's one-call run as it
+		// created it: the pod's event brings it here (the dispatcher wakes
+		// it), and nothing is written meanwhile.
+		return ctrl.Result{RequeueAfter: time.Until(ses.CreationTimestamp.Add(dispatch.ClaimedPodGrace)) + 10*time.Millisecond}, false, nil
+	}
 	if pl.Pod == "" {
 		res, err := r.noPod(ctx, ses, pool, pl, resuming)
 		return res, false, err
@@ -269,7 +275,7 @@ func (r *Reconciler) claimNamedPod(ctx context.Context, ses *sandboxv1alpha1.Ses
 		if pod.UID != ses.Status.PodUID || !lease.ClaimableForSession(pod, ses) {
 			return false, nil
 		}
-		if lease.HeldBy(pod, ses) && lease.SessionUID(pod) == ses.UID {
+		if lease.HolderUID(pod, ses) == ses.UID {
 			return true, nil
 		}
 		err := lease.ClaimForSession(ctx, r.Client, pod, ses, r.Clock.Now())
