@@ -313,6 +313,38 @@ var _ = Describe("The write budget", func() {
 		}
 	})
 
+	It("resumes a Session with two writes before its restore starts: the resume request and the claim", func() {
+		ns := newNamespace()
+		autoscaleClock.freeze()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).SessionSuspendAfter(2 * time.Second).Obj())
+		c := sessionsClient(sessionUser(ns, "alice", true))
+		s, err := c.Create(ctx, ns, "counted", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = s.Run(ctx, sessions.ExecRequest{Code: "x = 41"})
+		Expect(err).NotTo(HaveOccurred())
+		autoscaleClock.step(3 * time.Second) // idle past suspendAfter
+		sessionIn(ns, "counted", sandboxv1alpha1.SessionSuspended)
+		settled(ns)
+
+		managerCalls.record(ns)
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "x + 1"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Resumed).To(BeTrue())
+		Expect(*res.Result).To(Equal("42"), "its state came back")
+		pod := getSession(ns, "counted").Status.PodName
+		path, other, _ := onPath(managerCalls.stopTimed(), "counted", pod)
+		fmt.Fprintf(GinkgoWriter, "resume path: %v\nalongside it: %v\n", whats(path), other)
+		// The restore comes after the claim and before the Ready status.
+		ready := find(path, "PUT sessions/status")
+		var before []string
+		for _, c := range path {
+			if !strings.HasPrefix(c.what, "GET ") && c.end.Before(ready.start) {
+				before = append(before, c.what)
+			}
+		}
+		Expect(before).To(Equal([]string{"PATCH sessions", "PUT pods"}), "the resume request, then the claim: %v", whats(path))
+	})
+
 	// An Execution's writes from its create until its pod is the pool's again.
 	executionPath := func(reuse sandboxv1alpha1.ReusePolicy) (path []apiCall, other []string) {
 		ns := newNamespace()

@@ -145,6 +145,7 @@ type Server struct {
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
 	idle       idlePods
+	warming    chan struct{} // warm.go
 	seats      *seats
 	spend      *spend
 	forking    sync.Map // Session UIDs with a fork under way
@@ -168,7 +169,7 @@ type Deps struct {
 func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
 	return &Server{Options: o, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
 		Log: mgr.GetLogger().WithName("dataplane"), Gate: d.Gate, KeysLoaded: d.KeysLoaded, Models: d.Models,
-		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats(), spend: o.spend()}
+		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats(), spend: o.spend(), warming: make(chan struct{}, warmConcurrency)}
 }
 
 // seats is the per-namespace fairness o asks for (nil: none).
@@ -249,6 +250,9 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		if _, err := inf.AddEventHandler(s.ready.handler()); err != nil {
 			return fmt.Errorf("watch Sessions for one-call runs: %w", err)
+		}
+		if _, err := inf.AddEventHandler(s.warmer()); err != nil {
+			return fmt.Errorf("watch Sessions to warm their agents up: %w", err)
 		}
 		pods, err := s.Informers.GetInformer(ctx, &corev1.Pod{})
 		if err != nil {

@@ -122,6 +122,27 @@ func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session
 	// Session needs from the agent, and asking for it changes nothing: ask
 	// while the claim is written. A context is applied only to a pod that is
 	// the Session's.
+	// A resume reads its snapshot from the store while the claim is written:
+	// the budget is taken first (a resume it cannot take claims nothing and
+	// looks again), and bytes read for a claim that did not commit are
+	// dropped, never restored.
+	var snapshot chan fetched
+	if resuming {
+		hold, herr := r.Memory.Acquire("resume", ses.Namespace, resumeCost(ses.Status.Snapshot.Bytes))
+		if herr != nil {
+			r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
+			res, err := r.budgetFull(ctx, ses, herr)
+			return res, false, err
+		}
+		defer hold.Release()
+		snapshot = make(chan fetched, 1)
+		go func() { snapshot <- r.fetch(ctx, ses) }()
+		defer func() {
+			if snapshot != nil {
+				<-snapshot // not used: the claim did not commit, or the agent failed first
+			}
+		}()
+	}
 	var tag chan error
 	var interp string
 	if init == nil {
@@ -148,19 +169,10 @@ func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session
 	}
 	interpreted, fetchedAt := time.Now(), time.Time{}
 	if err == nil && resuming {
-		// Read from the store only now that the pod is the Session's: a
-		// claim that did not commit reads nothing, and the snapshot is held
-		// in memory only if the budget takes it (else the pod stays the
-		// Session's, and the next look adopts it and tries again).
-		hold, herr := r.Memory.Acquire("resume", ses.Namespace, resumeCost(ses.Status.Snapshot.Bytes))
-		if herr != nil {
-			res, err := r.budgetFull(ctx, ses, herr)
-			return res, false, err
-		}
-		f := r.fetch(ctx, ses)
+		f := <-snapshot
+		snapshot = nil
 		fetchedAt = time.Now()
 		err = r.restore(ctx, ses, pod, f)
-		hold.Release()
 	}
 	if err != nil {
 		res, err := r.leaseFailed(ctx, ses, pod, resuming, err)
