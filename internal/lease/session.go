@@ -75,23 +75,16 @@ func HolderUID(pod *corev1.Pod, ses *sandboxv1alpha1.Session) types.UID {
 // precondition like every claim. The data plane writes it at the same time
 // as it creates the Session, so the run's code waits for one write's time,
 // not two in a row; the manager adopts the pod for the Session once both
-// are stored, and writes the Session's UID on it then.
+// are stored, as it is (HolderUID): the run and its caller name the Session.
 func ClaimForRun(ctx context.Context, c client.Client, pod *corev1.Pod, ses *sandboxv1alpha1.Session, now time.Time) error {
 	run := ses.Annotations[sandboxv1alpha1.AnnotationRun]
 	if run == "" || sandboxpod.IsTerminal(pod) || !sandboxpod.IsIdle(pod) || Session(pod) != "" || ClaimedBy(pod) != "" ||
 		!ServesTenant(pod, ses.Namespace) {
 		return ErrNotClaimable
 	}
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
-	markTenant(pod, ses.Namespace)
-	pod.Labels[sandboxpod.LabelSession] = ses.Name
+	markHeld(pod, ses, now)
 	pod.Annotations[sandboxpod.AnnotationRun] = run
 	pod.Annotations[sandboxpod.AnnotationRunOwner] = ses.Spec.Owner
-	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
-	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
 	if err := c.Update(ctx, pod); err != nil {
 		return fmt.Errorf("claim pod %s for run %s: %w", pod.Name, run, err)
 	}
@@ -134,21 +127,24 @@ func ClaimForSession(ctx context.Context, c client.Client, pod *corev1.Pod, ses 
 		// one-call run, by the data plane (its run and caller name the Session).
 		return nil
 	}
+	markHeld(pod, ses, now)
+	pod.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
+	if err := c.Update(ctx, pod); err != nil {
+		return fmt.Errorf("claim pod %s for session %s: %w", pod.Name, ses.Name, err)
+	}
+	return nil
+}
+
+// markHeld labels pod as leased to the Session named ses.Name in ses's namespace.
+func markHeld(pod *corev1.Pod, ses *sandboxv1alpha1.Session, now time.Time) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Labels[sandboxpod.LabelState] = sandboxpod.StateBusy
 	markTenant(pod, ses.Namespace)
 	pod.Labels[sandboxpod.LabelSession] = ses.Name
-	pod.Annotations[sandboxpod.AnnotationSessionUID] = string(ses.UID)
-	delete(pod.Annotations, sandboxpod.AnnotationRun) // the UID says it now
-	delete(pod.Annotations, sandboxpod.AnnotationRunOwner)
 	pod.Annotations[sandboxpod.AnnotationUsed] = "true"
 	pod.Annotations[sandboxpod.AnnotationLastUsed] = now.UTC().Format(time.RFC3339Nano)
-	if err := c.Update(ctx, pod); err != nil {
-		return fmt.Errorf("claim pod %s for session %s: %w", pod.Name, ses.Name, err)
-	}
-	return nil
 }
 
 // ReleaseSessionForReset ends a Session's lease on pod into StateResetting

@@ -16,10 +16,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/warmpool/warmpool/internal/testing/testenv"
@@ -230,12 +232,22 @@ func (c *cluster) addNodes(ctx context.Context, n int) error {
 		return err
 	}
 	for _, nd := range nodes.Items {
-		taints := slices.DeleteFunc(nd.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
-		if len(taints) == len(nd.Spec.Taints) {
-			continue
-		}
-		nd.Spec.Taints = taints
-		if _, err := c.cs.CoreV1().Nodes().Update(ctx, &nd, metav1.UpdateOptions{}); err != nil {
+		// kwok writes the node's status meanwhile: a conflict is read again.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			taints := slices.DeleteFunc(slices.Clone(nd.Spec.Taints), func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+			if len(taints) == len(nd.Spec.Taints) {
+				return nil
+			}
+			nd.Spec.Taints = taints
+			_, err := c.cs.CoreV1().Nodes().Update(ctx, &nd, metav1.UpdateOptions{})
+			if errors.IsConflict(err) {
+				if cur, gerr := c.cs.CoreV1().Nodes().Get(ctx, nd.Name, metav1.GetOptions{}); gerr == nil {
+					nd = *cur
+				}
+			}
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("lift the not-ready taint of node %s: %w", nd.Name, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -75,7 +76,8 @@ func (e *env) watchExecutions(ctx context.Context, want string) (*executionWatch
 }
 
 // executions: Executions offered at a Poisson rate over many pools, each
-// on a warm pod that is then replaced (reusePolicy Never, the default).
+// on a warm pod that is then replaced (reusePolicy Never, the default), or
+// reset and reused (-reuse FreshInterpreter).
 func executions(ctx context.Context, e *env) (*report, error) {
 	o := e.o
 	rep := newReport("executions")
@@ -84,13 +86,14 @@ func executions(ctx context.Context, e *env) (*report, error) {
 	rep.param("warm pods per pool", o.poolSize)
 	rep.param("rate (Executions/s, Poisson)", o.rate)
 	rep.param("duration", o.duration)
+	rep.param("reusePolicy", cmp.Or(o.reuse, "Never"))
 	m, c, _, err := e.managerAndClient()
 	if err != nil {
 		return nil, err
 	}
 	defer m.stop(10 * time.Second)
 	t0 := time.Now()
-	if err := createPools(ctx, c, "exec", o.pools, o.poolSize); err != nil {
+	if err := createPools(ctx, c, "exec", o.pools, o.poolSize, sandboxv1alpha1.ReusePolicy(o.reuse)); err != nil {
 		return nil, err
 	}
 	if err := poolsFull(ctx, c, o.pools, o.poolSize, 30*time.Minute); err != nil {

@@ -20,13 +20,18 @@ const steadyWindow = 30 * time.Second
 
 // createPools creates n pools of size, each in a namespace of its own (a
 // tenant each), 32 at a time.
-func createPools(ctx context.Context, c client.Client, prefix string, n, size int) error {
+func createPools(ctx context.Context, c client.Client, prefix string, n, size int, reuse ...sandboxv1alpha1.ReusePolicy) error {
 	return parallel(n, func(i int) error {
 		ns := fmt.Sprintf("%s-%04d", prefix, i)
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); client.IgnoreAlreadyExists(err) != nil {
 			return err
 		}
-		return c.Create(ctx, wrappers.Pool(ns, "python").Replicas(int32(size)).Obj())
+		pool := wrappers.Pool(ns, "python").Replicas(int32(size))
+		if len(reuse) > 0 && reuse[0] != "" {
+			// A reused pod comes back to the pool: no more pods than the warm ones.
+			pool.Reuse(reuse[0]).MaxPods(int32(size))
+		}
+		return c.Create(ctx, pool.Obj())
 	})
 }
 

@@ -52,6 +52,9 @@ type options struct {
 	managerQPS   int
 	managerBurst int
 	managerArgs  string
+	// managerBin, when set, is a manager binary built elsewhere (another
+	// build, side by side with this one's); reuse the pools' reusePolicy.
+	managerBin, reuse string
 
 	warm     int
 	rate     float64
@@ -83,6 +86,8 @@ func main() {
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 1000, "kube-scheduler --kube-api-qps (burst: twice)")
 	flag.IntVar(&o.managerQPS, "manager-qps", 0, "the manager's --kube-api-qps; 0: its default")
 	flag.IntVar(&o.managerBurst, "manager-burst", 0, "the manager's --kube-api-burst (with -manager-qps)")
+	flag.StringVar(&o.managerBin, "manager-bin", "", "run this manager binary instead of building cmd/manager (a previous build, side by side)")
+	flag.StringVar(&o.reuse, "reuse", "", "fill, executions: the pools' reusePolicy (Never, the default, or FreshInterpreter)")
 	flag.StringVar(&o.managerArgs, "manager-args", "", "more flags for the manager, space-separated (e.g. --zap-log-level=1 for its lease timings)")
 	flag.IntVar(&o.warm, "warm", 1050, "claims, failover: warm pods of the pool")
 	flag.Float64Var(&o.rate, "rate", 75, "claims, executions: arrivals per second (Poisson, open loop)")
@@ -153,7 +158,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	defer fw.stop()
-	bin, err := buildManager(c.dir)
+	bin, err := o.managerBin, error(nil)
+	if bin == "" {
+		bin, err = buildManager(c.dir)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -25,42 +25,13 @@ import (
 const ResetTimeout = time.Minute
 
 // Pod gives a pod released for reuse a fresh interpreter and returns
-// it to the pool's idle pods, or deletes it when the reset fails. Executions
-// and Sessions both end this way under reusePolicy FreshInterpreter. The pod
-// is the one with podUID, released for its reset: the gate refuses any other
-// (one made under its name meanwhile is never called, nor deleted).
+// it to the pool's idle pods, or deletes it when the reset fails. Sessions
+// end this way under reusePolicy FreshInterpreter. The pod is the one with
+// podUID, released for its reset: the gate refuses any other (one made under
+// its name meanwhile is never called, nor deleted).
 func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, key client.ObjectKey, podUID types.UID) {
-	ctx, cancel := context.WithTimeout(context.Background(), ResetTimeout)
-	defer cancel()
-	pod := &corev1.Pod{}
-	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != podUID {
-		return // gone; nothing to return
-	}
-	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
-		pool = nil // the gate refuses: a pod without its pool is deleted
-	}
-	agent, resetErr := gate.Open(ctx, pool, pod, agentgate.ForReset(podUID))
-	if agentgate.IsRefused(resetErr) && (pool == nil || !lease.Owned(pod, pool)) {
-		log.Info("not resetting a pod its pool does not own", "err", resetErr.Error())
-		return
-	}
-	if resetErr == nil {
-		resetErr = reset(ctx, agent)
-	}
-	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != podUID {
-		return // gone; nothing to return
-	}
-	if resetErr != nil {
-		log.Info("could not reset the interpreter for reuse; deleting the pod", "err", resetErr.Error())
-		if err := c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}); client.IgnoreNotFound(err) != nil {
-			log.Error(err, "delete pod after a failed reset")
-		}
-		return
-	}
-	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return lease.ReturnToPool(ctx, c, p) }); err != nil {
-		log.Error(err, "return reset pod to its pool")
-	}
+	recycle(log, c, reader, gate, key, agentgate.ForReset(podUID), func(p *corev1.Pod) bool { return p.UID == podUID },
+		func(ctx context.Context, p *corev1.Pod) error { return lease.ReturnToPool(ctx, c, p) })
 }
 
 // Claimed gives a pod its Execution ended on a fresh interpreter while the
@@ -70,18 +41,27 @@ func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate
 // A manager that stops meanwhile leaves the claim, and the Execution's next
 // reconcile starts over.
 func Claimed(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, ex *sandboxv1alpha1.Execution) {
+	recycle(log, c, reader, gate, ex.PodKey(), agentgate.ForExecution(ex),
+		func(p *corev1.Pod) bool { return p.UID == ex.Status.PodUID && lease.ClaimedBy(p) == ex.UID },
+		func(ctx context.Context, p *corev1.Pod) error { return lease.ReleaseReset(ctx, c, p, ex) })
+}
+
+// recycle resets the interpreter of the pod at key, opened for holder, as
+// long as ours says the pod is still the one to reset, then releases it;
+// a pod whose reset failed is deleted.
+func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, key client.ObjectKey, holder agentgate.Holder,
+	ours func(*corev1.Pod) bool, release func(context.Context, *corev1.Pod) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ResetTimeout)
 	defer cancel()
-	key := ex.PodKey()
 	pod := &corev1.Pod{}
-	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != ex.Status.PodUID || lease.ClaimedBy(pod) != ex.UID {
-		return // gone, or not the Execution's any more
+	if err := reader.Get(ctx, key, pod); err != nil || !ours(pod) {
+		return // gone, or not to reset any more
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
 		pool = nil // the gate refuses: a pod without its pool is deleted
 	}
-	agent, resetErr := gate.Open(ctx, pool, pod, agentgate.ForExecution(ex))
+	agent, resetErr := gate.Open(ctx, pool, pod, holder)
 	if agentgate.IsRefused(resetErr) && (pool == nil || !lease.Owned(pod, pool)) {
 		log.Info("not resetting a pod its pool does not own", "err", resetErr.Error())
 		return
@@ -89,8 +69,8 @@ func Claimed(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 	if resetErr == nil {
 		resetErr = reset(ctx, agent)
 	}
-	if err := reader.Get(ctx, key, pod); err != nil || pod.UID != ex.Status.PodUID || lease.ClaimedBy(pod) != ex.UID {
-		return
+	if err := reader.Get(ctx, key, pod); err != nil || !ours(pod) {
+		return // gone; nothing to return
 	}
 	if resetErr != nil {
 		log.Info("could not reset the interpreter for reuse; deleting the pod", "err", resetErr.Error())
@@ -99,7 +79,7 @@ func Claimed(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 		}
 		return
 	}
-	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return lease.ReleaseReset(ctx, c, p, ex) }); err != nil {
+	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return release(ctx, p) }); err != nil {
 		log.Error(err, "return reset pod to its pool")
 	}
 }
