@@ -375,11 +375,12 @@ func (r *Reconciler) recordEnd(ex *sandboxv1alpha1.Execution) {
 	if c == nil {
 		return
 	}
-	evType := corev1.EventTypeNormal
 	if ex.Status.Phase != sandboxv1alpha1.PhaseSucceeded {
-		evType = corev1.EventTypeWarning
+		// What went wrong is an Event; a success is its status alone (the
+		// Complete condition says the same): an Event per Execution was one
+		// API write in six of the manager's.
+		r.Recorder.Eventf(ex, nil, corev1.EventTypeWarning, c.Reason, "Finish", "%s: %s", ex.Status.Phase, c.Message)
 	}
-	r.Recorder.Eventf(ex, nil, evType, c.Reason, "Finish", "%s: %s", ex.Status.Phase, c.Message)
 	metrics.ExecutionsTotal.WithLabelValues(string(ex.Status.Phase), c.Reason).Inc()
 	if cause := interruptCause(ex); cause != "" {
 		metrics.ExecutionInterrupts.WithLabelValues(cause).Inc()

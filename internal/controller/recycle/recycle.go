@@ -54,11 +54,11 @@ func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 	ctx, cancel := context.WithTimeout(context.Background(), ResetTimeout)
 	defer cancel()
 	pod := &corev1.Pod{}
-	if err := reader.Get(ctx, key, pod); err != nil || !ours(pod) {
+	if !current(ctx, c, reader, key, pod, ours) {
 		return // gone, or not to reset any more
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
 		pool = nil // the gate refuses: a pod without its pool is deleted
 	}
 	agent, resetErr := gate.Open(ctx, pool, pod, holder)
@@ -69,7 +69,7 @@ func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 	if resetErr == nil {
 		resetErr = reset(ctx, agent)
 	}
-	if err := reader.Get(ctx, key, pod); err != nil || !ours(pod) {
+	if !current(ctx, c, reader, key, pod, ours) {
 		return // gone; nothing to return
 	}
 	if resetErr != nil {
@@ -82,6 +82,17 @@ func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return release(ctx, p) }); err != nil {
 		log.Error(err, "return reset pod to its pool")
 	}
+}
+
+// current reads the pod at key into pod and reports whether ours says it
+// is the one to reset: from c's cache first, and around it when the cache
+// does not say so (it may lag behind the write that released the pod).
+// The writes that follow carry the pod's resourceVersion.
+func current(ctx context.Context, c, reader client.Reader, key client.ObjectKey, pod *corev1.Pod, ours func(*corev1.Pod) bool) bool {
+	if err := c.Get(ctx, key, pod); err == nil && ours(pod) {
+		return true
+	}
+	return reader.Get(ctx, key, pod) == nil && ours(pod)
 }
 
 // reset gives the agent a fresh interpreter. The agent publishes a run's
