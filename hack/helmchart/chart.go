@@ -162,6 +162,9 @@ func (c *chart) add(src string, obj *yaml.Node) error {
 	case src == "apiservice" && kind == "APIService":
 		file, cond = "dataplane/apiservice.yaml", ".Values.dataPlane.enabled"
 		c.seen["apiservice"] = true
+	case src == "admission" && strings.HasPrefix(kind, "ValidatingAdmissionPolicy") && strings.Contains(name, "data-plane"):
+		// What holds the data plane's pod claims: only with the data plane.
+		file, cond = "dataplane/pod-claims-"+guardrailsFiles[kind], ".Values.dataPlane.enabled"
 	case src == "admission" && strings.HasPrefix(kind, "ValidatingAdmissionPolicy"):
 		file = "admission/" + guardrailsFiles[kind]
 		c.seen["admission-"+kind] = true

@@ -31,43 +31,57 @@ func (r *Reconciler) dispose(ctx context.Context, ex *sandboxv1alpha1.Execution)
 	if ex.Status.PodName == "" || r.disposed.has(ex.UID, r.now()) {
 		return nil
 	}
-	err := r.disposeOnce(ctx, ex)
-	if err == nil && ex.Status.PodDisposition != sandboxv1alpha1.DispositionReset {
+	done, err := r.disposeOnce(ctx, ex)
+	if done {
 		r.disposed.add(ex.UID, r.now())
 	}
 	return err
 }
 
-func (r *Reconciler) disposeOnce(ctx context.Context, ex *sandboxv1alpha1.Execution) error {
-	pod := &corev1.Pod{}
-	if err := r.Get(ctx, ex.PodKey(), pod); err != nil {
-		return client.IgnoreNotFound(err)
+// disposeOnce carries out ex's pod disposition; done: nothing is left to do
+// (a reset under way says so itself, when it ends).
+func (r *Reconciler) disposeOnce(ctx context.Context, ex *sandboxv1alpha1.Execution) (done bool, err error) {
+	holds := func(pod *corev1.Pod) bool {
+		return lease.ClaimedBy(pod) == ex.UID && (ex.Status.PodUID == "" || pod.UID == ex.Status.PodUID)
 	}
-	if lease.ClaimedBy(pod) != ex.UID || (ex.Status.PodUID != "" && pod.UID != ex.Status.PodUID) {
-		// Done already, or the pod is someone else's now (another pod made
-		// under its name is never the Execution's). A stale cache that
-		// still shows the claim fails the writes below on the resourceVersion.
-		return nil
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, ex.PodKey(), pod); (err != nil && !apierrors.IsNotFound(err)) || (err == nil && holds(pod)) {
+		if err != nil {
+			return false, err
+		}
+	} else {
+		// The cache does not show the claim: done already, the pod someone
+		// else's (another pod made under its name is never the Execution's),
+		// or the cache is behind the claim itself (a run shorter than the
+		// claim's watch event). Asked around it.
+		if err := r.APIReader.Get(ctx, ex.PodKey(), pod); err != nil {
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		}
+		if !holds(pod) {
+			return true, nil
+		}
 	}
 	switch ex.Status.PodDisposition {
 	case sandboxv1alpha1.DispositionReleaseToSession:
-		return r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return lease.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
+		err := r.retryOnConflict(ctx, pod, func(p *corev1.Pod) error { return lease.ReleaseToSession(ctx, r.Client, p, ex, r.now()) })
+		return err == nil, err
 	case sandboxv1alpha1.DispositionReset:
 		// A new interpreter takes about a second under gVisor: replace it off
 		// the request path, under the Execution's claim, and release the pod
 		// once, when it is done. One reset per pod at a time: every
 		// reconcile of the finished Execution comes here meanwhile.
 		if _, busy := r.resets.LoadOrStore(pod.UID, struct{}{}); busy {
-			return nil
+			return false, nil
 		}
 		go func(ex *sandboxv1alpha1.Execution) {
 			defer r.resets.Delete(ex.Status.PodUID)
 			recycle.Claimed(logf.FromContext(ctx).WithValues("pod", ex.Status.PodName), r.Client, r.APIReader, r.Gate, ex)
 			r.disposed.add(ex.UID, r.now())
 		}(ex.DeepCopy())
-		return nil
+		return false, nil
 	default: // Delete, and Executions finished before dispositions were recorded
-		return r.deleteClaimedPod(ctx, pod, ex.UID)
+		err := r.deleteClaimedPod(ctx, pod, ex.UID)
+		return err == nil, err
 	}
 }
 
