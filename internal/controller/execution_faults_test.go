@@ -153,7 +153,7 @@ var _ = Describe("Execution under faults", func() {
 		}
 		crashAfterPodUpdate.Store(&f)
 		DeferCleanup(func() { crashAfterPodUpdate.Store(nil) })
-		time.Sleep(time.Until(managerStarted.Add(2500 * time.Millisecond))) // claimed alone, with no Running status first
+		ledLongEnough() // claimed alone, with no Running status first
 		ex := wrappers.Execution(ns, "claimed-only").Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\n'done'", runLog)).Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
 		Eventually(managerDone, 30*time.Second).Should(BeClosed())

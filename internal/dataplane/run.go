@@ -212,20 +212,28 @@ func (s *Server) createRun(ctx context.Context, ses *sandboxv1alpha1.Session, po
 		// The Session is stored: the manager leases it a pod as any other,
 		// once it no longer waits for this one.
 		s.Log.V(1).Info("a one-call run's claim did not commit; the manager leases its Session", "pod", pod.Name, "err", cerr.Error())
-		patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:null}}}`, ses.UID, sandboxv1alpha1.AnnotationClaimedPod)
-		if perr := s.Client.Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch)); perr != nil {
-			s.Log.Info("could not take back a one-call Session's claimed pod; it waits out its grace", "session", ses.Name, "err", perr.Error())
-		}
+		s.dropClaimedPod(ctx, ses)
 		return nil, nil
 	}
 	agent, err := s.Gate.Open(ctx, pool, pod, agentgate.ForRun(ses, pod))
 	if err != nil {
-		// The manager adopts the pod, or (the gate refused it) gives it up
-		// after the grace, and leases the Session another.
+		// A pod the gate refuses (one a tenant made to look like the pool's,
+		// say) is not waited for: the manager leases the Session another.
 		s.Log.Info("cannot run on the pod claimed for a one-call run; the manager leases its Session", "pod", pod.Name, "err", err.Error())
+		s.dropClaimedPod(ctx, ses)
 		return nil, nil
 	}
 	return &target{ses: ses, pod: pod, pool: pool, agent: agent}, nil
+}
+
+// dropClaimedPod takes AnnotationClaimedPod off a one-call run's Session, so
+// that it waits for no pod of the data plane's and the manager leases it one
+// at once (else after ClaimedPodGrace). The patch names the Session's UID.
+func (s *Server) dropClaimedPod(ctx context.Context, ses *sandboxv1alpha1.Session) {
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:null}}}`, ses.UID, sandboxv1alpha1.AnnotationClaimedPod)
+	if err := s.Client.Patch(ctx, ses, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		s.Log.Info("could not take back a one-call Session's claimed pod; it waits out its grace", "session", ses.Name, "err", err.Error())
+	}
 }
 
 // mayCreateAndRun asks, as the caller, for the two rights the one call
