@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -198,16 +199,24 @@ var _ = Describe("Session", func() {
 		thaw, ok := kubelet.FreezeAgent(ns, ready.Status.PodName)
 		Expect(ok).To(BeTrue())
 		DeferCleanup(thaw)
-		// As the kubelet reports a pod whose readiness probe has failed for a while.
+		// As the kubelet reports a pod whose readiness probe has failed for a
+		// while: once the claim, which may land just after Ready, is on the pod.
 		pod := &corev1.Pod{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ready.Status.PodName}, pod)).To(Succeed())
-		for i := range pod.Status.Conditions {
-			if pod.Status.Conditions[i].Type == corev1.PodReady {
-				pod.Status.Conditions[i].Status = corev1.ConditionFalse
-				pod.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-40 * time.Second))
+		Eventually(func() error {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ready.Status.PodName}, pod); err != nil {
+				return err
 			}
-		}
-		Expect(k8s.Status().Update(ctx, pod)).To(Succeed())
+			if lease.Session(pod) != "hung" {
+				return fmt.Errorf("pod %s does not carry the Session's claim yet", pod.Name)
+			}
+			for i := range pod.Status.Conditions {
+				if pod.Status.Conditions[i].Type == corev1.PodReady {
+					pod.Status.Conditions[i].Status = corev1.ConditionFalse
+					pod.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-40 * time.Second))
+				}
+			}
+			return k8s.Status().Update(ctx, pod)
+		}).Should(Succeed())
 		lost := sessionIn(ns, "hung", sandboxv1alpha1.SessionLost)
 		Expect(condition(lost.Status.Conditions, sandboxv1alpha1.SessionConditionReady)).To(And(
 			HaveField("Reason", sandboxv1alpha1.ReasonSandboxLost),

@@ -30,7 +30,10 @@ const ResetTimeout = time.Minute
 // podUID, released for its reset: the gate refuses any other (one made under
 // its name meanwhile is never called, nor deleted).
 func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, key client.ObjectKey, podUID types.UID) {
-	recycle(log, c, reader, gate, key, agentgate.ForReset(podUID), func(p *corev1.Pod) bool { return p.UID == podUID },
+	recycle(log, c, reader, gate, key, agentgate.ForReset(podUID), func(p *corev1.Pod) bool {
+		_, resetting := lease.ResetSince(p) // the cache may not show the release yet
+		return p.UID == podUID && resetting
+	},
 		func(ctx context.Context, p *corev1.Pod) error { return lease.ReturnToPool(ctx, c, p) })
 }
 
