@@ -103,13 +103,16 @@ var _ = Describe("Session suspend", func() {
 	})
 
 	It("gives back the pod of a suspended Session whose release kept failing: its pool deletes it once the Session's grace to free it is over", func() {
-		autoscaleClock.freeze()
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).SessionSuspendAfter(2 * time.Second).Obj())
 		c := sessionsClient(sessionUser(ns, "alice", true))
 		s, err := c.Create(ctx, ns, "nb", "python", nil)
 		Expect(err).NotTo(HaveOccurred())
 		_, err = s.Run(ctx, sessions.ExecRequest{Code: "x = 1"})
 		Expect(err).NotTo(HaveOccurred())
+		// Frozen after the run: the agent reports its last run in wall-clock
+		// time, which a clock frozen earlier would never pass (on a slow
+		// machine the pool and the lease take seconds).
+		autoscaleClock.freeze()
 		podName := getSession(ns, "nb").Status.PodName
 		fails := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == podName }
 		podDeleteFails.Store(&fails)

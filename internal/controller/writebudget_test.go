@@ -322,13 +322,13 @@ var _ = Describe("The write budget", func() {
 
 	It("resumes a Session with two writes before its restore starts: the resume request and the claim", func() {
 		ns := newNamespace()
-		autoscaleClock.freeze()
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).SessionSuspendAfter(2 * time.Second).Obj())
 		c := sessionsClient(sessionUser(ns, "alice", true))
 		s, err := c.Create(ctx, ns, "counted", "python", nil)
 		Expect(err).NotTo(HaveOccurred())
 		_, err = s.Run(ctx, sessions.ExecRequest{Code: "x = 41"})
 		Expect(err).NotTo(HaveOccurred())
+		autoscaleClock.freeze() // after the run: the agent reports it in wall-clock time
 		autoscaleClock.step(3 * time.Second) // idle past suspendAfter
 		sessionIn(ns, "counted", sandboxv1alpha1.SessionSuspended)
 		settled(ns)
