@@ -104,6 +104,10 @@ func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, "")
 		return ctrl.Result{}, true, nil
 	}
+	if resuming && lease.Suspending(pod) {
+		res, err := r.dropSealed(ctx, ses, pod)
+		return res, false, err
+	}
 	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
 		log.Info("not claiming a pod that is not the pool's", "pod", pod.Name, "reason", err.Error())
 		r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
@@ -517,6 +521,9 @@ func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf(
 			"waiting to adopt pod %s, which carries the Session's name, until the run that holds it ends", name))
 	}
+	if ses.Status.Snapshot != nil && lease.Suspending(pod) {
+		return r.dropSealed(ctx, ses, pod)
+	}
 	down := notReadyFor(pod, r.Clock.Now())
 	if down >= sessionUnreachableGrace && ses.Status.Snapshot != nil {
 		return r.discard(ctx, ses, pod, errors.New(podDown(pod, down, nil)))
@@ -530,4 +537,21 @@ func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		res.RequeueAfter = min(res.RequeueAfter, sessionUnreachableGrace-down+10*time.Millisecond)
 	}
 	return res, err
+}
+
+// dropSealed deletes the pod a resuming Session was suspended from instead
+// of adopting it: its state is in the snapshot, and its suspend deletes it
+// (free). A cache that lags that delete still shows it whole, and a pod
+// adopted while its delete is under way takes the resumed Session down with
+// it; one the suspend could not delete still carries its seal, which would
+// suspend the Session again at its first look. The pool makes another.
+func (r *Reconciler) dropSealed(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod) (ctrl.Result, error) {
+	logf.FromContext(ctx).V(1).Info("not resuming on the pod the Session was suspended from; deleting it", "pod", pod.Name)
+	uid := pod.UID
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("delete pod %s, which session %s was suspended from: %w", pod.Name, ses.Name, err)
+	}
+	// Not given again until its delete is seen: then the Session waits for a fresh pod.
+	r.Dispatcher.ClaimFailed(ses.UID, pod.Name, pod.ResourceVersion)
+	return ctrl.Result{RequeueAfter: claimRetry}, nil
 }
