@@ -47,6 +47,11 @@ const (
 	// SessionConditionReady is True while the Session holds a pod whose
 	// interpreter keeps its state; its reason says why not otherwise.
 	SessionConditionReady = "Ready"
+	// SessionConditionMovable is False while the Session's node is being
+	// drained and the Session cannot move off it (ReasonTooLargeToMove,
+	// ReasonNoSnapshotStore): the drain waits for it, as for a busy pod.
+	// Removed once it moved, or the node is no longer drained.
+	SessionConditionMovable = "Movable"
 )
 
 // Condition reasons.
@@ -101,6 +106,15 @@ const (
 	ReasonResumed      = "Resumed"
 	ReasonResuming     = "Resuming"
 	ReasonSnapshotLost = "SnapshotLost"
+	// ReasonMoving: the Session's node is being drained (cordoned, or tainted
+	// by a tool that removes nodes); its state is saved, and it resumes on a
+	// pod of another node at once (Suspended for that moment). ReasonMoved:
+	// it holds that pod, with its state (status.lastMove says from where).
+	// ReasonTooLargeToMove: its state is over the snapshot limit, so it
+	// stays, and the drain waits for it.
+	ReasonMoving         = "Moving"
+	ReasonMoved          = "Moved"
+	ReasonTooLargeToMove = "TooLargeToMove"
 	// ReasonSuspendFailed (an Event): the snapshot could not be taken or
 	// stored; the Session keeps its pod and is tried again later.
 	ReasonSuspendFailed = "SuspendFailed"
@@ -141,6 +155,10 @@ const (
 	// ReasonUnsupportedAgent: a pod's agent speaks a protocol version this
 	// manager does not; it is replaced, never called.
 	ReasonUnsupportedAgent = "UnsupportedAgent"
+	// ReasonPodsDisplaced (an Event): unclaimed pods on a node the pool may no
+	// longer use (cordoned, draining, tainted, not Ready, out of its node
+	// selector) are replaced by pods elsewhere.
+	ReasonPodsDisplaced = "PodsDisplaced"
 	// ReasonUnschedulable: the scheduler finds no node for the pool's pods
 	// (its message says why: CPU, memory, selectors, taints).
 	ReasonUnschedulable     = "Unschedulable"

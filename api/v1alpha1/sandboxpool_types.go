@@ -6,6 +6,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// NodeSpread says how a pool's pods are spread over nodes when its template
+// sets no topologySpreadConstraints of its own.
+// +kubebuilder:validation:Enum=Preferred;Required;None
+type NodeSpread string
+
+const (
+	// NodeSpreadPreferred asks the scheduler to keep the pool's pods on as
+	// many nodes as it can (maxSkew 1 on kubernetes.io/hostname), and still
+	// schedules a pod where it cannot: losing or draining one node takes a
+	// share of the pool, not all of it.
+	NodeSpreadPreferred NodeSpread = "Preferred"
+	// NodeSpreadRequired holds the skew at 1: a pod that would break it waits
+	// unscheduled, until a node frees up or joins.
+	NodeSpreadRequired NodeSpread = "Required"
+	// NodeSpreadNone leaves placement to the scheduler alone (and to the
+	// template's affinity).
+	NodeSpreadNone NodeSpread = "None"
+)
+
 // ReusePolicy says whether a sandbox pod may run more than one Execution (or session).
 // +kubebuilder:validation:Enum=Never;FreshInterpreter
 type ReusePolicy string
@@ -87,6 +106,14 @@ type SandboxPoolSpec struct {
 	// sandbox container, volumes and security settings itself.
 	// +optional
 	Template *SandboxPodTemplate `json:"template,omitempty"`
+
+	// nodeSpread spreads the pool's pods over nodes: Preferred (the default),
+	// Required or None. It applies to pods created after it is set, and only
+	// when spec.template.spec.topologySpreadConstraints is empty (those, when
+	// set, are used as they are).
+	// +kubebuilder:default=Preferred
+	// +optional
+	NodeSpread NodeSpread `json:"nodeSpread,omitempty"`
 
 	// runtimeClassName of the sandbox pods. Defaults to gvisor, which isolates
 	// user code from the node's kernel. Set it to "" only for trusted code or on

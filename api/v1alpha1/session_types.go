@@ -60,7 +60,13 @@ const (
 // AnnotationResume names the snapshot its status holds.
 func (s *Session) ResumeRequested() bool {
 	return s.Status.Phase == SessionSuspended && s.Status.Snapshot != nil && s.Status.Snapshot.Key != "" &&
-		s.Annotations[AnnotationResume] == s.Status.Snapshot.Key
+		(s.Annotations[AnnotationResume] == s.Status.Snapshot.Key || s.Moving())
+}
+
+// Moving reports whether the Session was suspended to move off a drained
+// node: it resumes at once, asked or not.
+func (s *Session) Moving() bool {
+	return s.Status.Phase == SessionSuspended && s.Status.LastMove != nil && s.Status.LastMove.EndTime == nil
 }
 
 // IsFinished reports whether the phase is terminal.
@@ -162,6 +168,27 @@ type SessionSpec struct {
 	Close bool `json:"close,omitempty"`
 }
 
+// SessionMove is a Session's move off a drained node.
+type SessionMove struct {
+	// fromNode is the node the Session left, and why (cordoned, tainted).
+	FromNode string `json:"fromNode"`
+	// reason the node was left: the node's cordon or taint.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// toNode is the node of the pod it resumed on ("" until it did).
+	// +optional
+	ToNode string `json:"toNode,omitempty"`
+	// startTime is when it began to leave its pod (its state was being saved).
+	StartTime metav1.Time `json:"startTime"`
+	// endTime is when it was Ready on the new pod; unset while it moves.
+	// +optional
+	EndTime *metav1.Time `json:"endTime,omitempty"`
+	// pauseMillis is how long it moved: from startTime to endTime, the time
+	// a run sent to it waited.
+	// +optional
+	PauseMillis int64 `json:"pauseMillis,omitempty"`
+}
+
 // SessionStatus is what the manager observed.
 type SessionStatus struct {
 	// phase is Pending, Ready, Closed or Lost.
@@ -202,6 +229,15 @@ type SessionStatus struct {
 	// resumes counts the times the Session was resumed from a snapshot.
 	// +optional
 	Resumes int32 `json:"resumes,omitempty"`
+
+	// moves counts the times the Session moved to another node because its
+	// node was drained.
+	// +optional
+	Moves int32 `json:"moves,omitempty"`
+
+	// lastMove is the Session's last move off a drained node.
+	// +optional
+	LastMove *SessionMove `json:"lastMove,omitempty"`
 
 	// suspendTime is when the Session was last suspended.
 	// +optional
@@ -260,6 +296,7 @@ type SessionSnapshot struct {
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`,priority=1
 // +kubebuilder:printcolumn:name="Access",type=string,JSONPath=`.spec.access`,priority=1
 // +kubebuilder:printcolumn:name="Resumes",type=integer,JSONPath=`.status.resumes`,priority=1
+// +kubebuilder:printcolumn:name="Moves",type=integer,JSONPath=`.status.moves`,priority=1
 
 // Session leases one warm interpreter of a SandboxPool; code runs in it
 // through the data plane (data.warmpool.dev) or as Executions naming it.

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/warmpool/warmpool/internal/nodes"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
@@ -31,6 +32,8 @@ func CacheOptions(agentKeys types.NamespacedName) cache.Options {
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   {Label: owned},
 		&policyv1.PodDisruptionBudget{}: {Label: owned},
+		// What placement reads of each node, not its images and volumes.
+		&corev1.Node{}: {Transform: nodes.Trim},
 		&corev1.Secret{}: {
 			Namespaces: map[string]cache.Config{agentKeys.Namespace: {}},
 			Field:      fields.OneTermEqualSelector("metadata.name", agentKeys.Name),

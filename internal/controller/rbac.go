@@ -24,3 +24,6 @@ package controller
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// Nodes a pool may no longer hand out pods on (cordoned, draining, tainted,
+// not Ready: internal/nodes) are read from a cache, never written.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch

@@ -14,6 +14,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/membudget"
+	"github.com/warmpool/warmpool/internal/nodes"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/tenancy"
@@ -58,6 +59,9 @@ type Runtime struct {
 	// Memory bounds the bytes forks, suspends and resumes hold in this
 	// process at once, the data plane's and the controllers' together.
 	Memory *membudget.Budget
+	// Nodes says which nodes a pool may no longer hand out pods on (the
+	// controllers feed it from the node informer: setupControllers).
+	Nodes *nodes.Tracker
 
 	// The wake-ups the dispatcher and the runner deliver to each
 	// reconciler's queue.
@@ -69,7 +73,7 @@ type Runtime struct {
 // gate asks the version of, and the namespaces' labels shared pools admit
 // by (the manager's cache).
 func newRuntime(cfg Config, c client.Client) *Runtime {
-	rt := &Runtime{Keys: &agentauth.Keyring{}, Clock: cfg.Clock, Memory: memoryBudget(cfg.MemoryBudget),
+	rt := &Runtime{Keys: &agentauth.Keyring{}, Clock: cfg.Clock, Memory: memoryBudget(cfg.MemoryBudget), Nodes: nodes.New(),
 		executionWakes: &wakeup.Source{Priority: wakeup.High}, sessionWakes: &wakeup.Source{Priority: wakeup.High},
 		// A burst of Executions becomes one pool reconcile.
 		poolWakes: &wakeup.Source{Delay: pool.DemandDebounce}}
@@ -103,6 +107,9 @@ func newRuntime(cfg Config, c client.Client) *Runtime {
 		// pod whose key really is gone is replaced by its pool.
 		Usable: func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
 			return lease.MayServe(pool, p, rt.Keys) == nil && agents.Usable(p)
+		},
+		Placeable: func(pool *sandboxv1alpha1.SandboxPool, p *corev1.Pod) bool {
+			return pool == nil || rt.Nodes.Excludes(pool, p.Spec.NodeName) == ""
 		},
 		PodGone:  func(p *corev1.Pod) { agents.Forget(p.UID) },
 		Admitted: rt.Tenancy.Admitted,

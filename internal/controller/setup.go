@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -24,7 +25,9 @@ import (
 	"github.com/warmpool/warmpool/internal/controller/pool"
 	"github.com/warmpool/warmpool/internal/controller/session"
 	"github.com/warmpool/warmpool/internal/dataplane"
+	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/llm"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/servingcert"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/internal/tenancy"
@@ -189,6 +192,9 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := index.Setup(ctx, mgr); err != nil {
 		return err
 	}
+	if err := watchNodes(ctx, mgr, rt); err != nil {
+		return err
+	}
 	keys := rt.Keys
 	store, err := cfg.store(ctx, mgr)
 	if err != nil {
@@ -201,7 +207,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 	if err := pool.NewReconciler(mgr, pool.Deps{
 		Keys: keys, ManagerNamespace: cfg.ManagerNamespace, KeyEvents: poolEvents, Dispatcher: rt.Dispatcher,
 		Autoscalers: rt.Autoscalers, Tenancy: rt.Tenancy, Agents: rt.Gate.Agents(), Clock: rt.Clock, DemandWakes: rt.poolWakes,
-		SnapshotStore: storeName,
+		SnapshotStore: storeName, Nodes: rt.Nodes,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -233,7 +239,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		return err
 	}
 	return session.NewReconciler(mgr, session.Deps{Gate: rt.Gate, Dispatcher: rt.Dispatcher, Tenancy: rt.Tenancy, Keys: keys,
-		Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Memory: rt.Memory}).SetupWithManager(mgr)
+		Clock: rt.Clock, Wakeups: rt.sessionWakes, Snapshots: store, Memory: rt.Memory, Nodes: rt.Nodes}).SetupWithManager(mgr)
 }
 
 // setupDataPlane registers the data plane and its serving certificate. They
@@ -286,4 +292,36 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 		return err
 	}
 	return mgr.Add(srv)
+}
+
+// watchNodes feeds the runtime's node tracker, and has the pods on a node
+// that changed judged again: an idle pod on a node that is cordoned, tainted
+// or not Ready is no longer handed out, and its pool replaces it elsewhere;
+// a Session on a drained node moves.
+func watchNodes(ctx context.Context, mgr ctrl.Manager, rt *Runtime) error {
+	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return fmt.Errorf("node informer: %w", err)
+	}
+	c := mgr.GetClient()
+	_, err = inf.AddEventHandler(rt.Nodes.Handler(func(node string) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.MatchingFields{index.PodNode: node}); err != nil {
+			mgr.GetLogger().Error(err, "list the pods of a node that changed", "node", node)
+			return
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			rt.Dispatcher.Recheck(p)
+			rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
+			if s := lease.Session(p); s != "" {
+				// A drained node's Sessions move (session/move.go).
+				rt.sessionWakes.Wake(types.NamespacedName{Namespace: lease.Tenant(p), Name: s})
+			}
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("node informer: %w", err)
+	}
+	return nil
 }

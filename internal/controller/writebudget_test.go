@@ -328,7 +328,7 @@ var _ = Describe("The write budget", func() {
 		Expect(err).NotTo(HaveOccurred())
 		_, err = s.Run(ctx, sessions.ExecRequest{Code: "x = 41"})
 		Expect(err).NotTo(HaveOccurred())
-		autoscaleClock.freeze() // after the run: the agent reports it in wall-clock time
+		autoscaleClock.freeze()              // after the run: the agent reports it in wall-clock time
 		autoscaleClock.step(3 * time.Second) // idle past suspendAfter
 		sessionIn(ns, "counted", sandboxv1alpha1.SessionSuspended)
 		settled(ns)

@@ -23,14 +23,14 @@ type idlePods struct {
 }
 
 // take removes and returns an idle pod of pool that may run namespace ns's
-// code (never ran another's), chosen at random: the manager hands out the
+// code (never ran another's) on a node the pool may use (placeable), chosen at random: the manager hands out the
 // lowest name first, and two replicas choosing at once should not collide.
-func (x *idlePods) take(pool types.NamespacedName, ns string) *corev1.Pod {
+func (x *idlePods) take(pool types.NamespacedName, ns string, placeable func(*corev1.Pod) bool) *corev1.Pod {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var fit []string
 	for name, p := range x.pools[pool] {
-		if lease.ServesTenant(p, ns) {
+		if lease.ServesTenant(p, ns) && placeable(p) {
 			fit = append(fit, name)
 		}
 	}

@@ -14,6 +14,9 @@ package dataplane
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions/status,verbs=get;patch
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sandboxpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update
+// Nodes, read: a one-call run claims no idle pod on a node that is cordoned,
+// drained or not Ready (internal/nodes).
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // A pool's ModelEndpoint, the namespaces its selector admits and (below, in
 // the manager's namespace) its key: llm_query in a Session's runs.
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=modelendpoints,verbs=get;list;watch

@@ -188,7 +188,9 @@ func (s *Server) createRun(ctx context.Context, ses *sandboxv1alpha1.Session, po
 	var pod *corev1.Pod
 	if !keep && pool.Namespace == ses.Namespace && pool.Spec.Sharing == nil && pool.Status.PendingExecutions == 0 &&
 		pool.DeletionTimestamp == nil && (s.KeysLoaded == nil || s.KeysLoaded()) {
-		pod = s.idle.take(client.ObjectKeyFromObject(pool), ses.Namespace)
+		pod = s.idle.take(client.ObjectKeyFromObject(pool), ses.Namespace, func(p *corev1.Pod) bool {
+			return s.nodes.Excludes(pool, p.Spec.NodeName) == ""
+		})
 	}
 	if pod == nil {
 		return nil, s.Client.Create(ctx, ses)

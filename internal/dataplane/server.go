@@ -51,6 +51,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/agentgate"
 	"github.com/warmpool/warmpool/internal/membudget"
+	"github.com/warmpool/warmpool/internal/nodes"
 	"github.com/warmpool/warmpool/internal/tenancy"
 )
 
@@ -145,10 +146,12 @@ type Server struct {
 	authorizer authorizer.Authorizer
 	ready      sessionChanges
 	idle       idlePods
-	warming    chan struct{} // warm.go
-	seats      *seats
-	spend      *spend
-	forking    sync.Map // Session UIDs with a fork under way
+	// nodes: which nodes a one-call run may claim an idle pod on (internal/nodes).
+	nodes   *nodes.Tracker
+	warming chan struct{} // warm.go
+	seats   *seats
+	spend   *spend
+	forking sync.Map // Session UIDs with a fork under way
 	// frontProxy is how the aggregator's relayed callers are authenticated
 	// (nil when no request-header configuration is delegated).
 	frontProxy *authenticatorfactory.RequestHeaderConfig
@@ -169,7 +172,8 @@ type Deps struct {
 func NewServer(mgr manager.Manager, o Options, d Deps) *Server {
 	return &Server{Options: o, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Informers: mgr.GetCache(),
 		Log: mgr.GetLogger().WithName("dataplane"), Gate: d.Gate, KeysLoaded: d.KeysLoaded, Models: d.Models,
-		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats(), spend: o.spend(), warming: make(chan struct{}, warmConcurrency)}
+		Tenancy: d.Tenancy, Certs: d.Certs, Memory: d.Memory, seats: o.seats(), spend: o.spend(), warming: make(chan struct{}, warmConcurrency),
+		nodes: nodes.New()}
 }
 
 // seats is the per-namespace fairness o asks for (nil: none).
@@ -260,6 +264,13 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		if _, err := pods.AddEventHandler(s.idle.handler()); err != nil {
 			return fmt.Errorf("watch pods for one-call runs: %w", err)
+		}
+		nodeInf, err := s.Informers.GetInformer(ctx, &corev1.Node{})
+		if err != nil {
+			return fmt.Errorf("watch nodes for one-call runs: %w", err)
+		}
+		if _, err := nodeInf.AddEventHandler(s.nodes.Handler(nil)); err != nil {
+			return fmt.Errorf("watch nodes for one-call runs: %w", err)
 		}
 	}
 	s.Log.Info("data plane serving", "addr", serving.Listener.Addr().String())

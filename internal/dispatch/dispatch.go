@@ -79,6 +79,11 @@ type Options struct {
 	// unusable pods are never chosen. pool is nil until the pool's first event: then none is.
 	// Nil: all are usable.
 	Usable func(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) bool
+	// Placeable reports whether an idle pod may be handed out for new work:
+	// not on a node the pool may no longer use (cordoned, draining, tainted,
+	// not Ready: internal/nodes). A Session's own pod there still serves
+	// the Session's runs. Nil: all are.
+	Placeable func(pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) bool
 	// OnClaim hears of each new claim of a pool's pod (an Execution outside
 	// a session, a Session), at its creation time, once: the demand the
 	// pool's autoscaler plans for. Called without the dispatcher's lock.

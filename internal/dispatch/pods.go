@@ -84,7 +84,8 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	usable := d.o.Usable == nil || (p.obj != nil && d.o.Usable(p.obj, pod))
 	named := p.namedBy[pi.name]
 	// Named by a Ready Session whose claim is not seen yet: that Session's.
-	pi.idle = pi.session == "" && pi.claimedBy == "" && named == "" && sandboxpod.IsIdle(pod) && usable
+	pi.idle = pi.session == "" && pi.claimedBy == "" && named == "" && sandboxpod.IsIdle(pod) && usable &&
+		(d.o.Placeable == nil || d.o.Placeable(p.obj, pod))
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
 	pi.readySince = time.Time{}
 	for _, c := range pod.Status.Conditions {

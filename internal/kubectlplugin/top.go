@@ -1,15 +1,23 @@
 package kubectlplugin
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 func (p *plugin) topCommand() *cobra.Command {
@@ -27,7 +35,9 @@ or a pod became Ready. ROLLOUT says how far the pool is in replacing its pods af
 of its template: "done", the unclaimed pods of the new template out of all ("3/5") while older
 ones still serve, or "stalled" when the new pods do not start (why follows on stderr). STATUS is the reason of the pool's Ready condition (IdleReplicasReady,
 PodsStarting, Unschedulable, ImagePullBackOff, ResourceQuota, ...); for a pool held back, its
-message follows the table on stderr (-o wide: in a MESSAGE column).`,
+message follows the table on stderr (-o wide: in a MESSAGE column). -o wide adds NODES: how
+the pool's live pods are spread over nodes, the most loaded first ("node-a=3,node-b=2",
+"<pending>" for pods not scheduled yet, "+N" for N more nodes; spec.nodeSpread sets the spread).`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -43,7 +53,7 @@ message follows the table on stderr (-o wide: in a MESSAGE column).`,
 
 func (p *plugin) top(cmd *cobra.Command, all bool, output string) error {
 	pools := &sandboxv1alpha1.SandboxPoolList{}
-	_, found, err := p.list(cmd.Context(), all, pools, "SandboxPools")
+	c, found, err := p.list(cmd.Context(), all, pools, "SandboxPools")
 	if !found {
 		return err
 	}
@@ -51,8 +61,15 @@ func (p *plugin) top(cmd *cobra.Command, all bool, output string) error {
 		return p.printObject(pools, "SandboxPool", output)
 	}
 	header := "NAME\tREPLICAS\tIDLE\tBUSY\tWARMING\tWAITING\tWARM-HIT\tSTARTUP\tROLLOUT\tSTATUS\tAGE"
+	var spread map[types.NamespacedName]string
 	if output == outputWide {
-		header += "\tMAX-PODS\tAGENTS\tMESSAGE"
+		header += "\tMAX-PODS\tAGENTS\tNODES\tMESSAGE"
+		if spread, err = podsPerNode(cmd.Context(), c, all, pools.Items); apierrors.IsForbidden(err) {
+			// A user who may read pools but not pods still gets the rest.
+			fmt.Fprintf(p.streams.ErrOut, "NODES unknown: %v\n", err)
+		} else if err != nil {
+			return err
+		}
 	}
 	w := p.table(all, header)
 	var notes []string
@@ -72,7 +89,11 @@ func (p *plugin) top(cmd *cobra.Command, all bool, output string) error {
 			if pool.Spec.MaxPods != nil {
 				maxPods = strconv.Itoa(int(*pool.Spec.MaxPods))
 			}
-			fmt.Fprintf(w, "\t%s\t%s\t%s", maxPods, agents(st.Agents), msg)
+			nodes := spread[types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}]
+			if nodes == "" {
+				nodes = "-"
+			}
+			fmt.Fprintf(w, "\t%s\t%s\t%s\t%s", maxPods, agents(st.Agents), nodes, msg)
 		} else if held {
 			notes = append(notes, fmt.Sprintf("%s/%s: %s: %s", pool.Namespace, pool.Name, status, msg))
 		}
@@ -147,4 +168,59 @@ func seconds(s string) string {
 		return "-"
 	}
 	return s + "s"
+}
+
+// maxNodesShown bounds the NODES column: the busiest nodes, then how many more.
+const maxNodesShown = 4
+
+// podsPerNode is the NODES column of each pool: how many of its live pods
+// each node runs, the most loaded first ("node-a=3,node-b=2,+5"), pods the
+// scheduler has not placed as "<pending>": one list of the pools' pods.
+func podsPerNode(ctx context.Context, c client.Client, all bool, pools []sandboxv1alpha1.SandboxPool) (map[types.NamespacedName]string, error) {
+	opts := []client.ListOption{client.HasLabels{sandboxpod.LabelPool}}
+	if !all && len(pools) > 0 {
+		opts = append(opts, client.InNamespace(pools[0].Namespace))
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, opts...); err != nil {
+		return nil, fmt.Errorf("list the pools' pods: %w", err)
+	}
+	counts := map[types.NamespacedName]map[string]int{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]}
+		if counts[key] == nil {
+			counts[key] = map[string]int{}
+		}
+		node := p.Spec.NodeName
+		if node == "" {
+			node = "<pending>"
+		}
+		counts[key][node]++
+	}
+	out := map[types.NamespacedName]string{}
+	for key, perNode := range counts {
+		type nodeCount struct {
+			node string
+			n    int
+		}
+		var list []nodeCount
+		for node, n := range perNode {
+			list = append(list, nodeCount{node, n})
+		}
+		slices.SortFunc(list, func(a, b nodeCount) int { return cmp.Or(b.n-a.n, strings.Compare(a.node, b.node)) })
+		var parts []string
+		for i, nc := range list {
+			if i == maxNodesShown {
+				parts = append(parts, fmt.Sprintf("+%d", len(list)-maxNodesShown))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s=%d", nc.node, nc.n))
+		}
+		out[key] = strings.Join(parts, ",")
+	}
+	return out, nil
 }

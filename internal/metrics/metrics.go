@@ -88,6 +88,13 @@ var (
 		Help:    "Time to resume a Session on a warm pod: from the reconcile that found the pod to the Ready status stored (claim, read and restore of the snapshot).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	})
+	// SessionMovePause is how long a Session moving off a drained node could
+	// not run: from its seal to Ready on a pod of another node.
+	SessionMovePause = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_session_move_pause_seconds",
+		Help:    "Time a Session moving off a drained node paused: from the start of its snapshot to Ready on a pod of another node.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	})
 	// DataPlaneResume is how long requests to a Suspended Session waited for its resume.
 	// MemoryBudget is the bytes of this process's memory budget for work
 	// that holds a Session's state (internal/membudget): forks, suspends,
@@ -247,7 +254,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, SessionMovePause, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration, MemoryBudget, MemoryBudgetInUse, MemoryBudgetRefused,
 		DataPlaneQueueWait, DataPlaneQueueRefused, DataPlaneSpendWait)
 	v := version.Get()

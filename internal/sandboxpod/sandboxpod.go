@@ -240,7 +240,7 @@ func New(pool *sandboxv1alpha1.SandboxPool, key AgentKey) *corev1.Pod {
 			NodeSelector:                  tmplSpec.NodeSelector,
 			Tolerations:                   tmplSpec.Tolerations,
 			Affinity:                      tmplSpec.Affinity,
-			TopologySpreadConstraints:     tmplSpec.TopologySpreadConstraints,
+			TopologySpreadConstraints:     spread(pool, tmplSpec.TopologySpreadConstraints),
 			PriorityClassName:             tmplSpec.PriorityClassName,
 			ImagePullSecrets:              tmplSpec.ImagePullSecrets,
 			SchedulerName:                 tmplSpec.SchedulerName,
@@ -381,4 +381,33 @@ func sandboxResources(r corev1.ResourceRequirements) corev1.ResourceRequirements
 		}
 	}
 	return out
+}
+
+// spread is the topology spread of a pool's new pods: the template's
+// constraints as they are, else one over nodes per spec.nodeSpread. Not in
+// TemplateHash: it places new pods and moves none, so changing it (or an
+// upgrade that defaults it) rolls no pod.
+func spread(pool *sandboxv1alpha1.SandboxPool, own []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
+	if len(own) > 0 {
+		return own
+	}
+	when := corev1.ScheduleAnyway
+	switch pool.Spec.NodeSpread {
+	case sandboxv1alpha1.NodeSpreadNone:
+		return nil
+	case sandboxv1alpha1.NodeSpreadRequired:
+		when = corev1.DoNotSchedule
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelHostname,
+		WhenUnsatisfiable: when,
+		// The pool's pods, busy or idle: a node that holds a pool's busy
+		// Sessions is as much at risk as one that holds its idle pods.
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelPool: pool.Name}},
+		// Nodes the pod could not run on (taints it does not tolerate, the
+		// pool's node selector) do not count toward the skew.
+		NodeAffinityPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+		NodeTaintsPolicy:   ptr.To(corev1.NodeInclusionPolicyHonor),
+	}}
 }

@@ -23,6 +23,9 @@ const (
 	ActiveSession = "warmpool.active.session"
 	// ClaimedUID: on pods, the UID of the Execution that claimed the pod.
 	ClaimedUID = "warmpool.claimed.uid"
+	// PodNode: on pods, the node they run on: the pods to judge again when
+	// their node changes (cordoned, tainted, lost).
+	PodNode = "warmpool.pod.node"
 )
 
 // Setup registers the cache indexes the reconcilers query.
@@ -39,6 +42,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err := fi.IndexField(ctx, &sandboxv1alpha1.Execution{}, ActiveSession, func(o client.Object) []string {
 		if ex := o.(*sandboxv1alpha1.Execution); ex.Spec.Session != "" && !ex.Status.Phase.IsFinished() {
 			return []string{SessionKey(ex.Spec.PoolRef.String(), ex.Spec.Session)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := fi.IndexField(ctx, &corev1.Pod{}, PodNode, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
 		}
 		return nil
 	}); err != nil {

@@ -53,6 +53,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/nodes"
 	"github.com/warmpool/warmpool/internal/sandboxpod"
 	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -118,6 +119,8 @@ type Deps struct {
 	// Autoscalers keep the demand record of each pool for spec.autoscaling;
 	// the dispatcher feeds them every claim (Runtime wires both).
 	Autoscalers *Autoscalers
+	// Nodes says which nodes the pool's unclaimed pods must leave.
+	Nodes *nodes.Tracker
 }
 
 // NewReconciler returns the pool reconciler: mgr's client, API reader and
@@ -137,9 +140,13 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 
 // poolPods is a pool's pods sorted by what the reconciler does with them.
 type poolPods struct {
-	idle, warming, busy    []*corev1.Pod // current template; busy includes session pods between executions
-	staleIdle, staleWarm   []*corev1.Pod // built from an older spec, unclaimed
-	failed, expired        []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
+	idle, warming, busy  []*corev1.Pod // current template; busy includes session pods between executions
+	staleIdle, staleWarm []*corev1.Pod // built from an older spec, unclaimed
+	failed, expired      []*corev1.Pod // to delete: ended pods, session pods past their idle timeout
+	// displaced: unclaimed pods on a node the pool may no longer use
+	// (internal/nodes), deleted and made again elsewhere; displacedWhy says why for the first.
+	displaced              []*corev1.Pod
+	displacedWhy           string
 	nextExpiry             time.Duration // the next session idle timeout or stuck reset, for a requeue
 	degradedReason, degMsg string
 	unschedulable          string // the scheduler's words for the first pod it could not place
@@ -292,10 +299,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	toDelete = append(toDelete, pods.failed...)
 	toDelete = append(toDelete, pods.expired...)
 	toDelete = append(toDelete, orphans...)
+	toDelete = append(toDelete, pods.displaced...)
 	for _, p := range toDelete {
 		if err := r.deletePod(ctx, pool, p); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(pods.displaced) > 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonPodsDisplaced, "Replace",
+			"Replacing %d unclaimed pods on nodes the pool may no longer use (%s)", len(pods.displaced), pods.displacedWhy)
 	}
 	if len(pods.failed) > 0 {
 		log.V(1).Info("replaced ended or stale pods", "count", len(pods.failed))
@@ -476,6 +488,14 @@ func (r *Reconciler) classify(ctx context.Context, pool *sandboxv1alpha1.Sandbox
 				out.degradedReason, out.degMsg = sandboxv1alpha1.ReasonUnsupportedAgent, fmt.Sprintf("pod %s: %s", p.Name, why)
 			}
 			out.failed = append(out.failed, p)
+			continue
+		}
+		if why := r.Nodes.Excludes(pool, p.Spec.NodeName); why != "" {
+			// Never handed out there (the dispatcher's Placeable): warm where it can serve.
+			if out.displacedWhy == "" {
+				out.displacedWhy = why
+			}
+			out.displaced = append(out.displaced, p)
 			continue
 		}
 		// Built from an older spec, or trusting a key that is no longer current.

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -122,17 +123,27 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	}
 	idle := idleTimeout(ses, pool)
 	due, suspends := r.suspendDue(ses, pool, last, now)
+	drained := r.Nodes.Drains(pod.Spec.NodeName)
 	switch {
 	case r.Snapshots != nil && (lease.Suspending(pod) || herr == nil && health.Sealed):
 		// A suspend that did not commit (the manager stopped, the store
 		// failed): the seal decided it, whatever happened since.
-		return r.suspend(ctx, ses, pod, last, runs)
+		return r.suspend(ctx, ses, pod, last, runs, drained)
 	case herr == nil && health.Sealed:
 		if agent, err := r.agent(ctx, ses, pod, agentgate.ForSession(ses)); err == nil {
 			_ = agent.Unseal(ctx) // sealed by a manager that had a store; this one has none
 		}
+	case drained != "" && herr == nil:
+		return r.move(ctx, ses, pod, last, runs, busy, drained)
+	case drained == "" && meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionMovable) != nil:
+		// The node is not drained any more (uncordoned): nothing waits on the Session.
+		meta.RemoveStatusCondition(&ses.Status.Conditions, sandboxv1alpha1.SessionConditionMovable)
+		if err := r.Status().Update(ctx, ses); err != nil {
+			return ctrl.Result{}, fmt.Errorf("store status of session %s: %w", ses.Name, err)
+		}
+		return ctrl.Result{Requeue: true}, nil
 	case suspends && !busy && herr == nil && due <= 0 && now.Before(last.Add(idle)):
-		return r.suspend(ctx, ses, pod, last, runs)
+		return r.suspend(ctx, ses, pod, last, runs, "")
 	}
 	if last != nil && !busy && !now.Before(last.Add(idle)) {
 		if herr != nil && now.Before(last.Add(idle+sessionUnreachableGrace)) {

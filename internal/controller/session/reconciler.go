@@ -26,6 +26,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/membudget"
+	"github.com/warmpool/warmpool/internal/nodes"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
 	"github.com/warmpool/warmpool/internal/tenancy"
 )
@@ -104,6 +105,8 @@ type Deps struct {
 	Snapshots *snapshotstore.Store
 	// Memory admits suspends and resumes by the bytes they hold (nil: no bound).
 	Memory *membudget.Budget
+	// Nodes says which nodes are being drained: their Sessions move (move.go).
+	Nodes *nodes.Tracker
 }
 
 // NewReconciler returns the Session reconciler: mgr's client, API reader and

@@ -99,9 +99,11 @@ func owner(ses *sandboxv1alpha1.Session) snapshotstore.Owner {
 }
 
 // suspend snapshots the Session into the store and stores its Suspended
-// status, then frees its pod.
-func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, last *metav1.Time, runs int64) (ctrl.Result, error) {
+// status, then frees its pod. move, when set, says why the Session's node
+// is drained: the Session resumes on another node at once (move.go).
+func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, last *metav1.Time, runs int64, move string) (ctrl.Result, error) {
 	start := time.Now() // a measurement, not a decision
+	begun := metav1.NewTime(r.Clock.Now())
 	var idleFor time.Duration
 	if last != nil {
 		idleFor = r.Clock.Since(last.Time)
@@ -125,6 +127,9 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 		r.mu.Lock()
 		r.suspendFailed[ses.UID] = r.Clock.Now().Add(suspendRetry)
 		r.mu.Unlock()
+		if move != "" {
+			return r.cannotMove(ctx, ses, pod, move, err)
+		}
 		r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSuspendFailed, "Suspend",
 			"Session keeps pod %s: %v; trying again in %s", pod.Name, err, suspendRetry)
 		return ctrl.Result{RequeueAfter: suspendRetry}, nil
@@ -214,9 +219,17 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	}
 	ses.Status.Runs = max(ses.Status.Runs, runs)
 	ses.Status.Snapshot = snapshotStatus(key, int64(len(data)), m, now)
-	r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonSuspended, fmt.Sprintf(
-		"idle for %s: its state (%d bytes, %d variables) is saved and pod %s freed; the next run resumes it",
-		idleFor.Round(time.Second), len(data), len(m.Variables), fromPod))
+	if move != "" {
+		ses.Status.LastMove = &sandboxv1alpha1.SessionMove{FromNode: pod.Spec.NodeName, Reason: move, StartTime: begun}
+		meta.RemoveStatusCondition(&ses.Status.Conditions, sandboxv1alpha1.SessionConditionMovable)
+		r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonMoving, fmt.Sprintf(
+			"%s: its state (%d bytes, %d variables) is saved and pod %s freed; it resumes on a pod of another node now",
+			move, len(data), len(m.Variables), fromPod))
+	} else {
+		r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonSuspended, fmt.Sprintf(
+			"idle for %s: its state (%d bytes, %d variables) is saved and pod %s freed; the next run resumes it",
+			idleFor.Round(time.Second), len(data), len(m.Variables), fromPod))
+	}
 	if err := r.Status().Update(ctx, ses); err != nil {
 		// Not committed: the Session is Ready on its sealed pod, which the
 		// next look suspends again under a new key (this one is deleted with
@@ -229,8 +242,13 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	r.mu.Unlock()
 	r.Dispatcher.UpdateSession(ses)
 	metrics.SessionSuspend.WithLabelValues("suspended").Observe(time.Since(start).Seconds())
-	r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSuspended, "Suspend",
-		"Saved %d bytes and freed pod %s", len(data), fromPod)
+	if move != "" {
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonMoving, "Move",
+			"%s: saved %d bytes and freed pod %s; resuming on another node", move, len(data), fromPod)
+	} else {
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonSuspended, "Suspend",
+			"Saved %d bytes and freed pod %s", len(data), fromPod)
+	}
 	if len(m.Skipped) > 0 {
 		r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSuspended, "Suspend",
 			"Not saved (they will be missing after the resume): %v", ses.Status.Snapshot.Skipped)
@@ -239,7 +257,15 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	if err := r.Snapshots.DeleteAll(ctx, owner(ses), key); err != nil {
 		log.Info("could not delete older snapshots; they go with the Session", "err", err.Error())
 	}
-	return r.free(ctx, ses)
+	res, err := r.free(ctx, ses)
+	if move != "" && err == nil {
+		// The resume follows at once: nothing else wakes a Suspended Session.
+		res.RequeueAfter = min(res.RequeueAfter, time.Millisecond)
+		if res.RequeueAfter <= 0 {
+			res.RequeueAfter = time.Millisecond
+		}
+	}
+	return res, err
 }
 
 // budgetFull looks at a Session again once the memory budget may take its

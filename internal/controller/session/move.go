@@ -1,0 +1,87 @@
+package session
+
+// The move policy. A Ready Session whose node is being drained (cordoned,
+// or tainted by a tool that removes nodes: nodes.Drains) does not hold the
+// drain until it ends: once its running step finishes (bounded by its
+// timeout), its state is saved as a suspend saves it, its old pod deleted,
+// and it resumes at once on a pod of another node, under the same name
+// (the dispatcher hands out no pod on a drained node). A run sent meanwhile
+// waits for it, as for a resume. status.lastMove says from where, to
+// where, and how long it paused.
+//
+// A Session that cannot move (its state over the snapshot limit, no
+// snapshot store) stays: its Movable condition and an Event say why, and
+// the drain waits for it as before (the pool's PodDisruptionBudget keeps
+// busy pods from eviction).
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/agentgate"
+	"github.com/warmpool/warmpool/internal/metrics"
+)
+
+// moveBusyRetry is how soon a Session whose run is under way on a drained
+// node is looked at again: the run ends by its timeout, and the Session
+// moves right after.
+const moveBusyRetry = time.Second
+
+// move takes a Ready Session off its drained node (why says how it is drained).
+func (r *Reconciler) move(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, last *metav1.Time, runs int64, busy bool, why string) (ctrl.Result, error) {
+	if r.Snapshots == nil {
+		return r.cannotMove(ctx, ses, pod, why, nil)
+	}
+	if busy {
+		return ctrl.Result{RequeueAfter: moveBusyRetry}, nil
+	}
+	return r.suspend(ctx, ses, pod, last, runs, why)
+}
+
+// cannotMove records why a Session on a drained node stays: its Movable
+// condition (written when it changes) and a Warning Event. err is the
+// suspend's failure; nil: there is no snapshot store. It is tried again
+// after suspendRetry: a Session whose state shrank moves then.
+func (r *Reconciler) cannotMove(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, why string, err error) (ctrl.Result, error) {
+	reason, msg := sandboxv1alpha1.ReasonNoSnapshotStore, fmt.Sprintf(
+		"%s, and the Session stays on pod %s: the manager has no snapshot store to move its state through; the drain waits until it ends", why, pod.Name)
+	switch {
+	case agentgate.IsStatus(err, http.StatusRequestEntityTooLarge):
+		reason, msg = sandboxv1alpha1.ReasonTooLargeToMove, fmt.Sprintf(
+			"%s, and the Session stays on pod %s: its state is over the snapshot limit (%v); the drain waits until it ends or its state shrinks", why, pod.Name, err)
+	case err != nil:
+		reason, msg = sandboxv1alpha1.ReasonSuspendFailed, fmt.Sprintf(
+			"%s, and the Session stays on pod %s for now: its state could not be saved (%v); trying again in %s", why, pod.Name, err, suspendRetry)
+	}
+	c := metav1.Condition{Type: sandboxv1alpha1.SessionConditionMovable, Status: metav1.ConditionFalse, Reason: reason, Message: msg,
+		ObservedGeneration: ses.Generation}
+	if old := meta.FindStatusCondition(ses.Status.Conditions, c.Type); old == nil || old.Reason != c.Reason || old.Message != c.Message {
+		meta.SetStatusCondition(&ses.Status.Conditions, c)
+		if err := r.Status().Update(ctx, ses); err != nil {
+			return ctrl.Result{}, fmt.Errorf("store the Movable condition of session %s: %w", ses.Name, err)
+		}
+		r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, reason, "Move", "%s", msg)
+	}
+	retry := suspendRetry
+	if r.Snapshots == nil {
+		retry = waitBackstop
+	}
+	return ctrl.Result{RequeueAfter: retry}, nil
+}
+
+// moved completes a move in the Ready status about to be stored on pod.
+func moved(ses *sandboxv1alpha1.Session, mv *sandboxv1alpha1.SessionMove, pod *corev1.Pod, now metav1.Time) {
+	mv.ToNode, mv.EndTime = pod.Spec.NodeName, &now
+	pause := now.Sub(mv.StartTime.Time)
+	mv.PauseMillis = pause.Milliseconds()
+	ses.Status.Moves++
+	metrics.SessionMovePause.Observe(pause.Seconds())
+}
