@@ -389,6 +389,7 @@ func (b *bench) firstRunPhase(ctx context.Context, cfg *rest.Config, image, runt
 				}
 			}
 			if viaDataPlane {
+				time.Sleep(firstRunDelay)
 				dp := print1(func() (*protocol.Result, error) { return s.Run(ctx, sessions.ExecRequest{Code: "print(1)"}) })
 				if err := timed(&dp1, dp); err != nil {
 					return err

@@ -60,6 +60,9 @@ type bench struct {
 // noRefill is -no-refill.
 var noRefill *bool
 
+// firstRunDelay is -first-run-delay.
+var firstRunDelay time.Duration
+
 func (b *bench) next() int { b.seq++; return b.seq }
 
 // fair is the -only fairness phase's flags.
@@ -86,6 +89,7 @@ func main() {
 	runs := flag.Int("runs", 1000, "print(1) runs per data-plane path (-only dataplane)")
 	creates := flag.Int("creates", 30, "Sessions created one at a time for create -> Ready (-only dataplane)")
 	noRefill = flag.Bool("no-refill", false, "-only firstrun: cap the pool at its replicas, so that a lease starts no pod beside the run")
+	flag.DurationVar(&firstRunDelay, "first-run-delay", 0, "-only firstrun: wait this long after Ready before the first print(1) through the data plane (does the first run wait for something the lease starts?)")
 	parallel := flag.Int("parallel", 4, "Sessions running at once for the data plane's throughput (-only dataplane)")
 	flag.StringVar(&fair.limits, "fair-limits", "-1/-1,32/-1,32/100,32/20", "comma-separated per-namespace limits of the data plane to measure in turn, each seats/rate (--data-plane-namespace-seats and -rate; -1 for none, 0 for the default) (-only fairness)")
 	flag.DurationVar(&fair.warmup, "fair-warmup", 15*time.Second, "how long tenant A floods before tenant B's runs under it are timed: long enough to spend A's saved-up burst (-only fairness)")
