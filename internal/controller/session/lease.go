@@ -550,10 +550,31 @@ func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 // adopted while its delete is under way takes the resumed Session down with
 // it; one the suspend could not delete still carries its seal, which would
 // suspend the Session again at its first look. The pool makes another.
+//
+// Both are read around the cache first, and the pod is deleted only as it
+// was read: a view that lags may show a Session still Suspended that is
+// Ready on this very pod again (adopted by a manager before this one), or a
+// pod that a run of the Session has claimed since.
 func (r *Reconciler) dropSealed(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod) (ctrl.Result, error) {
+	live, now := &corev1.Pod{}, &sandboxv1alpha1.Session{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ses), now); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{RequeueAfter: claimRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if now.Status.Phase != sandboxv1alpha1.SessionSuspended || now.Status.PodUID == live.UID || live.UID != pod.UID ||
+		!lease.Suspending(live) || lease.ClaimedBy(live) != "" || !lease.HeldBy(live, now) {
+		// The view lagged: not given again until the pod's cache shows it changed.
+		r.Dispatcher.ClaimFailed(ses.UID, pod.Name, pod.ResourceVersion)
+		return ctrl.Result{RequeueAfter: claimRetry}, nil
+	}
 	logf.FromContext(ctx).V(1).Info("not resuming on the pod the Session was suspended from; deleting it", "pod", pod.Name)
-	uid := pod.UID
-	if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+	if err := r.Delete(ctx, live, client.Preconditions{UID: &live.UID, ResourceVersion: &live.ResourceVersion}); err != nil &&
+		!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return ctrl.Result{}, fmt.Errorf("delete pod %s, which session %s was suspended from: %w", pod.Name, ses.Name, err)
 	}
 	// Not given again until its delete is seen: then the Session waits for a fresh pod.
