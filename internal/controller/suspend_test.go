@@ -141,43 +141,6 @@ var _ = Describe("Session suspend", func() {
 		Expect(getSession(ns, "nb").Status.Phase).To(Equal(sandboxv1alpha1.SessionSuspended))
 	})
 
-	It("resumes on a fresh pod, never on the sealed pod it was suspended from, when that pod is still there", func() {
-		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).SessionSuspendAfter(2 * time.Second).Obj())
-		c := sessionsClient(sessionUser(ns, "alice", true))
-		s, err := c.Create(ctx, ns, "nb", "python", nil)
-		Expect(err).NotTo(HaveOccurred())
-		_, err = s.Run(ctx, sessions.ExecRequest{Code: "x = 41"})
-		Expect(err).NotTo(HaveOccurred())
-		sealed := getSession(ns, "nb").Status.PodName
-		// The suspend's delete of its pod fails, as a delete a lagging cache
-		// does not show yet: the sealed pod is still there, labelled with the
-		// Session's name, when the next run asks for the resume.
-		fails := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == sealed }
-		podDeleteFails.Store(&fails)
-		DeferCleanup(func() { podDeleteFails.Store(nil) })
-		autoscaleClock.freeze() // after the run: the agent reports it in wall-clock time
-		autoscaleClock.step(3 * time.Second)
-		sessionIn(ns, "nb", sandboxv1alpha1.SessionSuspended)
-		podDeleteFails.Store(nil)
-
-		res, err := s.Run(ctx, sessions.ExecRequest{Code: "x + 1"})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(res.Status).To(Equal(sessions.StatusSucceeded))
-		Expect(res.Result).To(HaveValue(Equal("42")), "the state came back from the snapshot")
-		Expect(res.Resumed).To(BeTrue())
-		resumed := getSession(ns, "nb")
-		Expect(resumed.Status.PodName).NotTo(BeEmpty())
-		Expect(resumed.Status.PodName).NotTo(Equal(sealed), "a resume restores onto a fresh pod")
-		Eventually(func() bool {
-			pod := &corev1.Pod{}
-			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: sealed}, pod)
-			return apierrors.IsNotFound(err) || pod.DeletionTimestamp != nil
-		}).Should(BeTrue(), "the sealed pod is deleted")
-		// Not suspended again by the seal of the pod it left, nor lost with it.
-		Consistently(func() sandboxv1alpha1.SessionPhase { return getSession(ns, "nb").Status.Phase }, 2*time.Second).
-			Should(Equal(sandboxv1alpha1.SessionReady))
-	})
-
 	It("finishes a suspend that a manager killed before the Suspended status: the Session is Ready on its sealed pod meanwhile, never neither", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).SessionSuspendAfter(2 * time.Second).Obj())
 		c := sessionsClient(sessionUser(ns, "alice", true))

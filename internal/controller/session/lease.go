@@ -105,8 +105,21 @@ func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session
 		return ctrl.Result{}, true, nil
 	}
 	if resuming && lease.Suspending(pod) {
-		res, err := r.dropSealed(ctx, ses, pod)
-		return res, false, err
+		// The pod the Session was suspended from, still there: a move never
+		// goes back to it (its node is drained); a resume adopts it, unless
+		// its delete is under way, which a cache that lags may not show yet
+		// (adopted, it would take the resumed Session down with it).
+		if ses.Moving() {
+			res, err := r.dropSealed(ctx, ses, pod)
+			return res, false, err
+		}
+		live := &corev1.Pod{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, false, err
+		} else if err != nil || live.UID != pod.UID || live.DeletionTimestamp != nil {
+			r.Dispatcher.ClaimFailed(ses.UID, pl.Pod, pod.ResourceVersion)
+			return ctrl.Result{RequeueAfter: claimRetry}, false, nil
+		}
 	}
 	if err := lease.MayServe(pool, pod, r.Keys); err != nil {
 		log.Info("not claiming a pod that is not the pool's", "pod", pod.Name, "reason", err.Error())
@@ -526,7 +539,7 @@ func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 		return r.pending(ctx, ses, sandboxv1alpha1.ReasonSessionBusy, fmt.Sprintf(
 			"waiting to adopt pod %s, which carries the Session's name, until the run that holds it ends", name))
 	}
-	if ses.Status.Snapshot != nil && lease.Suspending(pod) {
+	if ses.Moving() && lease.Suspending(pod) {
 		return r.dropSealed(ctx, ses, pod)
 	}
 	down := notReadyFor(pod, r.Clock.Now())
@@ -544,12 +557,10 @@ func (r *Reconciler) awaitOwnPod(ctx context.Context, ses *sandboxv1alpha1.Sessi
 	return res, err
 }
 
-// dropSealed deletes the pod a resuming Session was suspended from instead
-// of adopting it: its state is in the snapshot, and its suspend deletes it
-// (free). A cache that lags that delete still shows it whole, and a pod
-// adopted while its delete is under way takes the resumed Session down with
-// it; one the suspend could not delete still carries its seal, which would
-// suspend the Session again at its first look. The pool makes another.
+// dropSealed deletes the pod a moving Session was suspended from instead of
+// adopting it: it is on a drained node, its state is in the snapshot, and
+// its suspend deletes it (free); this is for a delete that failed or that
+// a cache that lags does not show. The pool makes another pod elsewhere.
 //
 // Both are read around the cache first, and the pod is deleted only as it
 // was read: a view that lags may show a Session still Suspended that is

@@ -397,8 +397,7 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, suspendTimeout)
 	defer cancel()
-	// A resume restores onto a fresh pod (dropSealed), which is not sealed;
-	// unsealing costs nothing there.
+	// Unsealing first: the pod it was suspended from, adopted again, is still sealed.
 	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), true)
 	var ae *agentgate.APIError
 	if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 && ae.Code != http.StatusConflict {
