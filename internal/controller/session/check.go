@@ -133,7 +133,7 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		if agent, err := r.agent(ctx, ses, pod, agentgate.ForSession(ses)); err == nil {
 			_ = agent.Unseal(ctx) // sealed by a manager that had a store; this one has none
 		}
-	case drained != "" && herr == nil:
+	case drained != "" && herr == nil && r.mayMove(ses, now):
 		return r.move(ctx, ses, pod, last, runs, busy, drained)
 	case drained == "" && meta.FindStatusCondition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionMovable) != nil:
 		// The node is not drained any more (uncordoned): nothing waits on the Session.
@@ -144,6 +144,12 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return ctrl.Result{Requeue: true}, nil
 	case suspends && !busy && herr == nil && due <= 0 && now.Before(last.Add(idle)):
 		return r.suspend(ctx, ses, pod, last, runs, "")
+	}
+	if drained != "" && r.Snapshots == nil {
+		// It stays: say why, and look after it as any Ready Session.
+		if err := r.unmovable(ctx, ses, pod, drained, nil); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if last != nil && !busy && !now.Before(last.Add(idle)) {
 		if herr != nil && now.Before(last.Add(idle+sessionUnreachableGrace)) {

@@ -12,7 +12,8 @@ package session
 // A Session that cannot move (its state over the snapshot limit, no
 // snapshot store) stays: its Movable condition and an Event say why, and
 // the drain waits for it as before (the pool's PodDisruptionBudget keeps
-// busy pods from eviction).
+// busy pods from eviction). Meanwhile it is looked after as any Ready
+// Session: its idle timeout still ends it, and with it the drain's wait.
 
 import (
 	"context"
@@ -37,20 +38,39 @@ const moveBusyRetry = time.Second
 
 // move takes a Ready Session off its drained node (why says how it is drained).
 func (r *Reconciler) move(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, last *metav1.Time, runs int64, busy bool, why string) (ctrl.Result, error) {
-	if r.Snapshots == nil {
-		return r.cannotMove(ctx, ses, pod, why, nil)
-	}
 	if busy {
 		return ctrl.Result{RequeueAfter: moveBusyRetry}, nil
 	}
 	return r.suspend(ctx, ses, pod, last, runs, why)
 }
 
-// cannotMove records why a Session on a drained node stays: its Movable
-// condition (written when it changes) and a Warning Event. err is the
-// suspend's failure; nil: there is no snapshot store. It is tried again
-// after suspendRetry: a Session whose state shrank moves then.
+// mayMove reports whether a move is to be tried now: with a snapshot store,
+// and not within suspendRetry of one that failed (meanwhile the Session is
+// looked after as any Ready Session, its idle timeout included).
+func (r *Reconciler) mayMove(ses *sandboxv1alpha1.Session, now time.Time) bool {
+	if r.Snapshots == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	retry, failed := r.suspendFailed[ses.UID]
+	return !failed || !retry.After(now)
+}
+
+// cannotMove records why a Session on a drained node stays, after its
+// suspend failed (err), and looks again after suspendRetry: a Session whose
+// state shrank moves then.
 func (r *Reconciler) cannotMove(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, why string, err error) (ctrl.Result, error) {
+	if err := r.unmovable(ctx, ses, pod, why, err); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: suspendRetry}, nil
+}
+
+// unmovable writes the Movable=False condition of a Session on a drained
+// node, when it changes, with a Warning Event: err is its suspend's
+// failure; nil: there is no snapshot store.
+func (r *Reconciler) unmovable(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, why string, err error) error {
 	reason, msg := sandboxv1alpha1.ReasonNoSnapshotStore, fmt.Sprintf(
 		"%s, and the Session stays on pod %s: the manager has no snapshot store to move its state through; the drain waits until it ends", why, pod.Name)
 	switch {
@@ -63,18 +83,15 @@ func (r *Reconciler) cannotMove(ctx context.Context, ses *sandboxv1alpha1.Sessio
 	}
 	c := metav1.Condition{Type: sandboxv1alpha1.SessionConditionMovable, Status: metav1.ConditionFalse, Reason: reason, Message: msg,
 		ObservedGeneration: ses.Generation}
-	if old := meta.FindStatusCondition(ses.Status.Conditions, c.Type); old == nil || old.Reason != c.Reason || old.Message != c.Message {
-		meta.SetStatusCondition(&ses.Status.Conditions, c)
-		if err := r.Status().Update(ctx, ses); err != nil {
-			return ctrl.Result{}, fmt.Errorf("store the Movable condition of session %s: %w", ses.Name, err)
-		}
-		r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, reason, "Move", "%s", msg)
+	if old := meta.FindStatusCondition(ses.Status.Conditions, c.Type); old != nil && old.Reason == c.Reason && old.Message == c.Message {
+		return nil
 	}
-	retry := suspendRetry
-	if r.Snapshots == nil {
-		retry = waitBackstop
+	meta.SetStatusCondition(&ses.Status.Conditions, c)
+	if err := r.Status().Update(ctx, ses); err != nil {
+		return fmt.Errorf("store the Movable condition of session %s: %w", ses.Name, err)
 	}
-	return ctrl.Result{RequeueAfter: retry}, nil
+	r.Recorder.Eventf(ses, nil, corev1.EventTypeWarning, reason, "Move", "%s", msg)
+	return nil
 }
 
 // moved completes a move in the Ready status about to be stored on pod.
