@@ -214,41 +214,51 @@ var _ = Describe("The data plane's pod claims", func() {
 		Expect(err).NotTo(HaveOccurred())
 		// A Session holds one pod; the other is idle.
 		Expect(k8s.Create(ctx, wrappers.Session(ns, "held").Pool("python").Obj())).To(Succeed())
-		held := getPodOf(ns, sessionIn(ns, "held", sandboxv1alpha1.SessionReady).Status.PodName)
+		// Ready may be stored before the claim lands (a lease sends both at once): wait for the claim.
+		heldName := sessionIn(ns, "held", sandboxv1alpha1.SessionReady).Status.PodName
+		Eventually(func() string { return lease.Session(getPodOf(ns, heldName)) }).Should(Equal("held"))
 		var idle *corev1.Pod
 		Eventually(func() *corev1.Pod {
 			for _, p := range poolPods(ns, "python") {
-				if p.Name != held.Name && sandboxpod.IsIdle(&p) {
+				if p.Name != heldName && sandboxpod.IsIdle(&p) {
 					idle = p.DeepCopy()
 				}
 			}
 			return idle
 		}).ShouldNot(BeNil())
-		refused := func(pod *corev1.Pod, want string) {
+		// Each change is made to the pod as it is now: a write of the pod's
+		// status in between is a conflict, which says nothing about the policy.
+		refused := func(name string, change func(*corev1.Pod), want string) {
 			GinkgoHelper()
-			err := dp.Update(ctx, pod)
+			var err error
+			for {
+				pod := getPodOf(ns, name)
+				change(pod)
+				if err = dp.Update(ctx, pod); !apierrors.IsConflict(err) {
+					break
+				}
+			}
 			Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 			Expect(err.Error()).To(ContainSubstring(want))
 		}
 
-		evil := idle.DeepCopy()
-		evil.Spec.Containers[0].Image = "registry.invalid/evil"
-		refused(evil, "not its spec, owners or finalizers")
-		relabelled := idle.DeepCopy()
-		relabelled.Labels[sandboxpod.LabelPool] = "another"
-		refused(relabelled, "only a sandbox pod's claim labels")
-		keyed := idle.DeepCopy()
-		keyed.Annotations[sandboxpod.AnnotationSessionUID] = string(getSession(ns, "held").UID)
-		refused(keyed, "only a sandbox pod's claim labels")
+		refused(idle.Name, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.invalid/evil" },
+			"not its spec, owners or finalizers")
+		refused(idle.Name, func(p *corev1.Pod) { p.Labels[sandboxpod.LabelPool] = "another" },
+			"only a sandbox pod's claim labels")
+		heldUID := string(getSession(ns, "held").UID)
+		refused(idle.Name, func(p *corev1.Pod) { p.Annotations[sandboxpod.AnnotationSessionUID] = heldUID },
+			"only a sandbox pod's claim labels")
 		// A pod a Session holds is not the data plane's to claim.
 		run := wrappers.Session(ns, "held").Owner("alice").Obj()
 		run.Annotations = map[string]string{sandboxv1alpha1.AnnotationRun: "r-1"}
-		stolen := held.DeepCopy()
-		stolen.Annotations[sandboxpod.AnnotationRun], stolen.Annotations[sandboxpod.AnnotationRunOwner] = "r-1", "alice"
-		refused(stolen, "may claim only an idle sandbox pod")
+		refused(heldName, func(p *corev1.Pod) {
+			p.Annotations[sandboxpod.AnnotationRun], p.Annotations[sandboxpod.AnnotationRunOwner] = "r-1", "alice"
+		}, "may claim only an idle sandbox pod")
 
 		// What it may: claim the idle pod for a run, and give it back.
 		run.Name = "fresh"
+		idle = getPodOf(ns, idle.Name)
 		before := idle.DeepCopy()
 		Expect(lease.ClaimForRun(ctx, dp, idle, run, time.Now())).To(Succeed())
 		Expect(lease.Session(idle)).To(Equal("fresh"))
