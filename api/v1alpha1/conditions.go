@@ -85,8 +85,8 @@ const (
 	// owner (spec.access Owner), and its spec.owner is not that user.
 	ReasonSessionOwnerOnly = "SessionOwnerOnly"
 	// Session reasons. ReasonIdleTimeout, ReasonMaxLifetime and ReasonClosed
-	// end a Session (Closed); ReasonSandboxLost, ReasonInterpreterRestarted and
-	// ReasonContextFailed lose it (Lost).
+	// end a Session (Closed); ReasonSandboxLost, ReasonNodeLost,
+	// ReasonInterpreterRestarted and ReasonContextFailed lose it (Lost).
 	ReasonIdleTimeout          = "IdleTimeout"
 	ReasonMaxLifetime          = "MaxLifetimeReached"
 	ReasonClosed               = "Closed"
@@ -97,6 +97,10 @@ const (
 	// was not given it within a few minutes of being Ready: the data plane
 	// that forked it stopped part-way, or the caller went away.
 	ReasonNeverRestored = "NeverRestored"
+	// ReasonNodeLost loses a Session (Lost) whose pod's node stopped
+	// answering (its Ready condition Unknown): its state was in that pod's
+	// memory. The message names the node.
+	ReasonNodeLost = "NodeLost"
 	// ReasonSuspended: the Session was idle past its suspendAfter; its state
 	// is in the snapshot store and its next run resumes it. ReasonResumed: it
 	// holds a pod again, with its state. ReasonSnapshotLost: its snapshot

@@ -142,7 +142,10 @@ var _ = Describe("Execution under faults", func() {
 		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
 		Expect(done.Status.Stdout).To(Equal("ran\n"))
 		Expect(done.Status.StartTime.Time).To(BeTemporally(">", stored.Status.StartTime.Time), "the timeout counts from the real start")
-		Expect(done.Status.PodName).To(Equal(stored.Status.PodName))
+		// Its claim never committed (the manager died before it): the pod its
+		// Running status named was held for it meanwhile, and it ran on the
+		// next free pod once back in the queue, or on that one.
+		Expect(done.Status.PodName).NotTo(BeEmpty())
 	})
 
 	It("runs code whose claim was stored but never sent, once, when the manager died between them", func() {

@@ -2,6 +2,8 @@ package controller_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -168,5 +170,92 @@ var _ = Describe("Sessions on a drained node", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Result).To(HaveValue(Equal("42")))
 		Expect(getSession(ns, "mover").Status.PodName).To(Equal(moved.Status.PodName))
+	})
+})
+
+// loseNode marks a node as the node lifecycle controller does when its
+// kubelet stops posting status (not run in envtest): Ready Unknown, and the
+// unreachable taint. It returns when that was stored.
+func loseNode(n *corev1.Node) time.Time {
+	GinkgoHelper()
+	Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+			Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(ctx, n)
+	}).Should(Succeed())
+	lost := time.Now()
+	Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+			return err
+		}
+		n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: lost}}}
+		return k8s.Update(ctx, n)
+	}).Should(Succeed())
+	return lost
+}
+
+var _ = Describe("Nodes that stop answering", func() {
+	It("ends a run there SandboxLost and never runs it again, loses its Sessions naming the node, and runs what had not started elsewhere, once", func() {
+		ns := newNamespace()
+		// Two pods at most: a Session and a run hold them, and a third
+		// Execution waits for one.
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(2).Obj())
+		a := readyNode(ns + "-a")
+		Expect(k8s.Create(ctx, wrappers.Session(ns, "plain").Obj())).To(Succeed())
+		Expect(run(wrappers.Execution(ns, "state").Session("plain").Code("v = 7").Obj()).Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
+		dir := GinkgoT().TempDir()
+		runLog, waitLog := filepath.Join(dir, "runs"), filepath.Join(dir, "waited")
+		long := wrappers.Execution(ns, "long").Timeout(time.Minute).
+			Code(fmt.Sprintf("import time\nopen(%q, 'a').write('ran\\n')\ntime.sleep(50)", runLog)).Obj()
+		Expect(k8s.Create(ctx, long)).To(Succeed())
+		waitClaimed(long)
+		Eventually(func() error { _, err := os.Stat(runLog); return err }).Should(Succeed(), "the long run started")
+		waiting := wrappers.Execution(ns, "waiting").Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\nprint('waited')", waitLog)).Obj()
+		Expect(k8s.Create(ctx, waiting)).To(Succeed())
+		Consistently(func() sandboxv1alpha1.ExecutionPhase { return getExec(waiting).Status.Phase }, time.Second).
+			Should(BeElementOf(sandboxv1alpha1.PhasePending, sandboxv1alpha1.ExecutionPhase("")), "no pod is free for it yet")
+		var onA []string
+		for _, p := range poolPods(ns, "python") {
+			bind(&p, a.Name)
+			onA = append(onA, p.Name)
+		}
+
+		lost := loseNode(a)
+		// Each final word's time is when this spec saw it (statuses store
+		// whole seconds), both watched at once.
+		var toRun, toSession time.Duration
+		Eventually(func() bool {
+			if toRun == 0 && getExec(long).Status.Phase.IsFinished() {
+				toRun = time.Since(lost)
+			}
+			if toSession == 0 && getSession(ns, "plain").Status.Phase == sandboxv1alpha1.SessionLost {
+				toSession = time.Since(lost)
+			}
+			return toRun > 0 && toSession > 0
+		}).WithPolling(10 * time.Millisecond).Should(BeTrue())
+		GinkgoWriter.Printf("node lost -> final word seen: running Execution %s, Session %s\n", toRun, toSession)
+		done := getExec(long)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseFailed))
+		Expect(condition(done.Status.Conditions, sandboxv1alpha1.ExecutionConditionComplete).Reason).To(Equal(sandboxv1alpha1.ReasonSandboxLost))
+		Expect(done.Status.Error.Message).To(ContainSubstring(fmt.Sprintf("node %s stopped answering", a.Name)))
+		Expect(done.Status.Error.Message).To(ContainSubstring("not run again"))
+
+		ses := getSession(ns, "plain")
+		ready := condition(ses.Status.Conditions, sandboxv1alpha1.SessionConditionReady)
+		Expect(ready.Reason).To(Equal(sandboxv1alpha1.ReasonNodeLost))
+		Expect(ready.Message).To(ContainSubstring(fmt.Sprintf("node %s stopped answering", a.Name)))
+
+		// The Execution that had not started runs off the lost node, once.
+		next := finished(waiting)
+		Expect(next.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", next.Status)
+		Expect(next.Status.Stdout).To(Equal("waited\n"))
+		Expect(onA).NotTo(ContainElement(next.Status.PodName), "placed on the lost node")
+		Expect(os.ReadFile(waitLog)).To(BeEquivalentTo("ran\n"))
+		// The lost run is not sent again, anywhere.
+		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 3*time.Second).Should(Equal("ran\n"))
 	})
 })

@@ -234,7 +234,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, cfg Config, rt *Run
 		}
 		return time.Time{}, false
 	}
-	if err := execution.NewReconciler(mgr, execution.Deps{Gate: rt.Gate, Runner: rt.Runner, Keys: keys, Dispatcher: rt.Dispatcher,
+	if err := execution.NewReconciler(mgr, execution.Deps{Gate: rt.Gate, Runner: rt.Runner, Keys: keys, Dispatcher: rt.Dispatcher, Nodes: rt.Nodes,
 		Tenancy: rt.Tenancy, Models: models, Clock: rt.Clock, Wakeups: rt.executionWakes, LeadingSince: leadingSince}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -297,7 +297,8 @@ func setupDataPlane(mgr ctrl.Manager, cfg Config, rt *Runtime) error {
 // watchNodes feeds the runtime's node tracker, and has the pods on a node
 // that changed judged again: an idle pod on a node that is cordoned, tainted
 // or not Ready is no longer handed out, and its pool replaces it elsewhere;
-// a Session on a drained node moves.
+// a Session on a drained node moves; a run or a Session on a node that
+// stopped answering is lost.
 func watchNodes(ctx context.Context, mgr ctrl.Manager, rt *Runtime) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
 	if err != nil {
@@ -315,8 +316,13 @@ func watchNodes(ctx context.Context, mgr ctrl.Manager, rt *Runtime) error {
 			rt.Dispatcher.Recheck(p)
 			rt.poolWakes.Wake(types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[sandboxpod.LabelPool]})
 			if s := lease.Session(p); s != "" {
-				// A drained node's Sessions move (session/move.go).
+				// A drained node's Sessions move (session/move.go); a lost
+				// node's are lost (session/check.go).
 				rt.sessionWakes.Wake(types.NamespacedName{Namespace: lease.Tenant(p), Name: s})
+			}
+			if ex := p.Annotations[sandboxpod.AnnotationClaimedBy]; ex != "" && lease.ClaimedBy(p) != "" {
+				// A run on a lost node is lost (execution/running.go).
+				rt.executionWakes.Wake(types.NamespacedName{Namespace: lease.Tenant(p), Name: ex})
 			}
 		}
 	}))

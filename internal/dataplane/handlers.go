@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,8 +157,50 @@ func (s *Server) stillRestoring(ctx context.Context, sub string, ses *sandboxv1a
 	return restoring(sub, &fresh)
 }
 
+// cacheLag bounds how long a request waits for this replica's cache to show
+// the lease its caller saw (the caller's watch and this informer hear of it
+// apart) before it asks kube-apiserver.
+const cacheLag = 100 * time.Millisecond
+
+// behind reports whether a refusal read from the cache may be the cache
+// lagging behind a lease: the Session not there yet, Pending, or its pod's
+// claim not in yet.
+func behind(code int, msg string) bool {
+	return code == http.StatusNotFound || strings.HasSuffix(msg, podGone) ||
+		(code == http.StatusConflict && strings.Contains(msg, " is "+string(sandboxv1alpha1.SessionPending)))
+}
+
+// resolveCached resolves from the cache, waiting up to cacheLag for the
+// informer's events while the cache may be behind: a caller who just saw
+// its Session Ready is served from the cache as soon as it hears, without
+// reads of kube-apiserver or polling.
+func (s *Server) resolveCached(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {
+	if s.Informers == nil {
+		return s.resolveWith(ctx, s.Client, ns, name)
+	}
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	timeout := time.NewTimer(cmp.Or(s.cacheLag, cacheLag))
+	defer timeout.Stop()
+	for {
+		changed := s.ready.subscribe(key)
+		t, code, reason, msg := s.resolveWith(ctx, s.Client, ns, name)
+		if t != nil || !behind(code, msg) {
+			s.ready.unsubscribe(key, changed)
+			return t, code, reason, msg
+		}
+		select {
+		case <-changed:
+			continue
+		case <-timeout.C:
+		case <-ctx.Done():
+		}
+		s.ready.unsubscribe(key, changed)
+		return t, code, reason, msg
+	}
+}
+
 func (s *Server) resolve(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {
-	t, code, reason, msg := s.resolveWith(ctx, s.Client, ns, name)
+	t, code, reason, msg := s.resolveCached(ctx, ns, name)
 	if t == nil && code == http.StatusConflict && strings.Contains(msg, " is "+string(sandboxv1alpha1.SessionSuspended)) {
 		return nil, code, reason, msg // the cache is not behind: the caller's request resumes it (resume.go)
 	}

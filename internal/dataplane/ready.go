@@ -3,15 +3,19 @@ package dataplane
 import (
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
+	"github.com/warmpool/warmpool/internal/lease"
 )
 
-// sessionChanges wakes the one-call runs waiting on a Session whenever the
-// informer delivers a change of it: the wait for Ready costs the data plane
-// no polling and the caller no watch of its own.
+// sessionChanges wakes the one-call runs waiting on a Session (and the
+// requests and warm-ups waiting for the cache to catch up with a lease)
+// whenever the informer delivers a change of it or of its pod's claim: the
+// wait for Ready costs the data plane no polling and the caller no watch of
+// its own.
 type sessionChanges struct {
 	mu      sync.Mutex
 	waiting map[client.ObjectKey][]chan struct{}
@@ -55,7 +59,22 @@ func (c *sessionChanges) changed(obj any) {
 	if !ok {
 		return
 	}
-	key := client.ObjectKeyFromObject(ses)
+	c.wake(client.ObjectKeyFromObject(ses))
+}
+
+// podChanged wakes those waiting on the Session a pod's claim names: the
+// claim is written alongside the Session's Ready status and may reach the
+// cache after it.
+func (c *sessionChanges) podChanged(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok && lease.Session(pod) != "" {
+		c.wake(client.ObjectKey{Namespace: pod.Namespace, Name: lease.Session(pod)})
+	}
+}
+
+func (c *sessionChanges) wake(key client.ObjectKey) {
 	c.mu.Lock()
 	list := c.waiting[key]
 	delete(c.waiting, key)
@@ -71,5 +90,14 @@ func (c *sessionChanges) handler() toolscache.ResourceEventHandler {
 		AddFunc:    func(obj any) { c.changed(obj) },
 		UpdateFunc: func(_, obj any) { c.changed(obj) },
 		DeleteFunc: c.changed,
+	}
+}
+
+// podHandler is the pod informer's event handler.
+func (c *sessionChanges) podHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.podChanged(obj) },
+		UpdateFunc: func(_, obj any) { c.podChanged(obj) },
+		DeleteFunc: c.podChanged,
 	}
 }

@@ -149,9 +149,11 @@ type Server struct {
 	// nodes: which nodes a one-call run may claim an idle pod on (internal/nodes).
 	nodes   *nodes.Tracker
 	warming chan struct{} // warm.go
-	seats   *seats
-	spend   *spend
-	forking sync.Map // Session UIDs with a fork under way
+	// cacheLag overrides the package's cacheLag (tests).
+	cacheLag time.Duration
+	seats    *seats
+	spend    *spend
+	forking  sync.Map // Session UIDs with a fork under way
 	// frontProxy is how the aggregator's relayed callers are authenticated
 	// (nil when no request-header configuration is delegated).
 	frontProxy *authenticatorfactory.RequestHeaderConfig
@@ -264,6 +266,14 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		if _, err := pods.AddEventHandler(s.idle.handler()); err != nil {
 			return fmt.Errorf("watch pods for one-call runs: %w", err)
+		}
+		if _, err := pods.AddEventHandler(s.ready.podHandler()); err != nil {
+			return fmt.Errorf("watch pods for the claims of Sessions: %w", err)
+		}
+		if s.Gate != nil {
+			if _, err := pods.AddEventHandler(s.agentsAhead()); err != nil {
+				return fmt.Errorf("watch pods to ask their agents ahead: %w", err)
+			}
 		}
 		nodeInf, err := s.Informers.GetInformer(ctx, &corev1.Node{})
 		if err != nil {

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentgate"
+	"github.com/warmpool/warmpool/internal/sandboxpod"
 )
 
 // Each replica opens its connection to a Session's agent when the Session
@@ -18,12 +20,8 @@ import (
 // without the connection's set-up or the agent's version question. The
 // connection stays in the gate's pool of idle connections (30 s).
 
-// warmTimeout bounds one warm-up; warmTries how often the claim, written
-// alongside the Ready status, is waited for.
-const (
-	warmTimeout = 2 * time.Second
-	warmTries   = 5
-)
+// warmTimeout bounds one warm-up.
+const warmTimeout = 2 * time.Second
 
 // warmer is the Session informer's handler that warms up Ready Sessions.
 func (s *Server) warmer() toolscache.ResourceEventHandler {
@@ -69,8 +67,11 @@ func readyOn(ses *sandboxv1alpha1.Session) string {
 	return string(ses.Status.PodUID)
 }
 
-// warm opens the agent of ses's pod and asks it how it is. Failures are
-// the first run's to find and report: nothing is done about them here.
+// warm opens the agent of ses's pod and asks it how it is. The claim,
+// written alongside the Ready status, may reach the cache after it: the
+// warm-up waits for the informer's news of it (sessionChanges), not on a
+// clock. Failures are the first run's to find and report: nothing is done
+// about them here.
 func (s *Server) warm(ses *sandboxv1alpha1.Session) {
 	if s.Gate == nil || (s.KeysLoaded != nil && !s.KeysLoaded()) {
 		return
@@ -81,27 +82,54 @@ func (s *Server) warm(ses *sandboxv1alpha1.Session) {
 	if err := s.Client.Get(ctx, ses.PoolKey(), pool); err != nil {
 		return
 	}
-	wait := 10 * time.Millisecond
-	for range warmTries {
+	key := client.ObjectKeyFromObject(ses)
+	for {
+		changed := s.ready.subscribe(key)
 		pod := &corev1.Pod{}
-		if err := s.Client.Get(ctx, ses.PodKey(), pod); err == nil {
-			agent, err := s.Gate.Open(ctx, pool, pod, agentgate.ForSession(ses))
-			if err == nil {
+		err := s.Client.Get(ctx, ses.PodKey(), pod)
+		if err == nil {
+			var agent *agentgate.Agent
+			if agent, err = s.Gate.Open(ctx, pool, pod, agentgate.ForSession(ses)); err == nil {
+				s.ready.unsubscribe(key, changed)
 				_, _ = agent.Ready(ctx)
 				return
 			}
-			if !agentgate.IsRefused(err) {
-				return
-			}
-		} else if client.IgnoreNotFound(err) != nil {
+		}
+		if !apierrors.IsNotFound(err) && !agentgate.IsRefused(err) {
+			s.ready.unsubscribe(key, changed)
 			return
 		}
-		// The claim, written alongside the Ready status, is not in the cache yet.
 		select {
+		case <-changed:
 		case <-ctx.Done():
+			s.ready.unsubscribe(key, changed)
 			return
-		case <-time.After(wait):
 		}
-		wait *= 2
+	}
+}
+
+// agentsAhead asks the agent of each Ready idle pod which protocol it
+// speaks as this replica's informer hears of the pod (agentcheck, in the
+// background, a few at a time): the question is then asked before a lease,
+// not at the first run of the Session that gets the pod.
+func (s *Server) agentsAhead() toolscache.ResourceEventHandler {
+	agents := s.Gate.Agents()
+	seen := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Labels[sandboxpod.LabelPool] != "" &&
+			pod.DeletionTimestamp == nil && sandboxpod.IsIdle(pod) {
+			agents.Usable(pod)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    seen,
+		UpdateFunc: func(_, obj any) { seen(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				agents.Forget(pod.UID)
+			}
+		},
 	}
 }

@@ -22,7 +22,9 @@ func (d *Dispatcher) Demand(key types.NamespacedName) int {
 // promised to an Execution that waited makes a surplus of the pods starting
 // for that Execution, one is deleted and, once the claim lands, started
 // again (a cold claim cost a second start-up, found by the autoscaling
-// benchmark).
+// benchmark). So is a pod a Running status names before its claim shows
+// (heldBy): deleted as a surplus, the run stored Running on it, whose code
+// is sent only once the claim is stored, could only be called lost.
 func (d *Dispatcher) Promised(key types.NamespacedName) map[string]bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -32,7 +34,7 @@ func (d *Dispatcher) Promised(key types.NamespacedName) map[string]bool {
 	}
 	var out map[string]bool
 	for name, pi := range p.pods {
-		if (pi.idle && pi.assignedTo != nil) || (pi.session == "" && pi.claimedBy == "" && p.namedBy[name] != "") {
+		if (pi.idle && pi.assignedTo != nil) || (pi.session == "" && pi.claimedBy == "" && (p.namedBy[name] != "" || pi.heldBy != nil)) {
 			if out == nil {
 				out = map[string]bool{}
 			}

@@ -375,6 +375,38 @@ func TestPodTakenByAnotherSendsTheChosenOneBack(t *testing.T) {
 	}
 }
 
+// A Running status stored before its claim (an Execution from before the
+// lead) holds the pod it names even when the pod's own event comes after it,
+// as a restarted manager's informers deliver them: the pod is not handed to
+// another Execution, and its pool counts it as taken, not as a surplus to
+// delete. Taken back, the status lets the pod go.
+func TestARunningStatusHoldsItsPodWhateverTheOrderOfEvents(t *testing.T) {
+	d, rec := newDispatcher()
+	a := ex("a", 0).Obj()
+	d.UpdateExecution(ex("a", 0).RunningOn("p1").Obj())
+	d.UpdatePod(pod("p1").Obj()) // idle, as far as its labels say
+	d.UpdateExecution(ex("b", 1).Obj())
+	if pl := d.Place(ex("b", 1).Obj()); pl.Pod != "" {
+		t.Fatalf("b got %q, the pod a's Running status names", pl.Pod)
+	}
+	if !d.Promised(poolKey)["p1"] {
+		t.Fatalf("promised %v, want p1 counted as taken", d.Promised(poolKey))
+	}
+	d.UpdatePod(pod("p1").RV("2").Obj()) // another event of the pod, its claim still not seen
+	if pl := d.Place(ex("b", 1).Obj()); pl.Pod != "" {
+		t.Fatalf("b got %q after the pod's next event", pl.Pod)
+	}
+	rec.take()
+	d.UpdateExecution(a) // Pending again: the claim did not commit
+	if d.Promised(poolKey)["p1"] {
+		t.Fatal("p1 still counted as taken by a run that went back to the queue")
+	}
+	d.UpdatePod(pod("p1").RV("3").Obj())
+	if got := d.Place(a).Pod; got != "p1" {
+		t.Fatalf("a got %q, want p1 back, first in the queue", got)
+	}
+}
+
 // A Running status written with a claim that did not commit is taken back:
 // the Execution waits again, in its place, and gets the next free pod.
 func TestRunningTakenBackWaitsAgain(t *testing.T) {

@@ -63,6 +63,22 @@ func (d *Dispatcher) updateExecution(ex *sandboxv1alpha1.Execution) wakes {
 	return w
 }
 
+// unhold forgets that a Running status said e holds a pod before its claim
+// showed, now that e no longer runs on it. The pod is handed out again at
+// its next event, as after any hold: the status was taken back because
+// someone else's claim is on its way to it.
+func (d *Dispatcher) unhold(e *entry) {
+	if e.state != running || e.pod == "" {
+		return
+	}
+	if pi := e.pool.pods[e.pod]; pi != nil && pi.heldBy == e {
+		pi.heldBy = nil
+		if pi.pod == nil { // a place held for a pod never seen
+			delete(e.pool.pods, e.pod)
+		}
+	}
+}
+
 // DeleteExecution forgets an Execution that was deleted.
 func (d *Dispatcher) DeleteExecution(uid types.UID) {
 	d.mu.Lock()
@@ -88,6 +104,7 @@ func (d *Dispatcher) newEntry(ex *sandboxv1alpha1.Execution) *entry {
 
 // requeue sends an entry whose pod fell through back to its place.
 func (d *Dispatcher) requeue(e *entry, w *wakes) {
+	d.unhold(e)
 	d.unqueue(e)
 	if e.session != "" {
 		if s := e.pool.session(e.session); s.running == e.uid {
@@ -119,6 +136,7 @@ func (d *Dispatcher) enqueue(e *entry, w *wakes) {
 // remove forgets an entry and gives back what it held.
 func (d *Dispatcher) remove(e *entry, w *wakes) {
 	p := e.pool
+	d.unhold(e)
 	delete(d.execs, e.uid)
 	d.unqueue(e)
 	if e.state == assigned {
@@ -156,11 +174,19 @@ func (d *Dispatcher) markRunning(e *entry, pod string, w *wakes) {
 		return
 	}
 	p := e.pool
+	if e.state == running {
+		d.unhold(e) // it runs on another pod than the one it held
+	}
 	d.unqueue(e)
 	if e.state == assigned && e.pod != pod {
 		d.unassignPod(p, e)
 	}
 	w.serve(e, p.pods[pod])
+	if p.pods[pod] == nil && pod != "" {
+		// The status came before the pod's first event (a restart's
+		// informers): hold its place, so that the event finds it held.
+		p.pods[pod] = &podInfo{name: pod}
+	}
 	if pi := p.pods[pod]; pi != nil {
 		if pi.assignedTo == e {
 			pi.assignedTo = nil

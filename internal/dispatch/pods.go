@@ -74,17 +74,23 @@ func (d *Dispatcher) updatePod(p *pool, pod *corev1.Pod, w *wakes) {
 	pi.rv = pod.ResourceVersion
 	pi.current = p.hash == "" || pod.Labels[sandboxpod.LabelTemplateHash] == p.hash
 	pi.claimedBy = lease.ClaimedBy(pod)
-	pi.heldBy = nil
 	pi.tenant = lease.Tenant(pod)
 	pi.session = ""
 	if name := lease.Session(pod); name != "" {
 		pi.session = sessionKey(pi.tenant, name)
 	}
+	// A Running status names the pod and its claim is not seen yet: the pod
+	// stays the run's whatever else its events say (a restart's informers
+	// deliver the pod and the Execution in any order), until the claim shows
+	// or the run goes back to the queue (unhold).
+	if h := pi.heldBy; h == nil || pi.claimedBy != "" || pi.session != "" || h.state != running || h.pod != pi.name || d.execs[h.uid] != h {
+		pi.heldBy = nil
+	}
 	pi.sessionUID = lease.SessionUID(pod)
 	usable := d.o.Usable == nil || (p.obj != nil && d.o.Usable(p.obj, pod))
 	named := p.namedBy[pi.name]
 	// Named by a Ready Session whose claim is not seen yet: that Session's.
-	pi.idle = pi.session == "" && pi.claimedBy == "" && named == "" && sandboxpod.IsIdle(pod) && usable &&
+	pi.idle = pi.session == "" && pi.claimedBy == "" && named == "" && pi.heldBy == nil && sandboxpod.IsIdle(pod) && usable &&
 		(d.o.Placeable == nil || d.o.Placeable(p.obj, pod))
 	pi.sessionFree = pi.session != "" && pi.claimedBy == "" && sandboxpod.IsReady(pod) && usable
 	pi.readySince = time.Time{}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -58,7 +59,7 @@ func (t *Tracker) Update(n *corev1.Node) bool {
 	old := t.nodes[n.Name]
 	t.nodes[n.Name] = n
 	return old == nil || old.Spec.Unschedulable != n.Spec.Unschedulable || !equality.Semantic.DeepEqual(old.Spec.Taints, n.Spec.Taints) ||
-		!equality.Semantic.DeepEqual(old.Labels, n.Labels) || ready(old) != ready(n)
+		!equality.Semantic.DeepEqual(old.Labels, n.Labels) || readyStatus(old) != readyStatus(n)
 }
 
 // Delete forgets a node.
@@ -142,6 +143,38 @@ func (t *Tracker) Drains(node string) string {
 	return ""
 }
 
+// Lost says why node's pods are given up for lost ("" when they are not):
+// the node controller marked its kubelet silent (Ready Unknown, set after
+// its node-monitor grace period), or tainted it unreachable. Its pods can
+// neither be asked what they ran nor stopped: what ran on them is reported
+// lost, never run again by itself. A kubelet that answers and says its node
+// is not Ready (Ready False) is not lost: its pods may still run, and their
+// own state decides.
+func (t *Tracker) Lost(node string) string {
+	n := t.get(node)
+	if n == nil {
+		return ""
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionUnknown {
+			msg := fmt.Sprintf("node %s stopped answering", n.Name)
+			if !c.LastTransitionTime.IsZero() {
+				msg += " at " + c.LastTransitionTime.UTC().Format(time.RFC3339)
+			}
+			if c.Message != "" {
+				msg += " (" + c.Message + ")"
+			}
+			return msg
+		}
+	}
+	for i := range n.Spec.Taints {
+		if n.Spec.Taints[i].Key == corev1.TaintNodeUnreachable {
+			return fmt.Sprintf("node %s stopped answering (taint %s)", n.Name, n.Spec.Taints[i].ToString())
+		}
+	}
+	return ""
+}
+
 func excludes(pool *sandboxv1alpha1.SandboxPool, n *corev1.Node) string {
 	if n.Spec.Unschedulable {
 		return fmt.Sprintf("node %s is cordoned (being drained, or kept from new pods)", n.Name)
@@ -170,11 +203,16 @@ func excludes(pool *sandboxv1alpha1.SandboxPool, n *corev1.Node) string {
 
 // ready reports whether the node's kubelet says it is Ready. A node with no
 // Ready condition yet (just registered) is not.
-func ready(n *corev1.Node) bool {
+func ready(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionTrue }
+
+// readyStatus is the status of the node's Ready condition ("" without one):
+// False (the kubelet says so) and Unknown (the kubelet went silent: Lost)
+// are told apart.
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+			return c.Status
 		}
 	}
-	return false
+	return ""
 }

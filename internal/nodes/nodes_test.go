@@ -3,6 +3,7 @@ package nodes
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,5 +146,43 @@ func TestDrainsWhatIsBeingEmptied(t *testing.T) {
 	}
 	if New().Drains("unknown") != "" {
 		t.Error("a node not heard of is not drained")
+	}
+}
+
+func TestLostIsAKubeletThatStoppedAnswering(t *testing.T) {
+	since := metav1.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		mod  func(*corev1.Node)
+		why  string
+	}{
+		{"a Ready node", nil, ""},
+		{"Ready Unknown (the node controller's mark)", func(n *corev1.Node) {
+			n.Status.Conditions[0] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+				LastTransitionTime: since, Message: "Kubelet stopped posting node status."}
+		}, "node n1 stopped answering at 2026-12-07T10:00:00Z (Kubelet stopped posting node status.)"},
+		{"tainted unreachable", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
+		}, "node.kubernetes.io/unreachable:NoExecute"},
+		{"a kubelet that answers Not Ready is not lost", func(n *corev1.Node) {
+			n.Status.Conditions[0].Status = corev1.ConditionFalse
+		}, ""},
+		{"cordoned is drained, not lost", func(n *corev1.Node) { n.Spec.Unschedulable = true }, ""},
+	} {
+		tr := New()
+		tr.Update(node("n1", tc.mod))
+		got := tr.Lost("n1")
+		if tc.why == "" && got != "" || tc.why != "" && !strings.Contains(got, tc.why) {
+			t.Errorf("%s: want %q, got %q", tc.name, tc.why, got)
+		}
+	}
+	if New().Lost("unknown") != "" {
+		t.Error("a node not heard of is not lost")
+	}
+	// Unknown after False is a change the pods must be judged again for.
+	tr := New()
+	tr.Update(node("n1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }))
+	if !tr.Update(node("n1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })) {
+		t.Error("Not Ready to Unknown was not reported as a change")
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/warmpool/warmpool/internal/dispatch"
 	"github.com/warmpool/warmpool/internal/lease"
 	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/nodes"
 	"github.com/warmpool/warmpool/internal/runner"
 	"github.com/warmpool/warmpool/internal/tenancy"
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -75,6 +76,8 @@ type Deps struct {
 	Dispatcher *dispatch.Dispatcher
 	// Tenancy says whether the Execution's namespace may use its pool (a shared pool of another namespace).
 	Tenancy *tenancy.Gate
+	// Nodes says which nodes stopped answering: a run on one is lost (running.go).
+	Nodes *nodes.Tracker
 	// Models answers the code's llm_query calls with the pool's ModelEndpoint.
 	Models *modelendpoint.Endpoints
 	// Clock is injected so the time policies are tested without sleeping

@@ -79,7 +79,9 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 		live := &corev1.Pod{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("read pod %s: %w", pod.Name, err)
-		} else if err == nil && live.UID == pod.UID && lease.ClaimedBy(live) != ex.UID && !sandboxpod.IsTerminal(live) {
+		} else if err == nil && live.UID == pod.UID && lease.ClaimedBy(live) != ex.UID {
+			// Even on a pod being deleted: a claim is taken off only after
+			// the final status, so one never seen never committed.
 			logf.FromContext(ctx).Info("running on a pod it never claimed: back in the queue", "pod", pod.Name)
 			r.unclaimed(ex, fmt.Sprintf("its claim of pod %s did not commit: back in the queue", pod.Name))
 			r.Dispatcher.UpdatePod(live)
@@ -108,6 +110,15 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 		r.Runner.Cancel(ex.UID)
 		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("the manager cannot reach pod %s any more: its agent key %q was "+
 			"removed from the agent keys Secret while the code ran", pod.Name, key), sandboxv1alpha1.DispositionDelete)
+		return ctrl.Result{}, nil
+	}
+	if lost := r.Nodes.Lost(pod.Spec.NodeName); lost != "" {
+		// The agent can neither be asked how the run ended nor stopped. The
+		// code may have run, in part or whole: it is not run again.
+		r.Runner.Cancel(ex.UID)
+		ex.Status.Stdout, ex.Status.Stderr = r.Runner.Partial(ex.UID)
+		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("%s while the code ran on pod %s: it may have run in part or whole, "+
+			"and is not run again (its output so far is kept)", lost, pod.Name), sandboxv1alpha1.DispositionDelete)
 		return ctrl.Result{}, nil
 	}
 	if !r.Runner.Tracked(ex.UID) {
@@ -153,6 +164,17 @@ func (r *Reconciler) unreachable(ex *sandboxv1alpha1.Execution, pool *sandboxv1a
 // and it is the very code that was to start.
 func (r *Reconciler) notStarted(ctx context.Context, ex *sandboxv1alpha1.Execution, pool *sandboxv1alpha1.SandboxPool,
 	pod *corev1.Pod, next *afterWrite) (ctrl.Result, error) {
+	if pod != nil && lease.ClaimedBy(pod) != ex.UID {
+		// The look that re-attached may have read the claim around a cache
+		// that lagged (reconcileRunning), and the cache still lag: a claim
+		// the cache does not show yet is not a pod that went away.
+		live := &corev1.Pod{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err == nil && live.UID == pod.UID {
+			pod = live
+		} else if err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("read pod %s: %w", pod.Name, err)
+		}
+	}
 	r.Runner.Forget(ex.UID)
 	if pod == nil || lease.ClaimedBy(pod) != ex.UID {
 		r.fail(ex, sandboxv1alpha1.ReasonSandboxLost, fmt.Sprintf("pod %s was deleted or stopped while the code ran", ex.Status.PodName), "")

@@ -92,6 +92,12 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		return r.end(ctx, ses, sandboxv1alpha1.SessionClosed, sandboxv1alpha1.ReasonNeverRestored, fmt.Sprintf(
 			"it waited for its state from a snapshot (%s: %s) and was not given it within %s of being Ready", sandboxv1alpha1.AnnotationRestoring, from, restoreDeadline))
 	}
+	if lost := r.Nodes.Lost(pod.Spec.NodeName); lost != "" {
+		// Not asked first: an agent on a node that went silent answers no
+		// one, and the question would only wait for its timeout.
+		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonNodeLost,
+			fmt.Sprintf("%s; the Session's state was in its pod %s's memory and is gone: start a new Session", lost, pod.Name))
+	}
 	health, herr := r.health(ctx, ses, pool, pod)
 	if herr == nil && health.Interpreter != "" && ses.Status.Interpreter != "" && health.Interpreter != ses.Status.Interpreter {
 		why := health.LastEnd

@@ -34,9 +34,12 @@ type Source struct {
 	// reconciles.
 	Priority int
 
-	mu      sync.Mutex
-	queue   Queue
-	pending []types.NamespacedName
+	mu    sync.Mutex
+	queue Queue
+	// pending holds each key once: a source whose controller never starts
+	// (a replica that serves only the data plane) keeps one entry per key,
+	// not one per wake-up.
+	pending map[types.NamespacedName]struct{}
 }
 
 // Start implements source.Source.
@@ -44,7 +47,7 @@ func (w *Source) Start(_ context.Context, q Queue) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.queue = q
-	for _, key := range w.pending {
+	for key := range w.pending {
 		w.add(key)
 	}
 	w.pending = nil
@@ -58,7 +61,10 @@ func (w *Source) Wake(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.queue == nil {
-		w.pending = append(w.pending, key)
+		if w.pending == nil {
+			w.pending = map[types.NamespacedName]struct{}{}
+		}
+		w.pending[key] = struct{}{}
 		return
 	}
 	w.add(key)
