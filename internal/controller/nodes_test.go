@@ -170,6 +170,14 @@ var _ = Describe("Sessions on a drained node", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Result).To(HaveValue(Equal("42")))
 		Expect(getSession(ns, "mover").Status.PodName).To(Equal(moved.Status.PodName))
+		// That run says it moved, and from where; the next one does not.
+		Expect(res.Moved).NotTo(BeNil(), "the first run after the move does not say it moved")
+		Expect(res.Moved.FromNode).To(Equal(a.Name))
+		Expect(res.Moved.Reason).To(ContainSubstring("is cordoned"))
+		Expect(res.Moved.Since).To(BeTemporally("~", moved.Status.LastMove.StartTime.Time, time.Second))
+		res, err = s.Run(ctx, sessions.ExecRequest{Code: "x"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Moved).To(BeNil())
 	})
 })
 

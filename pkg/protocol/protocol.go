@@ -188,6 +188,9 @@ type Result struct {
 	// Resumed: the Session was Suspended, and was resumed on this pod, with
 	// its state, for this run.
 	Resumed bool `json:"resumed,omitempty"`
+	// Moved: the Session moved to this pod, off a drained node, since its
+	// previous run (said once, in the first run after the move).
+	Moved *Moved `json:"moved,omitempty"`
 }
 
 // Event types of a streamed execution.
@@ -349,7 +352,25 @@ const (
 	// QueryUnseal, on PathRestore, lifts a seal before the restore: the
 	// manager resuming a Session on the pod it was suspended from.
 	QueryUnseal = "unseal"
+	// QueryMoved, on PathRestore: the restore moves the Session off a node
+	// being drained. Its value, a Moved as JSON (MaxMovedBytes at most), is
+	// given back once, in the result of the next run (Result.Moved).
+	QueryMoved = "moved"
 )
+
+// MaxMovedBytes bounds QueryMoved's value.
+const MaxMovedBytes = 2048
+
+// Moved says the Session moved to this pod since its previous run, with its
+// state, off a node being drained.
+type Moved struct {
+	FromNode string `json:"fromNode"`
+	ToNode   string `json:"toNode,omitempty"`
+	// Reason is why the node was being emptied (cordoned, a taint).
+	Reason string `json:"reason,omitempty"`
+	// Since is when the move began: its running step had ended.
+	Since time.Time `json:"since"`
+}
 
 // Restored answers PathRestore.
 type Restored struct {

@@ -104,7 +104,9 @@ class Execution:
     ``results`` are the rich results (charts, tables, ``display()``) in
     order; ``files`` the workspace files the run created or changed;
     ``resumed`` says the Session was suspended and resumed, with its state,
-    for this run.
+    for this run; ``moved`` (``fromNode``, ``toNode``, ``reason``, ``since``)
+    that it moved to another node, with its state, off a drained one, since
+    its previous run (said once).
     """
 
     id: str
@@ -121,6 +123,7 @@ class Execution:
     results: list = field(default_factory=list)
     files: list = field(default_factory=list)
     resumed: bool = False
+    moved: Optional[dict] = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -147,7 +150,7 @@ class Execution:
             id=r.get("id", ""), status=r.get("status", ""), stdout=r.get("stdout", ""), stderr=r.get("stderr", ""),
             text=r.get("result"), final=bool(r.get("final")), duration=float(r.get("durationMillis", 0)) / 1000,
             stdout_truncated=bool(r.get("stdoutTruncated")), stderr_truncated=bool(r.get("stderrTruncated")),
-            state_lost=bool(r.get("stateLost")), resumed=bool(r.get("resumed")), raw=r,
+            state_lost=bool(r.get("stateLost")), resumed=bool(r.get("resumed")), moved=r.get("moved"), raw=r,
             results=[Result.from_display(d) for d in r.get("displays") or []],
             files=[FileChange(f.get("path", ""), int(f.get("size", 0)), bool(f.get("created"))) for f in r.get("files") or []],
             error=ExecutionError(err.get("type", ""), err.get("message", ""), err.get("traceback", "")) if err else None,

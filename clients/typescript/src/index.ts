@@ -7,7 +7,7 @@ import { WarmpoolSandbox } from "./backends/warmpool.js";
 import { allowedIndexURLHosts, validatePyodideURL } from "./indexurl.js";
 import { notInitialized, SandboxError, type CodeExecution, type Sandbox, type SandboxBridges, type SandboxConfig } from "./types.js";
 
-export type { CodeExecution, REPLConfig, Sandbox, SandboxBackend, SandboxBridges, SandboxConfig, WarmpoolTarget } from "./types.js";
+export type { CodeExecution, Moved, REPLConfig, Sandbox, SandboxBackend, SandboxBridges, SandboxConfig, WarmpoolTarget } from "./types.js";
 export { NotRunError, Result, SandboxError } from "./types.js";
 export { HTTPError } from "./http.js";
 export { StreamCutError } from "./stream.js";

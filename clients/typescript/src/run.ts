@@ -1,6 +1,6 @@
 // What every backend shares: output cut and split into lines, the answer to
 // the code's bridge calls, and a run's outcome as a CodeExecution.
-import { Result, type CodeExecution, type REPLConfig, type SandboxBridges } from "./types.js";
+import { Result, type CodeExecution, type Moved, type REPLConfig, type SandboxBridges } from "./types.js";
 
 /** A run's outcome as the REPL server (or the agent) reports it. */
 export interface RawOutcome {
@@ -14,6 +14,8 @@ export interface RawOutcome {
   exitCode?: number;
   /** warmpool: the Session was suspended, and resumed for this run. */
   resumed?: boolean;
+  /** warmpool: the Session moved off a drained node since its previous run. */
+  moved?: Moved;
   /** The run's whole output, as its result holds it (the streamed events are what counts). */
   stdout?: string;
   stderr?: string;
@@ -171,6 +173,7 @@ export function toCodeExecution(code: string, outcome: RawOutcome, output: Outpu
   };
   if (output.results.length) ex.results = output.results;
   if (outcome.resumed) ex.resumed = true;
+  if (outcome.moved) ex.moved = outcome.moved;
   const err = outcome.error;
   const described = err ? (err.traceback?.trim() || `${err.type}: ${err.message}`) : undefined;
   switch (outcome.status) {

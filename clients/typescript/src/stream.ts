@@ -4,7 +4,7 @@ import readline from "node:readline";
 import type { Readable } from "node:stream";
 
 import { answerBridge, bridgeErrorMessage, type OutputCollector, type RawOutcome } from "./run.js";
-import type { SandboxBridges } from "./types.js";
+import type { Moved, SandboxBridges } from "./types.js";
 
 /** The agent's Result, as much of it as a CodeExecution needs. */
 interface AgentResult {
@@ -15,13 +15,14 @@ interface AgentResult {
   stateLost?: boolean;
   exitCode?: number;
   resumed?: boolean;
+  moved?: Moved;
   stdout?: string;
   stderr?: string;
 }
 
 export function outcomeOf(r: AgentResult): RawOutcome {
   const status = r.status === "succeeded" ? (r.final ? "final" : "ok") : r.status === "failed" ? "error" : r.status;
-  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed,
+  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed, moved: r.moved,
     stdout: r.stdout, stderr: r.stderr };
 }
 

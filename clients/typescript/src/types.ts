@@ -30,6 +30,8 @@ export interface CodeExecution {
   results?: Result[];
   /** warmpool: the Session was suspended while idle, and resumed with its state for this run. */
   resumed?: boolean;
+  /** warmpool: the Session moved to another node, with its state, off a drained one, since its previous run (said once). */
+  moved?: Moved;
   /** warmpool: the interpreter was replaced (it died, or did not stop): variables of earlier code blocks are gone. */
   stateLost?: boolean;
 }
@@ -169,4 +171,13 @@ export class NotRunError extends SandboxError {
     this.name = "NotRunError";
     this.cause = cause;
   }
+}
+
+/** warmpool: where a Session moved from, and why (a drained node). */
+export interface Moved {
+  fromNode: string;
+  toNode?: string;
+  reason?: string;
+  /** RFC 3339: when the move began, its running step ended. */
+  since: string;
 }

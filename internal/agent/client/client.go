@@ -163,10 +163,21 @@ func (c *Client) Snapshot(ctx context.Context, o SnapshotOptions) (body io.ReadC
 // Restore replaces the interpreter's namespace (and adds the workspace's
 // files) with a snapshot's; unseal first lets a sealed sandbox (the one a
 // Session was suspended from) take it.
-func (c *Client) Restore(ctx context.Context, snap io.Reader, unseal bool) (*protocol.Restored, error) {
-	path := protocol.PathRestore
+func (c *Client) Restore(ctx context.Context, snap io.Reader, unseal bool, moved *protocol.Moved) (*protocol.Restored, error) {
+	q := url.Values{}
 	if unseal {
-		path += "?" + protocol.QueryUnseal + "=true"
+		q.Set(protocol.QueryUnseal, "true")
+	}
+	if moved != nil {
+		b, err := json.Marshal(moved)
+		if err != nil {
+			return nil, fmt.Errorf("encode the move: %w", err)
+		}
+		q.Set(protocol.QueryMoved, string(b))
+	}
+	path := protocol.PathRestore
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	resp, err := c.Raw(ctx, http.MethodPost, path, snap, snapshot.MediaType, "")
 	if err != nil {

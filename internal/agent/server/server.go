@@ -108,6 +108,8 @@ type Server struct {
 	// shell commands, file writes and restores after a sealing snapshot.
 	writes atomic.Int64
 	sealed bool
+	// moved (under mu) is the move the last restore asked the next run to say.
+	moved *protocol.Moved
 }
 
 // apiError is an error with the HTTP status it is answered with.
@@ -428,7 +430,7 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			before := s.cfg.Workspace.Snapshot()
 			res := s.runShell(ctx, req, onOut(protocol.EventStdout), onOut(protocol.EventStderr))
 			res.Files = workspace.Changes(before, s.cfg.Workspace.Snapshot())
-			res.Resumed = req.Resumed
+			res.Resumed, res.Moved = req.Resumed, s.takeMoved()
 			// Free the worker before anyone sees the result, so the caller's next request finds it free.
 			s.release(wk)
 			s.reg.finish(e, res)
@@ -480,9 +482,18 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			res = &protocol.Result{ID: req.ID, Status: protocol.StatusFailed, StartedAt: time.Now(), FinishedAt: time.Now(),
 				Error: &protocol.Error{Type: "AgentError", Message: err.Error()}}
 		}
-		res.Resumed = req.Resumed
+		res.Resumed, res.Moved = req.Resumed, s.takeMoved()
 		s.reg.finish(e, res)
 	}()
+}
+
+// takeMoved returns the move a restore asked to be said, once.
+func (s *Server) takeMoved() *protocol.Moved {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.moved
+	s.moved = nil
+	return m
 }
 
 func (s *Server) runShell(ctx context.Context, req protocol.ExecuteRequest, onOut, onErr func([]byte)) *protocol.Result {

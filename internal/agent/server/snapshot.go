@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -211,6 +212,14 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	var moved *protocol.Moved
+	if v := r.URL.Query().Get(protocol.QueryMoved); v != "" {
+		moved = &protocol.Moved{}
+		if len(v) > protocol.MaxMovedBytes || json.Unmarshal([]byte(v), moved) != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: a JSON object of at most %d bytes", protocol.QueryMoved, protocol.MaxMovedBytes))
+			return
+		}
+	}
 	if r.URL.Query().Get(protocol.QueryUnseal) == "true" {
 		s.mu.Lock()
 		s.sealed = false
@@ -304,6 +313,10 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res.Variables, res.ModulesFailed = loaded.Variables, loaded.ModulesFailed
+	// Said by the next run; a restore that is not a move clears an older one.
+	s.mu.Lock()
+	s.moved = moved
+	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, res)
 }
 

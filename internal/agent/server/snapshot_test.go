@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/client"
 	"github.com/warmpool/warmpool/pkg/protocol"
@@ -85,7 +86,7 @@ True`)
 		t.Errorf("modules %v, workspace %+v", m.Modules, m.Workspace)
 	}
 
-	got, err := dst.c.Restore(context.Background(), bytes.NewReader(snap), false)
+	got, err := dst.c.Restore(context.Background(), bytes.NewReader(snap), false, nil)
 	if err != nil || got.WorkspaceFiles != 1 {
 		t.Fatalf("restore: %+v %v", got, err)
 	}
@@ -147,7 +148,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		"truncated": snap[:len(snap)-10],
 		"garbage":   []byte("not a snapshot at all"),
 	} {
-		_, err := dst.c.Restore(ctx, bytes.NewReader(body), false)
+		_, err := dst.c.Restore(ctx, bytes.NewReader(body), false, nil)
 		if !client.IsStatus(err, http.StatusBadRequest) {
 			t.Errorf("%s snapshot: %v, want 400", name, err)
 		}
@@ -167,7 +168,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	_ = snapshot.WriteHeader(&other, m)
 	head, _ := snapshot.ReadHeader(bytes.NewReader(snap))
 	other.Write(snap[int64(len(snap))-head.Sections[0].Bytes:])
-	_, err = dst.c.Restore(ctx, &other, false)
+	_, err = dst.c.Restore(ctx, &other, false, nil)
 	if !client.IsStatus(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "Python 2.7.18") {
 		t.Errorf("snapshot of another Python: %v", err)
 	}
@@ -195,11 +196,52 @@ func TestRestoreKeepsWorkspaceFilesInside(t *testing.T) {
 	_ = snapshot.WriteHeader(&bad, m)
 	bad.Write(ns)
 	bad.Write(archive.Bytes())
-	_, err = dst.c.Restore(context.Background(), &bad, false)
+	_, err = dst.c.Restore(context.Background(), &bad, false, nil)
 	if !client.IsStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), "escapes the workspace") {
 		t.Errorf("escaping workspace name: %v, want 400 naming the escape", err)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(dst.ws), "escaped")); err == nil {
 		t.Error("a file was written outside the workspace")
+	}
+}
+
+// A restore that moves a Session off a drained node has the next run say
+// so, once; a later restore that is no move clears a move not yet said; a
+// move that is not a small JSON object is refused before anything changes.
+func TestTheRunAfterAMoveSaysItMoved(t *testing.T) {
+	ctx := context.Background()
+	src, dst := startAgent(t, 1), startAgent(t, 1)
+	result(t, src, "x = 41")
+	snap := takeSnapshot(t, src, client.SnapshotOptions{})
+	since := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	mv := &protocol.Moved{FromNode: "node-a", ToNode: "node-b", Reason: "node node-a is cordoned", Since: since}
+	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), false, mv); err != nil {
+		t.Fatal(err)
+	}
+	res, err := dst.c.Execute(ctx, protocol.ExecuteRequest{Code: "x + 1"})
+	if err != nil || res.Result == nil || *res.Result != "42" {
+		t.Fatalf("first run after the move: %+v %v", res, err)
+	}
+	if res.Moved == nil || *res.Moved != *mv {
+		t.Fatalf("the first run after the move says %+v, want %+v", res.Moved, mv)
+	}
+	if res, err := dst.c.Execute(ctx, protocol.ExecuteRequest{Code: "x"}); err != nil || res.Moved != nil {
+		t.Fatalf("the second run says it moved again: %+v %v", res, err)
+	}
+
+	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), false, mv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := dst.c.Execute(ctx, protocol.ExecuteRequest{Code: "x"}); err != nil || res.Moved != nil {
+		t.Fatalf("a restore that is no move left an older move to say: %+v %v", res, err)
+	}
+
+	huge := &protocol.Moved{FromNode: strings.Repeat("n", protocol.MaxMovedBytes)}
+	_, err = dst.c.Restore(ctx, bytes.NewReader(snap), false, huge)
+	if !client.IsStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), protocol.QueryMoved) {
+		t.Fatalf("an oversized move: want 400 naming %s, got %v", protocol.QueryMoved, err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/warmpool/warmpool/internal/membudget"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/snapshotstore"
+	"github.com/warmpool/warmpool/pkg/protocol"
 	"github.com/warmpool/warmpool/pkg/snapshot"
 )
 
@@ -397,8 +398,13 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, suspendTimeout)
 	defer cancel()
-	// Unsealing first: the pod it was suspended from, adopted again, is still sealed.
-	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), true)
+	// Unsealing first: the pod it was suspended from, adopted again, is still
+	// sealed. A move's restore asks the next run to say it moved.
+	var moved *protocol.Moved
+	if mv := ses.Status.LastMove; mv != nil && mv.EndTime == nil {
+		moved = &protocol.Moved{FromNode: mv.FromNode, ToNode: pod.Spec.NodeName, Reason: mv.Reason, Since: mv.StartTime.Time}
+	}
+	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), true, moved)
 	var ae *agentgate.APIError
 	if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 && ae.Code != http.StatusConflict {
 		return &snapshotLost{msg: fmt.Sprintf("pod %s refused its snapshot: %s", pod.Name, ae.Message)}
