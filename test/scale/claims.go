@@ -62,12 +62,14 @@ type sessionWatch struct {
 	mu    sync.Mutex
 	ready map[string]time.Time
 	lost  map[string]string
-	stop  context.CancelFunc
+	// lostAt is when each Lost Session was first seen Lost.
+	lostAt map[string]time.Time
+	stop   context.CancelFunc
 }
 
 func (e *env) watchSessions(ctx context.Context, cfg *rest.Config, ns string) (*sessionWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	sw := &sessionWatch{ready: map[string]time.Time{}, lost: map[string]string{}, stop: cancel}
+	sw := &sessionWatch{ready: map[string]time.Time{}, lost: map[string]string{}, lostAt: map[string]time.Time{}, stop: cancel}
 	opts := cache.Options{Scheme: e.cluster.env.Scheme}
 	if ns != "" {
 		opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
@@ -98,6 +100,9 @@ func (e *env) watchSessions(ctx context.Context, cfg *rest.Config, ns string) (*
 			}
 		case sandboxv1alpha1.SessionLost:
 			sw.lost[key] = string(s.Status.Phase)
+			if _, ok := sw.lostAt[key]; !ok {
+				sw.lostAt[key] = now
+			}
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }}); err != nil {

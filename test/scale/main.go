@@ -14,6 +14,7 @@
 //	make scale SCALE_ARGS='-scenario fill -nodes 500 -pools 1000 -pool-size 10'
 //	make scale SCALE_ARGS='-scenario executions -nodes 100 -pools 100 -pool-size 10 -rate 100 -duration 20s'
 //	make scale SCALE_ARGS='-scenario failover -nodes 500 -warm 10000 -sessions 5000'
+//	make scale SCALE_ARGS='-scenario nodeloss -nodes 100 -warm 1050 -sessions 1000 -lost-nodes 10'
 //
 // It needs kwok and kube-scheduler (make scale builds both, pinned, from Go
 // modules) and prints a Markdown report; -json writes the numbers.
@@ -64,9 +65,10 @@ type options struct {
 	seed     int64
 	noRefill bool
 
-	pools    int
-	poolSize int
-	sessions int
+	pools     int
+	poolSize  int
+	sessions  int
+	lostNodes int
 
 	jsonOut  string
 	pprofDir string
@@ -76,7 +78,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.scenario, "scenario", "claims", "claims, fill, executions or failover")
+	flag.StringVar(&o.scenario, "scenario", "claims", "claims, fill, executions, failover or nodeloss")
 	flag.StringVar(&o.kwok, "kwok", "", "the kwok binary (make scale builds it)")
 	flag.StringVar(&o.scheduler, "kube-scheduler", "", "the kube-scheduler binary (hack/k8s-binaries.sh build kube-scheduler)")
 	flag.IntVar(&o.nodes, "nodes", 100, "simulated nodes")
@@ -98,7 +100,8 @@ func main() {
 	flag.BoolVar(&o.noRefill, "no-refill", false, "claims: cap the pool at its warm pods (maxPods), so that no pod is started during the claims: the claim path alone")
 	flag.IntVar(&o.pools, "pools", 1000, "fill, executions: pools")
 	flag.IntVar(&o.poolSize, "pool-size", 10, "fill, executions: warm pods per pool")
-	flag.IntVar(&o.sessions, "sessions", 5000, "failover: Ready Sessions before the leader is killed")
+	flag.IntVar(&o.sessions, "sessions", 5000, "failover, nodeloss: Ready Sessions before the leader is killed, or the nodes lost")
+	flag.IntVar(&o.lostNodes, "lost-nodes", 10, "nodeloss: nodes that stop answering at once")
 	flag.StringVar(&o.jsonOut, "json", "", "write the numbers to this file")
 	flag.StringVar(&o.plot, "plot", "", "claims: write an SVG of the create → Ready distribution here")
 	flag.StringVar(&o.pprofDir, "pprof-dir", "", "save the manager's CPU and heap profiles here")
@@ -176,8 +179,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		rep, err = executions(ctx, e)
 	case "failover":
 		rep, err = failover(ctx, e)
+	case "nodeloss":
+		rep, err = nodeloss(ctx, e)
 	default:
-		return nil, fmt.Errorf("no scenario %q: claims, fill, executions or failover", o.scenario)
+		return nil, fmt.Errorf("no scenario %q: claims, fill, executions, failover or nodeloss", o.scenario)
 	}
 	if rep != nil {
 		rep.Simulated = "kwok plays the nodes and the kubelet (a pod is Ready " + o.podStartup.String() +
