@@ -77,26 +77,8 @@ func failover(ctx context.Context, e *env) (*report, error) {
 	}
 	defer sw.stop()
 	t1 := time.Now()
-	// 250 a second, Poisson, with two seconds to spare for the count to reach o.sessions.
-	at := arrivals(o.seed, 250, time.Duration(float64(o.sessions)/250*float64(time.Second))+2*time.Second)
-	if len(at) < o.sessions {
-		return nil, fmt.Errorf("the arrivals came short of %d Sessions: try another -seed", o.sessions)
-	}
-	_, errs := offer(ctx, at[:o.sessions], func(ctx context.Context, i int) error {
-		return c.Create(ctx, wrappers.Session(fmt.Sprintf("fo-%04d", i%failoverPools), fmt.Sprintf("s-%05d", i)).Pool("python").Obj())
-	})
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("create a Session: %w", err)
-		}
-	}
-	var pr progress
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
-		r, _ := sw.count()
-		pr.say("%d of %d Sessions Ready", r, o.sessions)
-		return r >= o.sessions, nil
-	}); err != nil {
-		return nil, fmt.Errorf("%d Sessions did not get Ready: %w", o.sessions, err)
+	if err := createReadySessions(ctx, c, sw, "fo", o.sessions, o.seed); err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "scale: %d Sessions Ready in %s\n", o.sessions, time.Since(t1).Round(time.Millisecond))
 
@@ -223,6 +205,33 @@ func failover(ctx context.Context, e *env) (*report, error) {
 		return rep, fmt.Errorf("%d of %d Sessions Ready, %d Lost, lease problems: %v", r, total, l, problems)
 	}
 	return rep, nil
+}
+
+// createReadySessions creates n Sessions over the pools prefix-0000 … (one
+// in failoverPools each), 250 a second (Poisson, with two seconds to spare
+// for the count to reach n), and waits until sw has seen them all Ready.
+func createReadySessions(ctx context.Context, c client.Client, sw *sessionWatch, prefix string, n int, seed int64) error {
+	at := arrivals(seed, 250, time.Duration(float64(n)/250*float64(time.Second))+2*time.Second)
+	if len(at) < n {
+		return fmt.Errorf("the arrivals came short of %d Sessions: try another -seed", n)
+	}
+	_, errs := offer(ctx, at[:n], func(ctx context.Context, i int) error {
+		return c.Create(ctx, wrappers.Session(fmt.Sprintf("%s-%04d", prefix, i%failoverPools), fmt.Sprintf("s-%05d", i)).Pool("python").Obj())
+	})
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("create a Session: %w", err)
+		}
+	}
+	var pr progress
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
+		r, _ := sw.count()
+		pr.say("%d of %d Sessions Ready", r, n)
+		return r >= n, nil
+	}); err != nil {
+		return fmt.Errorf("%d Sessions did not get Ready: %w", n, err)
+	}
+	return nil
 }
 
 // checkLeases reads every Session and sandbox pod from the API server and

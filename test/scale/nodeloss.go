@@ -52,26 +52,10 @@ func nodeloss(ctx context.Context, e *env) (*report, error) {
 		return nil, err
 	}
 	defer sw.stop()
-	at := arrivals(o.seed, 250, time.Duration(float64(o.sessions)/250*float64(time.Second))+2*time.Second)
-	if len(at) < o.sessions {
-		return nil, fmt.Errorf("the arrivals came short of %d Sessions: try another -seed", o.sessions)
-	}
-	_, errs := offer(ctx, at[:o.sessions], func(ctx context.Context, i int) error {
-		return c.Create(ctx, wrappers.Session(fmt.Sprintf("nl-%04d", i%failoverPools), fmt.Sprintf("s-%05d", i)).Pool("python").Obj())
-	})
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("create a Session: %w", err)
-		}
+	if err := createReadySessions(ctx, c, sw, "nl", o.sessions, o.seed); err != nil {
+		return nil, err
 	}
 	var pr progress
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
-		r, _ := sw.count()
-		pr.say("%d of %d Sessions Ready", r, o.sessions)
-		return r >= o.sessions, nil
-	}); err != nil {
-		return nil, fmt.Errorf("%d Sessions did not get Ready: %w", o.sessions, err)
-	}
 
 	// Where each Ready Session runs.
 	onNode, err := sessionNodes(ctx, c)
