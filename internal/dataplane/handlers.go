@@ -175,15 +175,17 @@ func behind(code int, msg string) bool {
 // its Session Ready is served from the cache as soon as it hears, without
 // reads of kube-apiserver or polling.
 func (s *Server) resolveCached(ctx context.Context, ns, name string) (*target, int, metav1.StatusReason, string) {
-	if s.Informers == nil {
-		return s.resolveWith(ctx, s.Client, ns, name)
+	t, code, reason, msg := s.resolveWith(ctx, s.Client, ns, name)
+	if t != nil || s.Informers == nil || !behind(code, msg) {
+		return t, code, reason, msg // the usual case: no subscription on the way of a run
 	}
 	key := types.NamespacedName{Namespace: ns, Name: name}
 	timeout := time.NewTimer(cmp.Or(s.cacheLag, cacheLag))
 	defer timeout.Stop()
 	for {
+		// Subscribed before the cache is read again: an event between the two is not missed.
 		changed := s.ready.subscribe(key)
-		t, code, reason, msg := s.resolveWith(ctx, s.Client, ns, name)
+		t, code, reason, msg = s.resolveWith(ctx, s.Client, ns, name)
 		if t != nil || !behind(code, msg) {
 			s.ready.unsubscribe(key, changed)
 			return t, code, reason, msg
