@@ -390,9 +390,7 @@ while True:
 
 	It("deletes a finished Execution after ttlSecondsAfterFinished", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").Obj())
-		ex := run(wrappers.Execution(ns, "ephemeral").TTL(1).Obj())
-		Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded))
-		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)) }, 10*time.Second).Should(BeTrue())
+		runUntilDeleted(wrappers.Execution(ns, "ephemeral").TTL(1).Obj())
 	})
 
 	It("interrupts the code and frees the pod when a running Execution is deleted", func() {

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -307,36 +306,7 @@ var _ = Describe("Execution under faults", func() {
 
 	It("deletes finished Executions after the pool's default TTL", func() {
 		createPoolAndWait(wrappers.Pool(ns, "python").ExecutionTTL(1).Obj())
-		// A watch, not polling: with a 1 s TTL a loaded machine can delete the
-		// Execution between two reads of its final status.
-		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-		Expect(err).NotTo(HaveOccurred())
-		w, err := wc.Watch(ctx, &sandboxv1alpha1.ExecutionList{}, client.InNamespace(ns))
-		Expect(err).NotTo(HaveOccurred())
-		defer w.Stop()
-		ex := wrappers.Execution(ns, "short-lived").Obj()
-		Expect(k8s.Create(ctx, ex)).To(Succeed())
-		var final sandboxv1alpha1.ExecutionPhase
-		var finishedAt time.Time
-		deadline := time.After(40 * time.Second)
-		for deleted := false; !deleted; {
-			select {
-			case e, ok := <-w.ResultChan():
-				Expect(ok).To(BeTrue(), "watch closed")
-				got, isExec := e.Object.(*sandboxv1alpha1.Execution)
-				if !isExec || got.Name != ex.Name {
-					continue
-				}
-				if got.Status.Phase.IsFinished() && final == "" {
-					final, finishedAt = got.Status.Phase, time.Now()
-				}
-				deleted = e.Type == watch.Deleted
-			case <-deadline:
-				Fail(fmt.Sprintf("not deleted in 40 s; final phase seen: %q", final))
-			}
-		}
-		Expect(final).To(Equal(sandboxv1alpha1.PhaseSucceeded), "deleted before it finished")
-		Expect(time.Since(finishedAt)).To(BeNumerically("<", 10*time.Second), "deleted long after its TTL")
+		runUntilDeleted(wrappers.Execution(ns, "short-lived").Obj())
 	})
 })
 

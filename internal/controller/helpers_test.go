@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -114,6 +116,41 @@ func finished(ex *sandboxv1alpha1.Execution) *sandboxv1alpha1.Execution {
 		return got.Status.Phase.IsFinished()
 	}).Should(BeTrue(), func() string { return fmt.Sprintf("execution %s status: %+v", ex.Name, got.Status) })
 	return got
+}
+
+// runUntilDeleted creates ex and follows it by a watch until it is deleted: it
+// must have Succeeded first, and be deleted within 10 s of it (its TTL being a
+// second or so). A watch, not polling: with a 1 s TTL a loaded machine can
+// delete the Execution between two reads of its final status.
+func runUntilDeleted(ex *sandboxv1alpha1.Execution) {
+	GinkgoHelper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(ctx, &sandboxv1alpha1.ExecutionList{}, client.InNamespace(ex.Namespace))
+	Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	Expect(k8s.Create(ctx, ex)).To(Succeed())
+	var final sandboxv1alpha1.ExecutionPhase
+	var finishedAt time.Time
+	deadline := time.After(40 * time.Second)
+	for deleted := false; !deleted; {
+		select {
+		case e, ok := <-w.ResultChan():
+			Expect(ok).To(BeTrue(), "watch closed")
+			got, isExec := e.Object.(*sandboxv1alpha1.Execution)
+			if !isExec || got.Name != ex.Name {
+				continue
+			}
+			if got.Status.Phase.IsFinished() && final == "" {
+				final, finishedAt = got.Status.Phase, time.Now()
+			}
+			deleted = e.Type == watch.Deleted
+		case <-deadline:
+			Fail(fmt.Sprintf("not deleted in 40 s; final phase seen: %q", final))
+		}
+	}
+	Expect(final).To(Equal(sandboxv1alpha1.PhaseSucceeded), "deleted before it finished")
+	Expect(time.Since(finishedAt)).To(BeNumerically("<", 10*time.Second), "deleted long after its TTL")
 }
 
 // run creates an Execution and waits for it to end.
