@@ -116,6 +116,12 @@ const (
 	// it holds that pod, with its state (status.lastMove says from where).
 	// ReasonTooLargeToMove: its state is over the snapshot limit, so it
 	// stays, and the drain waits for it.
+	// ReasonRecovering: a durable Session's pod or node was lost; it
+	// resumes from its last checkpoint on another pod (Suspended for that
+	// moment). ReasonRecovered: it holds that pod, with the checkpoint's
+	// state (status.lastMove.checkpoint says which run it is from).
+	ReasonRecovering     = "Recovering"
+	ReasonRecovered      = "Recovered"
 	ReasonMoving         = "Moving"
 	ReasonMoved          = "Moved"
 	ReasonTooLargeToMove = "TooLargeToMove"

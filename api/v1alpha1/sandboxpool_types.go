@@ -160,6 +160,13 @@ type SandboxPoolSpec struct {
 	// +optional
 	SessionSuspendAfter *metav1.Duration `json:"sessionSuspendAfter,omitempty"`
 
+	// sessionCheckpoint makes the pool's Sessions durable (a Session's own
+	// spec.checkpoint wins): their state is saved to the snapshot store after
+	// their runs, and a Session whose pod or node is lost resumes from its
+	// last checkpoint. Needs a snapshot store in the manager's configuration.
+	// +optional
+	SessionCheckpoint *SessionCheckpointPolicy `json:"sessionCheckpoint,omitempty"`
+
 	// sessionTTLSecondsAfterFinished deletes the pool's Sessions this long
 	// after they ended (Closed or Lost), unless they set their own. Unset:
 	// 3600 (one hour).

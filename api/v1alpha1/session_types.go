@@ -166,6 +166,26 @@ type SessionSpec struct {
 	// holds it, and data-plane runs in flight end with it.
 	// +optional
 	Close bool `json:"close,omitempty"`
+
+	// checkpoint makes the Session durable: its state is saved to the
+	// manager's snapshot store after its runs (off their path: a run's
+	// answer never waits for it), and a Session whose pod or node is lost
+	// resumes from its last checkpoint instead of ending Lost; the next run's
+	// result says which run its state is from. The pool's sessionCheckpoint
+	// when unset. Needs a snapshot store in the manager's configuration.
+	// +optional
+	Checkpoint *SessionCheckpointPolicy `json:"checkpoint,omitempty"`
+}
+
+// SessionCheckpointPolicy says how often a durable Session's state is saved.
+type SessionCheckpointPolicy struct {
+	// interval is the least time between two checkpoints: the state after
+	// the last run is saved when the interval has passed. 0s (the default):
+	// after every run.
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="checkpoint.interval must be between 0s (after every run) and 24h"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
 // SessionMove is a Session's move off a drained node.
@@ -187,6 +207,11 @@ type SessionMove struct {
 	// a run sent to it waited.
 	// +optional
 	PauseMillis int64 `json:"pauseMillis,omitempty"`
+	// checkpoint is set when the Session's pod or node was lost and it
+	// resumed from its last checkpoint: the runs after checkpoint.run are
+	// not in its state.
+	// +optional
+	Checkpoint *SessionSnapshot `json:"checkpoint,omitempty"`
 }
 
 // SessionStatus is what the manager observed.
@@ -247,6 +272,12 @@ type SessionStatus struct {
 	// +optional
 	Snapshot *SessionSnapshot `json:"snapshot,omitempty"`
 
+	// checkpoint is a durable Session's last checkpoint known to the
+	// manager, written at most every few seconds with its activity (the
+	// store may hold a newer one, which a recovery uses).
+	// +optional
+	Checkpoint *SessionSnapshot `json:"checkpoint,omitempty"`
+
 	// conditions: Ready, with a reason that says why not (NoIdleSandbox,
 	// PoolNotFound, SandboxLost, InterpreterRestarted, IdleTimeout, ...).
 	// +listType=map
@@ -281,6 +312,9 @@ type SessionSnapshot struct {
 	WorkspaceFiles int32 `json:"workspaceFiles,omitempty"`
 	// time the snapshot was taken.
 	Time metav1.Time `json:"time"`
+	// run is the Session's number of runs the state is as of.
+	// +optional
+	Run int64 `json:"run,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -297,6 +331,7 @@ type SessionSnapshot struct {
 // +kubebuilder:printcolumn:name="Access",type=string,JSONPath=`.spec.access`,priority=1
 // +kubebuilder:printcolumn:name="Resumes",type=integer,JSONPath=`.status.resumes`,priority=1
 // +kubebuilder:printcolumn:name="Moves",type=integer,JSONPath=`.status.moves`,priority=1
+// +kubebuilder:printcolumn:name="Checkpoint",type=integer,JSONPath=`.status.checkpoint.run`,priority=1
 
 // Session leases one warm interpreter of a SandboxPool; code runs in it
 // through the data plane (data.warmpool.dev) or as Executions naming it.

@@ -51,6 +51,7 @@ type Agent = agentclient.Client
 // nothing outside this package imports the agent's packages.
 type (
 	SnapshotOptions = agentclient.SnapshotOptions
+	RestoreOptions  = agentclient.RestoreOptions
 	APIError        = agentclient.APIError
 )
 

@@ -76,7 +76,7 @@ func (s *Server) snapshotOf(w http.ResponseWriter, r *http.Request, t *target) {
 // (create sessions/restore), and clears the Session's restoring annotation,
 // after which its runs may start.
 func (s *Server) restoreInto(w http.ResponseWriter, r *http.Request, t *target) {
-	res, err := t.agent.Restore(r.Context(), r.Body, false, nil)
+	res, err := t.agent.Restore(r.Context(), r.Body, agentgate.RestoreOptions{})
 	if err != nil {
 		agentFailed(w, err)
 		return
@@ -234,7 +234,7 @@ func (s *Server) restoreFork(ctx context.Context, f *sandboxv1alpha1.Session, sn
 	if ft == nil {
 		return fmt.Errorf("%s", msg)
 	}
-	if _, err := ft.agent.Restore(ctx, snap.Reader(), false, nil); err != nil {
+	if _, err := ft.agent.Restore(ctx, snap.Reader(), agentgate.RestoreOptions{}); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	return s.restored(ctx, ft.ses)

@@ -49,6 +49,10 @@ const (
 	PathSnapshot  = "/v1/snapshot"
 	PathRestore   = "/v1/restore"
 	PathUnseal    = "/v1/unseal"
+	// PathQuiet answers (Quiet) once the agent has started more than
+	// QueryAfter runs and none is under way, or after QueryWaitMillis: a
+	// durable Session's checkpointer waits there for a run to end.
+	PathQuiet = "/v1/quiet"
 	PathHealthz   = "/v1/healthz"
 	PathReadyz    = "/v1/readyz"
 )
@@ -191,6 +195,11 @@ type Result struct {
 	// Moved: the Session moved to this pod, off a drained node, since its
 	// previous run (said once, in the first run after the move).
 	Moved *Moved `json:"moved,omitempty"`
+	// Run is the run's number in its Session (1 for its first run), counted
+	// across moves and resumes: a Session restored from a checkpoint says
+	// which run its state is from (Moved.Run), and the runs after it are to
+	// be redone.
+	Run int64 `json:"run,omitempty"`
 }
 
 // Event types of a streamed execution.
@@ -356,20 +365,48 @@ const (
 	// being drained. Its value, a Moved as JSON (MaxMovedBytes at most), is
 	// given back once, in the result of the next run (Result.Moved).
 	QueryMoved = "moved"
+	// QueryRuns, on PathRestore: the number of runs the restored state has
+	// seen; the next run is numbered one more (Result.Run).
+	QueryRuns = "runs"
+	// QueryCheckpoint, on PathSnapshot: a checkpoint of a durable Session,
+	// which is not the Session's activity (its idle timeout goes on).
+	QueryCheckpoint = "checkpoint"
+	// QueryAfter and QueryWaitMillis, on PathQuiet.
+	QueryAfter      = "after"
+	QueryWaitMillis = "waitMillis"
 )
+
+// MaxQuietWait bounds QueryWaitMillis.
+const MaxQuietWait = time.Minute
+
+// Quiet answers PathQuiet.
+type Quiet struct {
+	// Runs started so far (as Result.Run counts them).
+	Runs int64 `json:"runs"`
+	// Quiet: more than QueryAfter runs were started, and nothing runs now.
+	Quiet bool `json:"quiet"`
+}
 
 // MaxMovedBytes bounds QueryMoved's value.
 const MaxMovedBytes = 2048
 
-// Moved says the Session moved to this pod since its previous run, with its
-// state, off a node being drained.
+// Moved says the Session moved to this pod since its previous run: with its
+// state, off a node being drained, or (Checkpoint) with its last
+// checkpoint's, after its pod or node was lost.
 type Moved struct {
 	FromNode string `json:"fromNode"`
 	ToNode   string `json:"toNode,omitempty"`
-	// Reason is why the node was being emptied (cordoned, a taint).
+	// Reason is why the node was being emptied (cordoned, a taint), or how
+	// the pod or node was lost.
 	Reason string `json:"reason,omitempty"`
 	// Since is when the move began: its running step had ended.
 	Since time.Time `json:"since"`
+	// Run is the number of the Session's last run whose state moved (Result.Run).
+	Run int64 `json:"run,omitempty"`
+	// Checkpoint, when set, is when the checkpoint the Session was restored
+	// from was taken: its pod or node was lost (Reason), and the runs after
+	// Run are not in its state.
+	Checkpoint *time.Time `json:"checkpoint,omitempty"`
 }
 
 // Restored answers PathRestore.

@@ -64,6 +64,9 @@ type Manifest struct {
 	// Skipped names what could not be saved (sockets, threads, generators,
 	// open files...), with why: the rest was kept.
 	Skipped []Skipped `json:"skipped,omitempty"`
+	// Runs is how many runs the state has seen (the Session's, counted across
+	// moves and resumes): a Session restored from it numbers its next run one more.
+	Runs int64 `json:"runs,omitempty"`
 	// Workspace summarises the workspace section, when there is one.
 	Workspace *Workspace `json:"workspace,omitempty"`
 	// Sections follow the manifest in this order.

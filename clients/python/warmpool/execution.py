@@ -104,9 +104,12 @@ class Execution:
     ``results`` are the rich results (charts, tables, ``display()``) in
     order; ``files`` the workspace files the run created or changed;
     ``resumed`` says the Session was suspended and resumed, with its state,
-    for this run; ``moved`` (``fromNode``, ``toNode``, ``reason``, ``since``)
-    that it moved to another node, with its state, off a drained one, since
-    its previous run (said once).
+    for this run; ``moved`` (``fromNode``, ``toNode``, ``reason``, ``since``,
+    ``run``, ``checkpoint``) that it moved to another node since its previous
+    run (said once): with its state, off a drained one, or, when
+    ``checkpoint`` is set, from its last checkpoint after its pod or node
+    was lost: its state is as after run number ``run``, and the runs after
+    it are to be redone; ``run`` is this run's number in the Session.
     """
 
     id: str
@@ -124,6 +127,7 @@ class Execution:
     files: list = field(default_factory=list)
     resumed: bool = False
     moved: Optional[dict] = None
+    run: int = 0
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -150,7 +154,7 @@ class Execution:
             id=r.get("id", ""), status=r.get("status", ""), stdout=r.get("stdout", ""), stderr=r.get("stderr", ""),
             text=r.get("result"), final=bool(r.get("final")), duration=float(r.get("durationMillis", 0)) / 1000,
             stdout_truncated=bool(r.get("stdoutTruncated")), stderr_truncated=bool(r.get("stderrTruncated")),
-            state_lost=bool(r.get("stateLost")), resumed=bool(r.get("resumed")), moved=r.get("moved"), raw=r,
+            state_lost=bool(r.get("stateLost")), resumed=bool(r.get("resumed")), moved=r.get("moved"), run=int(r.get("run", 0)), raw=r,
             results=[Result.from_display(d) for d in r.get("displays") or []],
             files=[FileChange(f.get("path", ""), int(f.get("size", 0)), bool(f.get("created"))) for f in r.get("files") or []],
             error=ExecutionError(err.get("type", ""), err.get("message", ""), err.get("traceback", "")) if err else None,

@@ -16,6 +16,8 @@ export interface RawOutcome {
   resumed?: boolean;
   /** warmpool: the Session moved off a drained node since its previous run. */
   moved?: Moved;
+  /** warmpool: the run's number in its Session. */
+  run?: number;
   /** The run's whole output, as its result holds it (the streamed events are what counts). */
   stdout?: string;
   stderr?: string;
@@ -174,6 +176,7 @@ export function toCodeExecution(code: string, outcome: RawOutcome, output: Outpu
   if (output.results.length) ex.results = output.results;
   if (outcome.resumed) ex.resumed = true;
   if (outcome.moved) ex.moved = outcome.moved;
+  if (outcome.run) ex.run = outcome.run;
   const err = outcome.error;
   const described = err ? (err.traceback?.trim() || `${err.type}: ${err.message}`) : undefined;
   switch (outcome.status) {

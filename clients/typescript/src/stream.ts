@@ -16,13 +16,14 @@ interface AgentResult {
   exitCode?: number;
   resumed?: boolean;
   moved?: Moved;
+  run?: number;
   stdout?: string;
   stderr?: string;
 }
 
 export function outcomeOf(r: AgentResult): RawOutcome {
   const status = r.status === "succeeded" ? (r.final ? "final" : "ok") : r.status === "failed" ? "error" : r.status;
-  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed, moved: r.moved,
+  return { status, result: r.result ?? null, error: r.error ?? null, stateLost: r.stateLost, exitCode: r.exitCode, resumed: r.resumed, moved: r.moved, run: r.run,
     stdout: r.stdout, stderr: r.stderr };
 }
 

@@ -30,8 +30,10 @@ export interface CodeExecution {
   results?: Result[];
   /** warmpool: the Session was suspended while idle, and resumed with its state for this run. */
   resumed?: boolean;
-  /** warmpool: the Session moved to another node, with its state, off a drained one, since its previous run (said once). */
+  /** warmpool: the Session moved to another node since its previous run (said once): with its state, off a drained one, or from its last checkpoint after its pod or node was lost (`moved.checkpoint`). */
   moved?: Moved;
+  /** warmpool: the run's number in its Session (`moved.run` says which run a restored state is from). */
+  run?: number;
   /** warmpool: the interpreter was replaced (it died, or did not stop): variables of earlier code blocks are gone. */
   stateLost?: boolean;
 }
@@ -173,11 +175,15 @@ export class NotRunError extends SandboxError {
   }
 }
 
-/** warmpool: where a Session moved from, and why (a drained node). */
+/** warmpool: where a Session moved from, and why (a drained node, a lost pod or node). */
 export interface Moved {
   fromNode: string;
   toNode?: string;
   reason?: string;
   /** RFC 3339: when the move began, its running step ended. */
   since: string;
+  /** The number of the last run whose state it has: the runs after it are to be redone when `checkpoint` is set. */
+  run?: number;
+  /** RFC 3339: set when it was restored from its last checkpoint (its pod or node was lost). */
+  checkpoint?: string;
 }

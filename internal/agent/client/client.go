@@ -131,6 +131,19 @@ type SnapshotOptions struct {
 	Seal bool
 	// MaxBytes bounds the snapshot; 0: the agent's limit.
 	MaxBytes int64
+	// Checkpoint: a durable Session's checkpoint, which is not its activity
+	// (protocol.QueryCheckpoint).
+	Checkpoint bool
+}
+
+// RestoreOptions say what a restore is besides the snapshot.
+type RestoreOptions struct {
+	// Unseal lets a sealed sandbox (the one a Session was suspended from) take it.
+	Unseal bool
+	// Moved is said by the next run (protocol.QueryMoved).
+	Moved *protocol.Moved
+	// Runs is how many runs the state has seen: the next run is numbered one more.
+	Runs int64
 }
 
 // Snapshot streams a snapshot of the interpreter (pkg/snapshot); the caller
@@ -145,6 +158,9 @@ func (c *Client) Snapshot(ctx context.Context, o SnapshotOptions) (body io.ReadC
 	}
 	if o.MaxBytes > 0 {
 		q.Set(protocol.QueryMaxBytes, strconv.FormatInt(o.MaxBytes, 10))
+	}
+	if o.Checkpoint {
+		q.Set(protocol.QueryCheckpoint, "true")
 	}
 	path := protocol.PathSnapshot
 	if len(q) > 0 {
@@ -161,14 +177,16 @@ func (c *Client) Snapshot(ctx context.Context, o SnapshotOptions) (body io.ReadC
 }
 
 // Restore replaces the interpreter's namespace (and adds the workspace's
-// files) with a snapshot's; unseal first lets a sealed sandbox (the one a
-// Session was suspended from) take it.
-func (c *Client) Restore(ctx context.Context, snap io.Reader, unseal bool, moved *protocol.Moved) (*protocol.Restored, error) {
+// files) with a snapshot's.
+func (c *Client) Restore(ctx context.Context, snap io.Reader, o RestoreOptions) (*protocol.Restored, error) {
 	q := url.Values{}
-	if unseal {
+	if o.Unseal {
 		q.Set(protocol.QueryUnseal, "true")
 	}
-	if moved != nil {
+	if o.Runs > 0 {
+		q.Set(protocol.QueryRuns, strconv.FormatInt(o.Runs, 10))
+	}
+	if moved := o.Moved; moved != nil {
 		b, err := json.Marshal(moved)
 		if err != nil {
 			return nil, fmt.Errorf("encode the move: %w", err)
@@ -333,6 +351,19 @@ func (c *Client) Ready(ctx context.Context) (*protocol.Health, error) {
 		return nil, err
 	}
 	return &h, nil
+}
+
+// Quiet waits, at most wait, until the agent has started more than after
+// runs and nothing runs (protocol.PathQuiet).
+func (c *Client) Quiet(ctx context.Context, after int64, wait time.Duration) (*protocol.Quiet, error) {
+	q := url.Values{}
+	q.Set(protocol.QueryAfter, strconv.FormatInt(after, 10))
+	q.Set(protocol.QueryWaitMillis, strconv.FormatInt(wait.Milliseconds(), 10))
+	var out protocol.Quiet
+	if err := c.call(ctx, http.MethodGet, protocol.PathQuiet+"?"+q.Encode(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Health returns the agent's liveness answer, which says its build and

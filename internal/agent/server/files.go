@@ -38,7 +38,7 @@ func (s *Server) fileRead(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fileWrite(w http.ResponseWriter, r *http.Request) {
 	s.writes.Add(1)
-	defer s.writes.Add(-1)
+	defer s.ended(&s.writes)
 	if s.isSealed() {
 		writeSealed(w)
 		return

@@ -85,8 +85,11 @@ type Config struct {
 // would not help, since a binding lasts until the session is reset.
 // (In a pod there is one worker and no sessions: every run goes to it.)
 type worker struct {
-	interp  *interpreter.Interpreter
-	busy    bool
+	interp *interpreter.Interpreter
+	busy   bool
+	// snapshotting: busy with a snapshot that does not seal (a checkpoint):
+	// a run waits for it rather than be refused.
+	snapshotting bool
 	session string // the session bound to it; "" for none
 	dirty   bool   // runs without a session left state in it
 }
@@ -110,6 +113,9 @@ type Server struct {
 	sealed bool
 	// moved (under mu) is the move the last restore asked the next run to say.
 	moved *protocol.Moved
+	// changed (under mu) is closed, and replaced, when a worker is released
+	// or a shell command or file write ends: what waits for quiet wakes.
+	changed chan struct{}
 }
 
 // apiError is an error with the HTTP status it is answered with.
@@ -154,7 +160,7 @@ func New(cfg Config) *Server {
 	if cfg.MaxSnapshotBytes == 0 {
 		cfg.MaxSnapshotBytes = 512 << 20
 	}
-	s := &Server{cfg: cfg, reg: newRegistry(cfg.KeepResults), sessions: map[string]int{}}
+	s := &Server{cfg: cfg, reg: newRegistry(cfg.KeepResults), sessions: map[string]int{}, changed: make(chan struct{})}
 	for _, it := range cfg.Workers {
 		s.workers = append(s.workers, &worker{interp: it})
 	}
@@ -166,7 +172,10 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+protocol.PathHealthz, s.healthz)
 	mux.HandleFunc("GET "+protocol.PathReadyz, s.readyz)
-	auth := func(h http.HandlerFunc) http.HandlerFunc {
+	// A request is the Session's activity (its idle timeout counts from the
+	// last one) unless passive says it is the manager's own look: a
+	// checkpoint, a wait for quiet.
+	authAs := func(h http.HandlerFunc, passive func(*http.Request) bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if s.cfg.Token != "" || s.cfg.Verify != nil {
 				got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -181,11 +190,18 @@ func (s *Server) Handler() http.Handler {
 					return
 				}
 			}
+			if passive != nil && passive(r) {
+				h(w, r)
+				return
+			}
 			s.lastActivity.Store(time.Now().UnixNano())
 			h(w, r)
 			s.lastActivity.Store(time.Now().UnixNano())
 		}
 	}
+	auth := func(h http.HandlerFunc) http.HandlerFunc { return authAs(h, nil) }
+	always := func(*http.Request) bool { return true }
+	checkpoint := func(r *http.Request) bool { return r.URL.Query().Get(protocol.QueryCheckpoint) == "true" }
 	mux.HandleFunc("POST "+protocol.PathExecute, auth(s.execute))
 	mux.HandleFunc("GET "+protocol.PathExecution, auth(s.getExecution))
 	mux.HandleFunc("POST "+protocol.PathInterrupt, auth(s.interrupt))
@@ -197,7 +213,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+protocol.PathFileWrite, auth(s.fileWrite))
 	mux.HandleFunc("GET "+protocol.PathFileList, auth(s.fileList))
 	mux.HandleFunc("GET "+protocol.PathFileStat, auth(s.fileStat))
-	mux.HandleFunc("POST "+protocol.PathSnapshot, auth(s.snapshot))
+	mux.HandleFunc("POST "+protocol.PathSnapshot, authAs(s.snapshot, checkpoint))
+	mux.HandleFunc("GET "+protocol.PathQuiet, authAs(s.quiet, always))
 	mux.HandleFunc("POST "+protocol.PathRestore, auth(s.restore))
 	mux.HandleFunc("POST "+protocol.PathUnseal, auth(s.unseal))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -250,12 +267,41 @@ func (s *Server) boundSessions() string {
 // else one no session is bound to (see worker). reset says the worker must get
 // a fresh interpreter before the run.
 func (s *Server) acquire(session string, python bool) (wk *worker, reset bool, err error) {
+	deadline := time.Now().Add(holdWait)
+	for {
+		wk, reset, changed, err := s.tryAcquire(session, python)
+		if !errors.Is(err, errSnapshotting) {
+			return wk, reset, err
+		}
+		// A checkpoint holds the interpreter for as long as it pickles: the
+		// run waits for it, never refused because of the manager's own work.
+		select {
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+			return nil, false, &apiError{http.StatusConflict, "a snapshot of the session's state has held the interpreter for " +
+				holdWait.String() + "; retry once it ends"}
+		}
+	}
+}
+
+// errSnapshotting: the worker a run needs is held by a checkpoint.
+var errSnapshotting = errors.New("held by a snapshot")
+
+func (s *Server) tryAcquire(session string, python bool) (wk *worker, reset bool, changed <-chan struct{}, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	wk, reset, err = s.acquireLocked(session, python)
+	return wk, reset, s.changed, err
+}
+
+func (s *Server) acquireLocked(session string, python bool) (wk *worker, reset bool, err error) {
 	if s.sealed {
 		return nil, false, errSealed
 	}
 	if i, ok := s.sessions[session]; ok && session != "" {
+		if s.workers[i].snapshotting {
+			return nil, false, errSnapshotting
+		}
 		if s.workers[i].busy {
 			return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
 				"session %q is busy with another execution; executions of one session run one at a time", session)}
@@ -284,6 +330,8 @@ func (s *Server) acquire(session string, python bool) (wk *worker, reset bool, e
 		return nil, false, &apiError{http.StatusConflict, fmt.Sprintf(
 			"all %d interpreters are bound to sessions (%s), and a run without a session must not share their state: "+
 				"pass a session, or reset one of them (POST %s?session=NAME)", len(s.workers), s.boundSessions(), protocol.PathReset)}
+	case free == nil && len(s.workers) == 1 && s.workers[0].snapshotting:
+		return nil, false, errSnapshotting
 	case free == nil && len(s.workers) == 1:
 		return nil, false, &apiError{http.StatusConflict, "an execution is already running; one runs at a time: wait for it or interrupt it"}
 	case free == nil:
@@ -307,8 +355,64 @@ func (s *Server) acquire(session string, python bool) (wk *worker, reset bool, e
 
 func (s *Server) release(w *worker) {
 	s.mu.Lock()
-	w.busy = false
+	w.busy, w.snapshotting = false, false
+	s.notifyLocked()
 	s.mu.Unlock()
+}
+
+// notifyLocked wakes what waits for a change of busy workers, shell commands
+// or file writes.
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// ended counts one shell command or file write (n) done, and wakes waiters.
+func (s *Server) ended(n *atomic.Int64) {
+	n.Add(-1)
+	s.mu.Lock()
+	s.notifyLocked()
+	s.mu.Unlock()
+}
+
+// quiet answers once more than ?after runs were started and nothing runs,
+// or after ?waitMillis (at most protocol.MaxQuietWait): a durable Session's
+// checkpointer waits here for a run to end, without asking again and again.
+func (s *Server) quiet(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, err := strconv.ParseInt(q.Get(protocol.QueryAfter), 10, 64)
+	if err != nil || after < 0 {
+		writeError(w, http.StatusBadRequest, protocol.QueryAfter+" must be a number of runs, 0 or more")
+		return
+	}
+	wait, err := strconv.ParseInt(q.Get(protocol.QueryWaitMillis), 10, 64)
+	if err != nil || wait < 0 || time.Duration(wait)*time.Millisecond > protocol.MaxQuietWait {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s must be 0-%d", protocol.QueryWaitMillis, protocol.MaxQuietWait.Milliseconds()))
+		return
+	}
+	timer := time.NewTimer(time.Duration(wait) * time.Millisecond)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		runs, changed := s.runs.Load(), s.changed
+		idle := s.shells.Load() == 0 && s.writes.Load() == 0
+		for _, wk := range s.workers {
+			idle = idle && !wk.busy
+		}
+		s.mu.Unlock()
+		if runs > after && idle {
+			writeJSON(w, http.StatusOK, protocol.Quiet{Runs: runs, Quiet: true})
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			writeJSON(w, http.StatusOK, protocol.Quiet{Runs: runs})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // sessionWorker is the worker of a session; for "", the first worker no
@@ -397,8 +501,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errorCode(err, http.StatusConflict), err.Error())
 			return
 		}
-		s.runs.Add(1)
-		s.start(e, wk, req, stream, reset)
+		s.start(e, wk, req, stream, reset, s.runs.Add(1))
 	} else {
 		s.cfg.Log.V(1).Info("attaching to execution", "id", req.ID)
 	}
@@ -415,7 +518,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 
 // start runs the execution on the worker, independent of the HTTP request: a
 // caller that goes away does not stop the code, and can attach again by ID.
-func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, stream bool, reset bool) {
+func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, stream bool, reset bool, run int64) {
 	onOut := func(kind string) func([]byte) {
 		if !stream {
 			return nil
@@ -430,7 +533,7 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			before := s.cfg.Workspace.Snapshot()
 			res := s.runShell(ctx, req, onOut(protocol.EventStdout), onOut(protocol.EventStderr))
 			res.Files = workspace.Changes(before, s.cfg.Workspace.Snapshot())
-			res.Resumed, res.Moved = req.Resumed, s.takeMoved()
+			res.Resumed, res.Moved, res.Run = req.Resumed, s.takeMoved(), run
 			// Free the worker before anyone sees the result, so the caller's next request finds it free.
 			s.release(wk)
 			s.reg.finish(e, res)
@@ -482,7 +585,7 @@ func (s *Server) start(e *execution, wk *worker, req protocol.ExecuteRequest, st
 			res = &protocol.Result{ID: req.ID, Status: protocol.StatusFailed, StartedAt: time.Now(), FinishedAt: time.Now(),
 				Error: &protocol.Error{Type: "AgentError", Message: err.Error()}}
 		}
-		res.Resumed, res.Moved = req.Resumed, s.takeMoved()
+		res.Resumed, res.Moved, res.Run = req.Resumed, s.takeMoved(), run
 		s.reg.finish(e, res)
 	}()
 }
@@ -750,7 +853,7 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 		limit = s.cfg.MaxOutputBytes
 	}
 	s.shells.Add(1)
-	defer s.shells.Add(-1)
+	defer s.ended(&s.shells)
 	if s.isSealed() {
 		writeSealed(w)
 		return

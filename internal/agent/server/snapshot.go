@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/warmpool/warmpool/internal/agent/interpreter"
@@ -104,7 +105,7 @@ func (s *Server) tryHold(session string, seal bool) (*worker, error) {
 	case wk.busy || s.shells.Load() > 0 || s.writes.Load() > 0:
 		return nil, &apiError{http.StatusConflict, "an execution, shell command or file write is under way: snapshot once it ends"}
 	}
-	wk.busy = true
+	wk.busy, wk.snapshotting = true, !seal
 	if seal {
 		s.sealed = true
 	}
@@ -124,7 +125,13 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorCode(err, http.StatusConflict), err.Error())
 		return
 	}
-	defer s.release(wk)
+	// The interpreter and the workspace are held until their bytes are in
+	// the snapshot's files, not while they are sent: a run waits for the
+	// pickling, never for the caller reading.
+	var once sync.Once
+	release := func() { once.Do(func() { s.release(wk) }) }
+	defer release()
+	runs := s.runs.Load() // every run started has ended: the worker is held
 	root, done, err := s.scratch()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -145,7 +152,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := &snapshot.Manifest{Format: 1, Created: time.Now().UTC(), Python: saved.Python, Serializer: saved.Serializer,
-		Compression: saved.Compression, Variables: saved.Variables, Modules: saved.Modules, Skipped: saved.Skipped}
+		Compression: saved.Compression, Variables: saved.Variables, Modules: saved.Modules, Skipped: saved.Skipped, Runs: runs}
 	files := []string{"namespace"}
 	if q.Get(protocol.QueryWorkspace) == "true" {
 		f, err := root.Create("workspace")
@@ -187,6 +194,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the snapshot is %d bytes, more than the limit of %d", size, limit))
 		return
 	}
+	release()
 	w.Header().Set("Content-Type", snapshot.MediaType)
 	w.Header().Set("Content-Length", strconv.FormatInt(m.Size(), 10))
 	w.WriteHeader(http.StatusOK)
@@ -211,6 +219,13 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
+	}
+	var runs int64
+	if v := r.URL.Query().Get(protocol.QueryRuns); v != "" {
+		if runs, err = strconv.ParseInt(v, 10, 64); err != nil || runs < 0 {
+			writeError(w, http.StatusBadRequest, protocol.QueryRuns+" must be a number of runs, 0 or more")
+			return
+		}
 	}
 	var moved *protocol.Moved
 	if v := r.URL.Query().Get(protocol.QueryMoved); v != "" {
@@ -317,6 +332,9 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.moved = moved
 	s.mu.Unlock()
+	if runs > s.runs.Load() { // the run count goes on from the restored state's
+		s.runs.Store(runs)
+	}
 	writeJSON(w, http.StatusOK, res)
 }
 

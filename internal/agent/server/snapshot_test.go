@@ -86,7 +86,7 @@ True`)
 		t.Errorf("modules %v, workspace %+v", m.Modules, m.Workspace)
 	}
 
-	got, err := dst.c.Restore(context.Background(), bytes.NewReader(snap), false, nil)
+	got, err := dst.c.Restore(context.Background(), bytes.NewReader(snap), client.RestoreOptions{})
 	if err != nil || got.WorkspaceFiles != 1 {
 		t.Fatalf("restore: %+v %v", got, err)
 	}
@@ -148,7 +148,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		"truncated": snap[:len(snap)-10],
 		"garbage":   []byte("not a snapshot at all"),
 	} {
-		_, err := dst.c.Restore(ctx, bytes.NewReader(body), false, nil)
+		_, err := dst.c.Restore(ctx, bytes.NewReader(body), client.RestoreOptions{})
 		if !client.IsStatus(err, http.StatusBadRequest) {
 			t.Errorf("%s snapshot: %v, want 400", name, err)
 		}
@@ -168,7 +168,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	_ = snapshot.WriteHeader(&other, m)
 	head, _ := snapshot.ReadHeader(bytes.NewReader(snap))
 	other.Write(snap[int64(len(snap))-head.Sections[0].Bytes:])
-	_, err = dst.c.Restore(ctx, &other, false, nil)
+	_, err = dst.c.Restore(ctx, &other, client.RestoreOptions{})
 	if !client.IsStatus(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "Python 2.7.18") {
 		t.Errorf("snapshot of another Python: %v", err)
 	}
@@ -196,7 +196,7 @@ func TestRestoreKeepsWorkspaceFilesInside(t *testing.T) {
 	_ = snapshot.WriteHeader(&bad, m)
 	bad.Write(ns)
 	bad.Write(archive.Bytes())
-	_, err = dst.c.Restore(context.Background(), &bad, false, nil)
+	_, err = dst.c.Restore(context.Background(), &bad, client.RestoreOptions{})
 	if !client.IsStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), "escapes the workspace") {
 		t.Errorf("escaping workspace name: %v, want 400 naming the escape", err)
 	}
@@ -215,7 +215,7 @@ func TestTheRunAfterAMoveSaysItMoved(t *testing.T) {
 	snap := takeSnapshot(t, src, client.SnapshotOptions{})
 	since := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	mv := &protocol.Moved{FromNode: "node-a", ToNode: "node-b", Reason: "node node-a is cordoned", Since: since}
-	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), false, mv); err != nil {
+	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), client.RestoreOptions{Moved: mv}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := dst.c.Execute(ctx, protocol.ExecuteRequest{Code: "x + 1"})
@@ -229,10 +229,10 @@ func TestTheRunAfterAMoveSaysItMoved(t *testing.T) {
 		t.Fatalf("the second run says it moved again: %+v %v", res, err)
 	}
 
-	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), false, mv); err != nil {
+	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), client.RestoreOptions{Moved: mv}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), false, nil); err != nil {
+	if _, err := dst.c.Restore(ctx, bytes.NewReader(snap), client.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := dst.c.Execute(ctx, protocol.ExecuteRequest{Code: "x"}); err != nil || res.Moved != nil {
@@ -240,7 +240,7 @@ func TestTheRunAfterAMoveSaysItMoved(t *testing.T) {
 	}
 
 	huge := &protocol.Moved{FromNode: strings.Repeat("n", protocol.MaxMovedBytes)}
-	_, err = dst.c.Restore(ctx, bytes.NewReader(snap), false, huge)
+	_, err = dst.c.Restore(ctx, bytes.NewReader(snap), client.RestoreOptions{Moved: huge})
 	if !client.IsStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), protocol.QueryMoved) {
 		t.Fatalf("an oversized move: want 400 naming %s, got %v", protocol.QueryMoved, err)
 	}

@@ -400,11 +400,21 @@ func (r *Reconciler) restore(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	defer cancel()
 	// Unsealing first: the pod it was suspended from, adopted again, is still
 	// sealed. A move's restore asks the next run to say it moved.
+	// The run count goes on from the state's (a checkpoint's may be behind
+	// the Session's: the runs after it are the ones to redo).
+	var runs int64
+	if m, err := snapshot.ReadHeader(bytes.NewReader(snap.data)); err == nil {
+		runs = m.Runs
+	}
 	var moved *protocol.Moved
 	if mv := ses.Status.LastMove; mv != nil && mv.EndTime == nil {
-		moved = &protocol.Moved{FromNode: mv.FromNode, ToNode: pod.Spec.NodeName, Reason: mv.Reason, Since: mv.StartTime.Time}
+		moved = &protocol.Moved{FromNode: mv.FromNode, ToNode: pod.Spec.NodeName, Reason: mv.Reason, Since: mv.StartTime.Time, Run: runs}
+		if c := mv.Checkpoint; c != nil {
+			t := c.Time.Time
+			moved.Checkpoint = &t
+		}
 	}
-	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), true, moved)
+	_, err = agent.Restore(ctx, bytes.NewReader(snap.data), agentgate.RestoreOptions{Unseal: true, Moved: moved, Runs: runs})
 	var ae *agentgate.APIError
 	if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 && ae.Code != http.StatusConflict {
 		return &snapshotLost{msg: fmt.Sprintf("pod %s refused its snapshot: %s", pod.Name, ae.Message)}
