@@ -116,15 +116,18 @@ const (
 	// it holds that pod, with its state (status.lastMove says from where).
 	// ReasonTooLargeToMove: its state is over the snapshot limit, so it
 	// stays, and the drain waits for it.
+	ReasonMoving         = "Moving"
+	ReasonMoved          = "Moved"
+	ReasonTooLargeToMove = "TooLargeToMove"
 	// ReasonRecovering: a durable Session's pod or node was lost; it
 	// resumes from its last checkpoint on another pod (Suspended for that
 	// moment). ReasonRecovered: it holds that pod, with the checkpoint's
 	// state (status.lastMove.checkpoint says which run it is from).
-	ReasonRecovering     = "Recovering"
-	ReasonRecovered      = "Recovered"
-	ReasonMoving         = "Moving"
-	ReasonMoved          = "Moved"
-	ReasonTooLargeToMove = "TooLargeToMove"
+	ReasonRecovering = "Recovering"
+	ReasonRecovered  = "Recovered"
+	// ReasonCheckpointFailed (an Event): a durable Session's checkpoint could
+	// not be saved; the last one stays, and the next is tried soon.
+	ReasonCheckpointFailed = "CheckpointFailed"
 	// ReasonSuspendFailed (an Event): the snapshot could not be taken or
 	// stored; the Session keeps its pod and is tried again later.
 	ReasonSuspendFailed = "SuspendFailed"

@@ -88,6 +88,18 @@ var (
 		Help:    "Time to resume a Session on a warm pod: from the reconcile that found the pod to the Ready status stored (claim, read and restore of the snapshot).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	})
+	// SessionCheckpoint times a durable Session's checkpoints (snapshot and
+	// upload, after its run), by result; SessionCheckpointBytes sizes them.
+	SessionCheckpoint = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "warmpool_session_checkpoint_seconds",
+		Help:    "Time to checkpoint a durable Session (snapshot and store, off its runs' path), by result (stored, failed).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"result"})
+	SessionCheckpointBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warmpool_session_checkpoint_bytes",
+		Help:    "Size of durable Sessions' checkpoints, before encryption.",
+		Buckets: prometheus.ExponentialBuckets(1024, 4, 10),
+	})
 	// SessionMovePause is how long a Session moving off a drained node could
 	// not run: from its seal to Ready on a pod of another node.
 	SessionMovePause = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -254,7 +266,7 @@ var (
 func init() {
 	metrics.Registry.MustRegister(BuildInfo, ExecutionsTotal, ExecutionInterrupts, ExecutionKills, AgentErrors, SessionsEnded,
 		QueueWait, RunDuration, EndToEnd, PodStart, PoolPods, PoolSessions, PoolCondition, PoolOldestWarming, PoolOldestPending,
-		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, SessionMovePause, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
+		PoolPending, PoolTenant, PoolTenantQueueWait, DataPlaneRequests, DataPlaneDuration, DataPlaneRunLease, SessionLease, SessionReady, SessionSuspend, SessionResume, SessionMovePause, SessionCheckpoint, SessionCheckpointBytes, DataPlaneResume, PoolClaims, PoolWarmHitRatio, PoolDesiredReplicas,
 		LLMCalls, LLMTokens, LLMCallDuration, MemoryBudget, MemoryBudgetInUse, MemoryBudgetRefused,
 		DataPlaneQueueWait, DataPlaneQueueRefused, DataPlaneSpendWait)
 	v := version.Get()

@@ -143,10 +143,65 @@ func aad(o Owner, key string) []byte {
 // Put seals data for o and stores it under a new key, which it returns:
 // a snapshot never overwrites the one a Session's status names.
 func (s *Store) Put(ctx context.Context, o Owner, data []byte) (string, error) {
+	return s.put(ctx, o, strconv.FormatInt(time.Now().UnixNano(), 10)+suffix, data)
+}
+
+// PutCheckpoint stores a durable Session's checkpoint, the state after its
+// run number run, under a new key, which it returns.
+func (s *Store) PutCheckpoint(ctx context.Context, o Owner, run int64, data []byte) (string, error) {
+	return s.put(ctx, o, strconv.FormatInt(time.Now().UnixNano(), 10)+"-r"+strconv.FormatInt(run, 10)+suffix, data)
+}
+
+// suffix ends every snapshot's key. A key's name is the Unix nanoseconds it
+// was stored at, then, for a checkpoint, "-r" and the run it is the state
+// after: Latest orders by the first and reports the second, without
+// reading the objects (the name is sealed into each, so it cannot be forged).
+const suffix = ".wpsnap"
+
+// Info describes a stored snapshot.
+type Info struct {
+	Key  string
+	Time time.Time
+	// Run is the run a checkpoint is the state after; 0 for a suspend's snapshot.
+	Run int64
+	// Bytes stored, sealed.
+	Bytes int64
+}
+
+// Latest returns o's newest snapshot, suspend's or checkpoint's, or
+// ErrNotFound when o has none.
+func (s *Store) Latest(ctx context.Context, o Owner) (Info, error) {
+	var best Info
+	for obj := range s.c.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: s.dir(o), Recursive: true}) {
+		if obj.Err != nil {
+			return Info{}, fmt.Errorf("list the snapshots of Session %s/%s: %w", o.Namespace, o.UID, obj.Err)
+		}
+		name, ok := strings.CutSuffix(strings.TrimPrefix(obj.Key, s.dir(o)), suffix)
+		if !ok {
+			continue
+		}
+		at, run, _ := strings.Cut(name, "-r")
+		nanos, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			continue
+		}
+		i := Info{Key: obj.Key, Time: time.Unix(0, nanos), Bytes: obj.Size}
+		i.Run, _ = strconv.ParseInt(run, 10, 64)
+		if best.Key == "" || i.Time.After(best.Time) {
+			best = i
+		}
+	}
+	if best.Key == "" {
+		return Info{}, fmt.Errorf("%w: Session %s/%s has none", ErrNotFound, o.Namespace, o.UID)
+	}
+	return best, nil
+}
+
+func (s *Store) put(ctx context.Context, o Owner, name string, data []byte) (string, error) {
 	if int64(len(data)) > s.cfg.MaxBytes {
 		return "", fmt.Errorf("the snapshot is %d bytes, more than the store's limit of %d", len(data), s.cfg.MaxBytes)
 	}
-	key := s.dir(o) + strconv.FormatInt(time.Now().UnixNano(), 10) + ".wpsnap"
+	key := s.dir(o) + name
 	nonce := make([]byte, s.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		return "", err

@@ -78,3 +78,55 @@ func TestSnapshotsAreSealedAndBoundToTheirSession(t *testing.T) {
 		t.Errorf("bob's after alice's DeleteAll: %q %v", got, err)
 	}
 }
+
+// Latest finds a Session's newest snapshot, a checkpoint's or a suspend's,
+// with the run a checkpoint is the state after, and none for a Session that
+// has none; another Session's are not its.
+func TestLatestIsTheNewestSnapshotOfItsSession(t *testing.T) {
+	srv := startStore(t)
+	ctx := context.Background()
+	st, err := srv.Store("snapshots", "warmpool/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	alice := snapshotstore.Owner{Namespace: "tenant-a", UID: "uid-a"}
+	bob := snapshotstore.Owner{Namespace: "tenant-a", UID: "uid-b"}
+	if _, err := st.Latest(ctx, alice); !errors.Is(err, snapshotstore.ErrNotFound) {
+		t.Fatalf("no snapshot yet: %v, want ErrNotFound", err)
+	}
+	if _, err := st.Put(ctx, alice, []byte("suspended")); err != nil {
+		t.Fatal(err)
+	}
+	for run := int64(1); run <= 3; run++ {
+		if _, err := st.PutCheckpoint(ctx, alice, run*10, []byte("run "+string(rune('0'+run)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest, err := st.PutCheckpoint(ctx, alice, 7, []byte("after a recovery, run 7 again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutCheckpoint(ctx, bob, 99, []byte("bob's")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Latest(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Key != newest || got.Run != 7 || got.Bytes == 0 || got.Time.IsZero() {
+		t.Fatalf("latest: %+v, want %s (run 7): the newest by time, not the highest run", got, newest)
+	}
+	if data, err := st.Get(ctx, alice, got.Key); err != nil || string(data) != "after a recovery, run 7 again" {
+		t.Fatalf("get the latest: %q %v", data, err)
+	}
+	key, err := st.Put(ctx, alice, []byte("suspended again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Latest(ctx, alice); err != nil || got.Key != key || got.Run != 0 {
+		t.Fatalf("after a suspend: %+v %v, want the suspend's snapshot %s", got, err, key)
+	}
+}

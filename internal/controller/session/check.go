@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
 	"github.com/warmpool/warmpool/internal/agentgate"
@@ -58,16 +59,16 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
+		pool = nil // deleted: the Session keeps its pod until it ends
+	}
 	if gone.msg != "" {
 		reason := sandboxv1alpha1.ReasonSandboxLost
 		if gone.reason != "" {
 			reason = gone.reason
 		}
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, reason, gone.msg)
-	}
-	pool := &sandboxv1alpha1.SandboxPool{}
-	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
-		pool = nil // deleted: the Session keeps its pod until it ends
+		return r.recoverOrLose(ctx, ses, pool, gone.node, reason, gone.msg, "")
 	}
 	if pool != nil {
 		// A shared pool's tenant whose namespace lost its admission (the
@@ -95,8 +96,8 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 	if lost := r.Nodes.Lost(pod.Spec.NodeName); lost != "" {
 		// Not asked first: an agent on a node that went silent answers no
 		// one, and the question would only wait for its timeout.
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonNodeLost,
-			fmt.Sprintf("%s; the Session's state was in its pod %s's memory and is gone: start a new Session", lost, pod.Name))
+		return r.recoverOrLose(ctx, ses, pool, pod.Spec.NodeName, sandboxv1alpha1.ReasonNodeLost, lost,
+			fmt.Sprintf("; the Session's state was in its pod %s's memory and is gone: start a new Session", pod.Name))
 	}
 	health, herr := r.health(ctx, ses, pool, pod)
 	if herr == nil && health.Interpreter != "" && ses.Status.Interpreter != "" && health.Interpreter != ses.Status.Interpreter {
@@ -104,12 +105,15 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		if why == "" {
 			why = "killed at its memory limit, or it did not stop at an interrupt"
 		}
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonInterpreterRestarted,
-			"the interpreter was replaced ("+why+"): its state is gone")
+		return r.recoverOrLose(ctx, ses, pool, pod.Spec.NodeName, sandboxv1alpha1.ReasonInterpreterRestarted,
+			"the interpreter was replaced ("+why+")", ": its state is gone")
 	}
 	down := notReadyFor(pod, now)
 	if herr != nil && down >= sessionUnreachableGrace {
-		return r.end(ctx, ses, sandboxv1alpha1.SessionLost, sandboxv1alpha1.ReasonSandboxLost, podDown(pod, down, herr))
+		return r.recoverOrLose(ctx, ses, pool, pod.Spec.NodeName, sandboxv1alpha1.ReasonSandboxLost, podDown(pod, down, herr), "")
+	}
+	if herr == nil {
+		r.keepCheckpoints(ctx, ses, pool, pod)
 	}
 	last := ses.Status.LastActivityTime.DeepCopy()
 	if t, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandboxpod.AnnotationLastUsed]); err == nil && (last == nil || t.After(last.Time)) {
@@ -174,8 +178,13 @@ func (r *Reconciler) check(ctx context.Context, ses *sandboxv1alpha1.Session) (c
 		t := last.Rfc3339Copy()
 		last = &t
 	}
-	if (runs != ses.Status.Runs || !last.Equal(ses.Status.LastActivityTime)) && r.mayWriteActivity(ses.UID, now) {
+	ck := r.lastCheckpoint(client.ObjectKeyFromObject(ses))
+	newCheckpoint := ck != nil && (ses.Status.Checkpoint == nil || ses.Status.Checkpoint.Key != ck.Key)
+	if (runs != ses.Status.Runs || !last.Equal(ses.Status.LastActivityTime) || newCheckpoint) && r.mayWriteActivity(ses.UID, now) {
 		ses.Status.Runs, ses.Status.LastActivityTime = runs, last
+		if newCheckpoint {
+			ses.Status.Checkpoint = ck.DeepCopy()
+		}
 		if err := r.Status().Update(ctx, ses); err != nil {
 			return ctrl.Result{}, fmt.Errorf("store activity of session %s: %w", ses.Name, err)
 		}
@@ -234,28 +243,28 @@ func (r *Reconciler) sessionPod(ctx context.Context, ses *sandboxv1alpha1.Sessio
 		}
 		return pod, podGone{}, nil
 	case !lease.HeldBy(pod, ses):
-		return nil, podGone{msg: fmt.Sprintf("pod %s no longer belongs to the session", key.Name)}, nil
+		return nil, podGone{msg: fmt.Sprintf("pod %s no longer belongs to the session", key.Name), node: pod.Spec.NodeName}, nil
 	case sandboxpod.IsTerminal(pod):
 		// Why it ended, when the kubelet said (the memory limit, an
 		// eviction): its pool keeps an ended pod until this is stored.
 		if why, msg := podstatus.End(pod); why != "" {
-			return nil, podGone{reason: why, msg: msg + ", and with it the session's state"}, nil
+			return nil, podGone{reason: why, msg: msg + ", and with it the session's state", node: pod.Spec.NodeName}, nil
 		}
 		if pod.DeletionTimestamp != nil {
-			return nil, podGone{msg: fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name)}, nil
+			return nil, podGone{msg: fmt.Sprintf("pod %s is being deleted, and with it the session's state", key.Name), node: pod.Spec.NodeName}, nil
 		}
 		reason, msg := podstatus.Trouble(pod)
 		if reason == "" {
 			reason, msg = string(pod.Status.Phase), pod.Status.Message
 		}
-		return nil, podGone{msg: fmt.Sprintf("pod %s stopped (%s: %s)", key.Name, reason, msg)}, nil
+		return nil, podGone{msg: fmt.Sprintf("pod %s stopped (%s: %s)", key.Name, reason, msg), node: pod.Spec.NodeName}, nil
 	}
 	return pod, podGone{}, nil
 }
 
 // podGone says why a Session's pod is gone: msg, and a reason of its own
-// when the pod said why it ended.
-type podGone struct{ reason, msg string }
+// when the pod said why it ended; node is the pod's, when it is still known.
+type podGone struct{ reason, msg, node string }
 
 func (r *Reconciler) health(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool, pod *corev1.Pod) (*protocol.Health, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

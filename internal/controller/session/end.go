@@ -20,6 +20,7 @@ import (
 
 // end stores a final phase, then frees the pod: the status is the commit point.
 func (r *Reconciler) end(ctx context.Context, ses *sandboxv1alpha1.Session, phase sandboxv1alpha1.SessionPhase, reason, msg string) (ctrl.Result, error) {
+	r.stopCheckpoints(client.ObjectKeyFromObject(ses))
 	ses.Status.Phase = phase
 	now := metav1.NewTime(r.Clock.Now())
 	ses.Status.EndTime = &now

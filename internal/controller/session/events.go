@@ -30,6 +30,10 @@ const sessionWorkers = 16
 // dispatcher; the dispatcher wakes a Session it chose a pod for; a change of
 // a Session's pod wakes the Session (lost, released by an Execution).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	// The checkpoint loops run while the manager leads, as the reconciler does.
+	if err := mgr.Add(r.checkpoints); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.Session{}, builder.WithPredicates(needsALook())).
 		WatchesRawSource(r.Wakeups).

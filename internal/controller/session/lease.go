@@ -408,6 +408,11 @@ func (r *Reconciler) markReady(ses *sandboxv1alpha1.Session, pod *corev1.Pod, in
 			moved(ses, mv, pod, now)
 			reason, msg = sandboxv1alpha1.ReasonMoved, fmt.Sprintf("moved from node %s (%s) to pod %s on node %s in %d ms, with its state (%d bytes, %d variables)",
 				mv.FromNode, mv.Reason, pod.Name, mv.ToNode, mv.PauseMillis, ses.Status.Snapshot.Bytes, ses.Status.Snapshot.Variables)
+			if ck := mv.Checkpoint; ck != nil {
+				reason, msg = sandboxv1alpha1.ReasonRecovered, fmt.Sprintf(
+					"recovered on pod %s (node %s) in %d ms after %s, from its checkpoint after run %d (taken %s): the runs after it are to be redone",
+					pod.Name, mv.ToNode, mv.PauseMillis, mv.Reason, ck.Run, ck.Time.UTC().Format(time.RFC3339))
+			}
 		}
 		ses.Status.Snapshot = nil
 	}
@@ -431,6 +436,7 @@ func (r *Reconciler) leased(ctx context.Context, ses *sandboxv1alpha1.Session, p
 		r.Recorder.Eventf(ses, nil, corev1.EventTypeNormal, sandboxv1alpha1.ReasonResumed, "Resume", "Resumed on pod %s", pod.Name)
 		r.resumed(ctx, ses)
 	}
+	r.keepCheckpoints(ctx, ses, pool, pod)
 	return ctrl.Result{RequeueAfter: r.nextCheck(ses, pool, ses.Status.LastActivityTime.Time)}
 }
 

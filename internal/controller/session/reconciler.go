@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -83,6 +84,8 @@ type Reconciler struct {
 	// yet (metrics.SessionReady).
 	seen          map[types.UID]time.Time
 	suspendFailed map[types.UID]time.Time
+	// checkpoints are the loops that checkpoint durable Sessions (checkpoint.go).
+	checkpoints *checkpointLoops
 }
 
 // Deps is what the Session reconciler is built with, besides its manager.
@@ -116,7 +119,8 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 		d.Clock = clock.RealClock{}
 	}
 	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("session-controller"),
-		Deps: d, statusWritten: map[types.UID]time.Time{}, seen: map[types.UID]time.Time{}, suspendFailed: map[types.UID]time.Time{}}
+		Deps: d, statusWritten: map[types.UID]time.Time{}, seen: map[types.UID]time.Time{}, suspendFailed: map[types.UID]time.Time{},
+		checkpoints: newCheckpointLoops()}
 }
 
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;update;patch;delete
@@ -127,10 +131,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ses := &sandboxv1alpha1.Session{}
 	if err := r.Get(ctx, req.NamespacedName, ses); err != nil {
 		// Deleted: the pool controller frees a pod whose Session is gone.
+		if apierrors.IsNotFound(err) {
+			r.stopCheckpoints(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	switch {
 	case ses.DeletionTimestamp != nil:
+		r.stopCheckpoints(req.NamespacedName)
 		return ctrl.Result{}, r.dropSnapshots(ctx, ses)
 	case ses.Status.Phase.IsFinished():
 		return r.finished(ctx, ses)

@@ -104,6 +104,8 @@ func owner(ses *sandboxv1alpha1.Session) snapshotstore.Owner {
 // is drained: the Session resumes on another node at once (move.go).
 func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, pod *corev1.Pod, last *metav1.Time, runs int64, move string) (ctrl.Result, error) {
 	start := time.Now() // a measurement, not a decision
+	// No checkpoint of it may land after the suspend's snapshot (and delete it).
+	r.stopCheckpoints(client.ObjectKeyFromObject(ses))
 	begun := metav1.NewTime(r.Clock.Now())
 	var idleFor time.Duration
 	if last != nil {
@@ -448,6 +450,15 @@ func (r *Reconciler) discard(ctx context.Context, ses *sandboxv1alpha1.Session, 
 // in its pod again.
 func (r *Reconciler) resumed(ctx context.Context, ses *sandboxv1alpha1.Session) {
 	if r.Snapshots == nil {
+		return
+	}
+	pool := &sandboxv1alpha1.SandboxPool{}
+	if err := r.Get(ctx, ses.PoolKey(), pool); err != nil {
+		pool = nil
+	}
+	if checkpointPolicy(ses, pool) != nil {
+		// It is the durable Session's checkpoint until its first one here,
+		// which deletes it.
 		return
 	}
 	if err := r.Snapshots.DeleteAll(ctx, owner(ses), ""); err != nil {

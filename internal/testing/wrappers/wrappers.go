@@ -33,6 +33,12 @@ func Pool(namespace, name string) *PoolWrapper {
 // Obj returns a pointer to the built object.
 func (w *PoolWrapper) Obj() *sandboxv1alpha1.SandboxPool { return &w.SandboxPool }
 
+// SessionCheckpoint makes the pool's Sessions durable, checkpointed at most every interval.
+func (w *PoolWrapper) SessionCheckpoint(interval time.Duration) *PoolWrapper {
+	w.Spec.SessionCheckpoint = &sandboxv1alpha1.SessionCheckpointPolicy{Interval: &metav1.Duration{Duration: interval}}
+	return w
+}
+
 // SessionSuspendAfter sets spec.sessionSuspendAfter.
 func (w *PoolWrapper) SessionSuspendAfter(d time.Duration) *PoolWrapper {
 	w.Spec.SessionSuspendAfter = &metav1.Duration{Duration: d}
@@ -350,6 +356,12 @@ func (w *SessionWrapper) OwnerOnly() *SessionWrapper {
 // IdleTimeout sets spec.idleTimeout.
 func (w *SessionWrapper) IdleTimeout(d time.Duration) *SessionWrapper {
 	w.Spec.IdleTimeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+// Checkpoint makes the Session durable, checkpointed at most every interval (0: after every run).
+func (w *SessionWrapper) Checkpoint(interval time.Duration) *SessionWrapper {
+	w.Spec.Checkpoint = &sandboxv1alpha1.SessionCheckpointPolicy{Interval: &metav1.Duration{Duration: interval}}
 	return w
 }
 
