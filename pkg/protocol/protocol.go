@@ -52,9 +52,9 @@ const (
 	// PathQuiet answers (Quiet) once the agent has started more than
 	// QueryAfter runs and none is under way, or after QueryWaitMillis: a
 	// durable Session's checkpointer waits there for a run to end.
-	PathQuiet = "/v1/quiet"
-	PathHealthz   = "/v1/healthz"
-	PathReadyz    = "/v1/readyz"
+	PathQuiet   = "/v1/quiet"
+	PathHealthz = "/v1/healthz"
+	PathReadyz  = "/v1/readyz"
 )
 
 // QueryWipe, set to "true" on PathReset, also empties the workspace and the

@@ -90,8 +90,8 @@ type worker struct {
 	// snapshotting: busy with a snapshot that does not seal (a checkpoint):
 	// a run waits for it rather than be refused.
 	snapshotting bool
-	session string // the session bound to it; "" for none
-	dirty   bool   // runs without a session left state in it
+	session      string // the session bound to it; "" for none
+	dirty        bool   // runs without a session left state in it
 }
 
 // Server is the agent's HTTP API.
