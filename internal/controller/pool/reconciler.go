@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -798,6 +799,9 @@ func setTimestamp(g *prometheus.GaugeVec, pool *sandboxv1alpha1.SandboxPool, t t
 	g.WithLabelValues(pool.Namespace, pool.Name).Set(float64(t.UnixNano()) / 1e9)
 }
 
+// maxRetryDelay bounds the backoff of a pool whose reconciles keep failing.
+const maxRetryDelay = 10 * time.Second
+
 // SetupWithManager registers the reconciler: pools, their pods and Secrets,
 // and the Executions that name them (their demand).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -815,7 +819,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(r.DemandWakes).
 		Watches(&sandboxv1alpha1.Execution{}, demandHandler()).
 		Watches(&sandboxv1alpha1.Session{}, sessionEndHandler()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		// A pool whose writes failed a while (an API server restarting, a
+		// webhook down) tries again within maxRetryDelay, not the default
+		// limiter's minutes: its pods are what every run waits for.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4,
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)}).
 		Named("sandboxpool").
 		Complete(r)
 }
