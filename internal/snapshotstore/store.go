@@ -164,7 +164,7 @@ type Info struct {
 	Time time.Time
 	// Run is the run a checkpoint is the state after; 0 for a suspend's snapshot.
 	Run int64
-	// Bytes stored, sealed.
+	// Bytes of the snapshot (before sealing).
 	Bytes int64
 }
 
@@ -185,7 +185,7 @@ func (s *Store) Latest(ctx context.Context, o Owner) (Info, error) {
 		if err != nil {
 			continue
 		}
-		i := Info{Key: obj.Key, Time: time.Unix(0, nanos), Bytes: obj.Size}
+		i := Info{Key: obj.Key, Time: time.Unix(0, nanos), Bytes: max(obj.Size-s.sealing(), 0)}
 		i.Run, _ = strconv.ParseInt(run, 10, 64)
 		if best.Key == "" || i.Time.After(best.Time) {
 			best = i
@@ -195,6 +195,11 @@ func (s *Store) Latest(ctx context.Context, o Owner) (Info, error) {
 		return Info{}, fmt.Errorf("%w: Session %s/%s has none", ErrNotFound, o.Namespace, o.UID)
 	}
 	return best, nil
+}
+
+// sealing is the bytes sealing adds to a snapshot.
+func (s *Store) sealing() int64 {
+	return int64(len(magic) + len(s.keyID) + s.aead.NonceSize() + s.aead.Overhead())
 }
 
 func (s *Store) put(ctx context.Context, o Owner, name string, data []byte) (string, error) {

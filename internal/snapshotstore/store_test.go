@@ -116,7 +116,7 @@ func TestLatestIsTheNewestSnapshotOfItsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Key != newest || got.Run != 7 || got.Bytes == 0 || got.Time.IsZero() {
+	if got.Key != newest || got.Run != 7 || got.Bytes != int64(len("after a recovery, run 7 again")) || got.Time.IsZero() {
 		t.Fatalf("latest: %+v, want %s (run 7): the newest by time, not the highest run", got, newest)
 	}
 	if data, err := st.Get(ctx, alice, got.Key); err != nil || string(data) != "after a recovery, run 7 again" {
