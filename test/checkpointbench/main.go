@@ -217,7 +217,9 @@ func checkpointMetrics() totals {
 func q(d []time.Duration) string {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	at := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))].Round(100 * time.Microsecond) }
+	at := func(p float64) time.Duration {
+		return s[min(len(s)-1, int(p*float64(len(s))))].Round(100 * time.Microsecond)
+	}
 	return fmt.Sprintf("%s / %s", at(0.5), at(0.95))
 }
 
