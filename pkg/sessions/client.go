@@ -119,6 +119,10 @@ type Options struct {
 	// SuspendAfter suspends the Session once it is idle this long (its state
 	// saved, its pod freed, resumed by its next run); nil: the pool's; 0: never.
 	SuspendAfter *time.Duration
+	// Checkpoint makes the Session durable (spec.checkpoint): its state is
+	// checkpointed at most this often (0: after every run), and it resumes
+	// from its last checkpoint when its pod or node is lost; nil: the pool's.
+	Checkpoint *time.Duration
 }
 
 // Create makes a Session of pool ("name", or "namespace/name" for a shared
@@ -152,6 +156,9 @@ func (c *Client) Create(ctx context.Context, namespace, name, pool string, o *Op
 		}
 		if o.SuspendAfter != nil {
 			obj.Spec.SuspendAfter = &metav1.Duration{Duration: *o.SuspendAfter}
+		}
+		if o.Checkpoint != nil {
+			obj.Spec.Checkpoint = &sandboxv1alpha1.SessionCheckpointPolicy{Interval: &metav1.Duration{Duration: *o.Checkpoint}}
 		}
 		obj.Spec.Context = o.Context
 		if o.ContextJSON {

@@ -130,6 +130,15 @@ def test_context_and_envs_at_creation(cluster):
         assert sb.run_code("import os\n(context['n'], os.environ['GREETING'])").text == "(3, 'hi')"
 
 
+def test_a_durable_sandbox_asks_for_checkpoints_and_numbers_its_runs(cluster):
+    with warmpool.Sandbox.create(cluster["pool"], cluster["namespace"], kubeconfig=cluster["kubeconfig"],
+                                 checkpoint=0) as sb:
+        assert sb.get()["spec"]["checkpoint"] == {"interval": "0s"}
+        first, second = sb.run_code("a = 1"), sb.run_code("a + 1")
+        assert (first.run, second.run, second.text) == (1, 2, "2")
+        assert first.moved is None
+
+
 def test_context_per_run_replaces_the_global(sandbox):
     assert sandbox.run_code("len(context)", context=[1, 2, 3]).text == "3"
     assert sandbox.run_code("context[0]").text == "1", "the context stays for later runs"

@@ -95,7 +95,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, pool, namespace=None, *, name=None, timeout=None, max_lifetime=None, context=None,
-               context_json=False, envs=None, owner_only=False, snapshot=None, suspend_after=None, request_timeout=60, kubeconfig=None,
+               context_json=False, envs=None, owner_only=False, snapshot=None, suspend_after=None, checkpoint=None, request_timeout=60, kubeconfig=None,
                kube_context=None, api_client=None):
         """Lease a warm interpreter of ``pool`` ("name", or "namespace/name" for a
         shared pool) and wait until it is Ready.
@@ -111,7 +111,11 @@ class Sandbox:
         caller is recorded as the Session's owner whenever kube-apiserver says
         who it is. ``suspend_after``: seconds idle after which the Session is
         suspended (its state saved, its pod freed; its next run resumes it);
-        default the pool's, 0 never. ``snapshot``: a ``Snapshot`` (or its bytes) from
+        default the pool's, 0 never. ``checkpoint``: makes the Session durable:
+        its state is checkpointed at most every that many seconds (0: after
+        every run), and it resumes from its last checkpoint when its pod or
+        node is lost (the next run's ``moved`` says which run its state is
+        from); default the pool's. ``snapshot``: a ``Snapshot`` (or its bytes) from
         ``sb.snapshot()`` whose state the new Session starts with; no code runs
         in it before that state is there.
         """
@@ -133,6 +137,8 @@ class Sandbox:
             spec["maxLifetime"] = _seconds(max_lifetime)
         if suspend_after is not None:
             spec["suspendAfter"] = _seconds(suspend_after)
+        if checkpoint is not None:
+            spec["checkpoint"] = {"interval": _seconds(checkpoint)}
         if context is not None:
             spec["context"] = context if isinstance(context, str) else json.dumps(context)
             if context_json or not isinstance(context, str):
