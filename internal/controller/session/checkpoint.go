@@ -394,6 +394,9 @@ func (r *Reconciler) recoverOrLose(ctx context.Context, ses *sandboxv1alpha1.Ses
 	ses.Status.Snapshot = ck.DeepCopy()
 	ses.Status.Checkpoint = ck.DeepCopy()
 	ses.Status.LastMove = &sandboxv1alpha1.SessionMove{FromNode: fromNode, Reason: reason, StartTime: now, Checkpoint: ck}
+	r.mu.Lock()
+	r.moveBegun[ses.UID] = now.Time
+	r.mu.Unlock()
 	msg := fmt.Sprintf("%s; it resumes on another pod from its checkpoint after run %d (taken %s): the runs after it are to be redone",
 		why, ck.Run, ck.Time.UTC().Format(time.RFC3339))
 	r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonRecovering, msg)

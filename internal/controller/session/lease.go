@@ -405,7 +405,7 @@ func (r *Reconciler) markReady(ses *sandboxv1alpha1.Session, pod *corev1.Pod, in
 		reason, msg = sandboxv1alpha1.ReasonResumed, fmt.Sprintf("holds pod %s, resumed from its snapshot (%d bytes, %d variables)",
 			pod.Name, ses.Status.Snapshot.Bytes, ses.Status.Snapshot.Variables)
 		if mv := ses.Status.LastMove; mv != nil && mv.EndTime == nil {
-			moved(ses, mv, pod, now)
+			r.moved(ses, mv, pod, now)
 			reason, msg = sandboxv1alpha1.ReasonMoved, fmt.Sprintf("moved from node %s (%s) to pod %s on node %s in %d ms, with its state (%d bytes, %d variables)",
 				mv.FromNode, mv.Reason, pod.Name, mv.ToNode, mv.PauseMillis, ses.Status.Snapshot.Bytes, ses.Status.Snapshot.Variables)
 			if ck := mv.Checkpoint; ck != nil {

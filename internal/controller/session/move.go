@@ -95,9 +95,18 @@ func (r *Reconciler) unmovable(ctx context.Context, ses *sandboxv1alpha1.Session
 }
 
 // moved completes a move in the Ready status about to be stored on pod.
-func moved(ses *sandboxv1alpha1.Session, mv *sandboxv1alpha1.SessionMove, pod *corev1.Pod, now metav1.Time) {
+// Its pause counts from when this process began it: startTime, as stored,
+// keeps whole seconds (a manager that restarted in between counts from it).
+func (r *Reconciler) moved(ses *sandboxv1alpha1.Session, mv *sandboxv1alpha1.SessionMove, pod *corev1.Pod, now metav1.Time) {
 	mv.ToNode, mv.EndTime = pod.Spec.NodeName, &now
-	pause := now.Sub(mv.StartTime.Time)
+	begun := mv.StartTime.Time
+	r.mu.Lock()
+	if t, ok := r.moveBegun[ses.UID]; ok && !t.Before(begun) {
+		begun = t
+	}
+	delete(r.moveBegun, ses.UID)
+	r.mu.Unlock()
+	pause := now.Sub(begun)
 	mv.PauseMillis = pause.Milliseconds()
 	ses.Status.Moves++
 	metrics.SessionMovePause.Observe(pause.Seconds())

@@ -84,6 +84,9 @@ type Reconciler struct {
 	// yet (metrics.SessionReady).
 	seen          map[types.UID]time.Time
 	suspendFailed map[types.UID]time.Time
+	// moveBegun: when this process began each move still under way, to the
+	// nanosecond (status.lastMove.startTime keeps seconds).
+	moveBegun map[types.UID]time.Time
 	// checkpoints are the loops that checkpoint durable Sessions (checkpoint.go).
 	checkpoints *checkpointLoops
 }
@@ -120,7 +123,7 @@ func NewReconciler(mgr ctrl.Manager, d Deps) *Reconciler {
 	}
 	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("session-controller"),
 		Deps: d, statusWritten: map[types.UID]time.Time{}, seen: map[types.UID]time.Time{}, suspendFailed: map[types.UID]time.Time{},
-		checkpoints: newCheckpointLoops()}
+		moveBegun: map[types.UID]time.Time{}, checkpoints: newCheckpointLoops()}
 }
 
 // +kubebuilder:rbac:groups=sandbox.warmpool.dev,resources=sessions,verbs=get;list;watch;create;update;patch;delete

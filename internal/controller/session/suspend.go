@@ -224,6 +224,9 @@ func (r *Reconciler) suspend(ctx context.Context, ses *sandboxv1alpha1.Session, 
 	ses.Status.Snapshot = snapshotStatus(key, int64(len(data)), m, now)
 	if move != "" {
 		ses.Status.LastMove = &sandboxv1alpha1.SessionMove{FromNode: pod.Spec.NodeName, Reason: move, StartTime: begun}
+		r.mu.Lock()
+		r.moveBegun[ses.UID] = begun.Time
+		r.mu.Unlock()
 		meta.RemoveStatusCondition(&ses.Status.Conditions, sandboxv1alpha1.SessionConditionMovable)
 		r.setReady(ses, metav1.ConditionFalse, sandboxv1alpha1.ReasonMoving, fmt.Sprintf(
 			"%s: its state (%d bytes, %d variables) is saved and pod %s freed; it resumes on a pod of another node now",
