@@ -21,20 +21,27 @@ func startStore(t *testing.T) *objectstore.Server {
 	return srv
 }
 
+// bucket is a store on a bucket of a real S3 server, made for the test.
+func bucket(t *testing.T) (*objectstore.Server, *snapshotstore.Store) {
+	t.Helper()
+	srv := startStore(t)
+	st, err := srv.Store("snapshots", "warmpool/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureBucket(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return srv, st
+}
+
 // Against a real S3 server: a snapshot goes in sealed and comes back only
 // for its own Session; another Session (another tenant's, or the same name
 // made again) cannot open it, nor can a manager with another key; deleting
 // a Session's snapshots leaves the others'.
 func TestSnapshotsAreSealedAndBoundToTheirSession(t *testing.T) {
-	srv := startStore(t)
+	srv, st := bucket(t)
 	ctx := context.Background()
-	st, err := srv.Store("snapshots", "warmpool/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.EnsureBucket(ctx); err != nil {
-		t.Fatal(err)
-	}
 	alice := snapshotstore.Owner{Namespace: "tenant-a", UID: "uid-a"}
 	bob := snapshotstore.Owner{Namespace: "tenant-b", UID: "uid-b"}
 	data := bytes.Repeat([]byte("state "), 100000)
@@ -83,15 +90,8 @@ func TestSnapshotsAreSealedAndBoundToTheirSession(t *testing.T) {
 // with the run a checkpoint is the state after, and none for a Session that
 // has none; another Session's are not its.
 func TestLatestIsTheNewestSnapshotOfItsSession(t *testing.T) {
-	srv := startStore(t)
+	_, st := bucket(t)
 	ctx := context.Background()
-	st, err := srv.Store("snapshots", "warmpool/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.EnsureBucket(ctx); err != nil {
-		t.Fatal(err)
-	}
 	alice := snapshotstore.Owner{Namespace: "tenant-a", UID: "uid-a"}
 	bob := snapshotstore.Owner{Namespace: "tenant-a", UID: "uid-b"}
 	if _, err := st.Latest(ctx, alice); !errors.Is(err, snapshotstore.ErrNotFound) {

@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -85,15 +84,7 @@ func run(o options) error {
 	if err := s.WarmPool(ctx, ns, "python", 3); err != nil {
 		return err
 	}
-	kubeconfig, err := s.UserKubeconfig(ctx, ns, "bench", "session-editor-role")
-	if err != nil {
-		return err
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
-	c, err := sessions.New(cfg)
+	c, err := s.SessionsClient(ctx, ns, "bench")
 	if err != nil {
 		return err
 	}

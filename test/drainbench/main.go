@@ -27,7 +27,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -90,15 +89,7 @@ func run(o options) error {
 	if err := s.WarmPool(ctx, ns, "python", int32(2*o.sessions)); err != nil {
 		return err
 	}
-	kubeconfig, err := s.UserKubeconfig(ctx, ns, "bench", "session-editor-role")
-	if err != nil {
-		return err
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
-	c, err := sessions.New(cfg)
+	c, err := s.SessionsClient(ctx, ns, "bench")
 	if err != nil {
 		return err
 	}

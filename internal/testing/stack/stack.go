@@ -20,6 +20,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +34,7 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/localkubelet"
 	"github.com/warmpool/warmpool/internal/testing/testenv"
 	"github.com/warmpool/warmpool/internal/testing/wrappers"
+	"github.com/warmpool/warmpool/pkg/sessions"
 )
 
 // ManagerNamespace stands for warmpool-system: the agent keys and the data
@@ -227,6 +229,20 @@ func (s *Stack) WarmPool(ctx context.Context, namespace, name string, replicas i
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// SessionsClient is a Sessions client of a new user bound in namespace to
+// session-editor-role, as a person using Sessions is.
+func (s *Stack) SessionsClient(ctx context.Context, namespace, user string) (*sessions.Client, error) {
+	kubeconfig, err := s.UserKubeconfig(ctx, namespace, user, "session-editor-role")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of %s: %w", user, err)
+	}
+	return sessions.New(cfg)
 }
 
 // UserKubeconfig writes a kubeconfig of a new user (a client certificate, as
