@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/warmpool/warmpool/api/v1alpha1"
@@ -112,6 +113,51 @@ var _ = Describe("Sessions that outlive their pod", Ordered, Label("suspend"), f
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ses.Status.Resumes).To(Equal(int32(1)))
 		Expect(ses.Status.PodName).NotTo(Equal(pod))
+	})
+})
+
+var _ = Describe("Durable Sessions", Label("suspend"), func() {
+	It("resume from their last checkpoint on another gVisor pod when their pod is deleted, and the next run says which run the state is from", func() {
+		useSnapshotStore()
+		ns := newNamespace()
+		warmPool(wrappers.Pool(ns, "py").Replicas(2))
+		c, err := sessions.New(restConfig)
+		Expect(err).NotTo(HaveOccurred())
+		s, err := c.Create(ctx, ns, "durable-", "py", &sessions.Options{Checkpoint: ptrDuration(0)})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = s.Close(context.Background()) })
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "x = 41\nopen('kept.txt', 'w').write('file')"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(res.Run).To(BeEquivalentTo(1))
+		// Its checkpoint after run 1 is stored; the status says so within seconds.
+		Eventually(func(g Gomega) {
+			ses, err := s.Get(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ses.Status.Checkpoint).NotTo(BeNil())
+			g.Expect(ses.Status.Checkpoint.Run).To(BeEquivalentTo(1))
+		}).WithTimeout(60 * time.Second).Should(Succeed())
+		ses, err := s.Get(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		pod := ses.Status.PodName
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}, client.GracePeriodSeconds(0))).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			ses, err := s.Get(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ses.Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
+			g.Expect(ses.Status.PodName).NotTo(Equal(pod))
+			g.Expect(ses.Status.LastMove).NotTo(BeNil())
+			g.Expect(ses.Status.LastMove.Checkpoint).NotTo(BeNil())
+		}).WithTimeout(2 * time.Minute).Should(Succeed())
+		res, err = s.Run(ctx, sessions.ExecRequest{Code: "(x + 1, open('kept.txt').read())"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		Expect(*res.Result).To(Equal("(42, 'file')"))
+		Expect(res.Moved).NotTo(BeNil(), "the first run after the recovery does not say it")
+		Expect(res.Moved.Checkpoint).NotTo(BeNil())
+		Expect(res.Moved.Run).To(BeEquivalentTo(1))
+		Expect(res.Run).To(BeEquivalentTo(2))
 	})
 })
 
