@@ -141,6 +141,7 @@ var _ = Describe("Durable Sessions", Label("suspend"), func() {
 		Expect(err).NotTo(HaveOccurred())
 		pod := ses.Status.PodName
 		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}, client.GracePeriodSeconds(0))).To(Succeed())
+		deleted := time.Now()
 
 		Eventually(func(g Gomega) {
 			ses, err := s.Get(ctx)
@@ -149,7 +150,11 @@ var _ = Describe("Durable Sessions", Label("suspend"), func() {
 			g.Expect(ses.Status.PodName).NotTo(Equal(pod))
 			g.Expect(ses.Status.LastMove).NotTo(BeNil())
 			g.Expect(ses.Status.LastMove.Checkpoint).NotTo(BeNil())
-		}).WithTimeout(2 * time.Minute).Should(Succeed())
+		}).WithTimeout(2 * time.Minute).WithPolling(50 * time.Millisecond).Should(Succeed())
+		ses, err = s.Get(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		GinkgoWriter.Printf("pod deleted -> Session Ready again from its checkpoint, seen after %s (its pause, from the recovery's start: %d ms)\n",
+			time.Since(deleted), ses.Status.LastMove.PauseMillis)
 		res, err = s.Run(ctx, sessions.ExecRequest{Code: "(x + 1, open('kept.txt').read())"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
