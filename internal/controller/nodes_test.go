@@ -181,6 +181,45 @@ var _ = Describe("Sessions on a drained node", func() {
 	})
 })
 
+var _ = Describe("A Session too large to move", func() {
+	It("stays on its cordoned node, serving, and says why in its Movable condition and a Warning Event", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(2).Obj())
+		a := readyNode(ns + "-a")
+		c := sessionsClient(sessionUser(ns, "alice", true))
+		s, err := c.Create(ctx, ns, "big", "python", nil)
+		Expect(err).NotTo(HaveOccurred())
+		// Over the manager's snapshot limit (64 MiB by default).
+		res, err := s.Run(ctx, sessions.ExecRequest{Code: "import os\nblob = os.urandom(70 << 20)\nx = 1"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Status).To(Equal(sessions.StatusSucceeded), "%+v", res.Error)
+		pod := getSession(ns, "big").Status.PodName
+		for _, p := range poolPods(ns, "python") {
+			if p.Name == pod {
+				bind(&p, a.Name)
+			}
+		}
+		cordoned := a.DeepCopy()
+		cordoned.Spec.Unschedulable = true
+		Expect(k8s.Patch(ctx, cordoned, client.MergeFrom(a))).To(Succeed())
+
+		Eventually(func() *metaCondition {
+			return condition(getSession(ns, "big").Status.Conditions, sandboxv1alpha1.SessionConditionMovable)
+		}, 60*time.Second).Should(And(Not(BeNil()), HaveField("Status", "False"), HaveField("Reason", sandboxv1alpha1.ReasonTooLargeToMove),
+			HaveField("Message", And(ContainSubstring("is cordoned"), ContainSubstring("over the snapshot limit"), ContainSubstring(pod)))))
+		Eventually(func() any { return eventsOf(ns, "big") }).Should(ContainElement(And(HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Reason", sandboxv1alpha1.ReasonTooLargeToMove))))
+		// It stays where it is, with its state, and serves.
+		ses := getSession(ns, "big")
+		Expect(ses.Status.Phase).To(Equal(sandboxv1alpha1.SessionReady))
+		Expect(ses.Status.PodName).To(Equal(pod))
+		res, err = s.Run(ctx, sessions.ExecRequest{Code: "x"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Result).To(HaveValue(Equal("1")))
+		Expect(res.Moved).To(BeNil())
+	})
+})
+
 // loseNode marks a node as the node lifecycle controller does when its
 // kubelet stops posting status (not run in envtest): Ready Unknown, and the
 // unreachable taint. It returns when that was stored.

@@ -79,10 +79,10 @@ func IsAPIError(err error) bool {
 	return errors.As(err, &ae)
 }
 
-// IsStatus reports whether err is an APIError with this HTTP status.
+// IsStatus reports whether err is, or wraps, an APIError with this HTTP status.
 func IsStatus(err error, code int) bool {
-	ae, ok := err.(*APIError)
-	return ok && ae.Code == code
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == code
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {

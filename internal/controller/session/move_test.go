@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,7 +40,8 @@ func TestUnmovableSaysWhy(t *testing.T) {
 		reason string
 		says   string
 	}{
-		{&agentclient.APIError{Code: http.StatusRequestEntityTooLarge, Message: "the snapshot is 80 MB, more than the limit"},
+		// Wrapped, as suspend passes it on.
+		{fmt.Errorf("snapshot: %w", &agentclient.APIError{Code: http.StatusRequestEntityTooLarge, Message: "the snapshot is 80 MB, more than the limit"}),
 			sandboxv1alpha1.ReasonTooLargeToMove, "over the snapshot limit"},
 		{nil, sandboxv1alpha1.ReasonNoSnapshotStore, "no snapshot store"},
 		{errors.New("store: connection refused"), sandboxv1alpha1.ReasonSuspendFailed, "could not be saved"},
