@@ -159,7 +159,7 @@ bench-autoscale: ## Replay the autoscaling trace on envtest: fixed pools, the ra
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
 		$(GO) run ./test/autoscalebench $(AUTOSCALE_BENCH_ARGS)
 
-E2E_TIMEOUT ?= 30m
+E2E_TIMEOUT ?= 40m
 # What the e2e suite runs with, on either cluster.
 E2E_ENV = KUBECTL="$(KUBECTL)" PROMETHEUS="$(PROMETHEUS)" HELM="$(HELM)" E2E_MANAGER_IMAGE=$(IMG_MANAGER) E2E_REPL_IMAGE=$(IMG_REPL) E2E_REPL_DATA_IMAGE=$(IMG_REPL_DATA)
 

@@ -383,7 +383,7 @@ e2e() {
   (cd "$ROOT/test/e2e" && nsenter --net="/proc/$pid/ns/net" env KUBECONFIG="$STATE/kubeconfig.node" \
     E2E_APISERVER_RESTART="$ROOT/hack/kind.sh restart-apiserver" GOPROXY=off GOFLAGS=-mod=readonly \
     WARMPOOL_TS_PROJECT="$ts" WARMPOOL_NODE_DIR="$nodedir" \
-    "$STATE/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-30m}" -ginkgo.v ${E2E_ARGS:-})
+    "$STATE/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-40m}" -ginkgo.v ${E2E_ARGS:-})
 }
 
 case ${1:-} in
