@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -823,7 +824,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// webhook down) tries again within maxRetryDelay, not the default
 		// limiter's minutes: its pods are what every run waits for.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4,
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)}).
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+				// As the default's: all pools' retries together, 10 a second.
+				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)})}).
 		Named("sandboxpool").
 		Complete(r)
 }
