@@ -62,6 +62,10 @@ const (
 	// cacheLag is how long a new loop waits for the cache to show the
 	// Session Ready on its pod.
 	cacheLag = 5 * time.Second
+	// minCheckpointGap spaces checkpoints whatever the interval: the agent
+	// shares its container with the code, and one that says "quiet" at once,
+	// again and again, must not keep the manager uploading snapshots.
+	minCheckpointGap = 250 * time.Millisecond
 )
 
 // checkpointPolicy is the Session's checkpoint policy, or nil when it is not durable.
@@ -226,12 +230,12 @@ func (r *Reconciler) checkpointLoop(ctx context.Context, key types.NamespacedNam
 				}
 				continue
 			}
-			if !q.Quiet {
+			if !q.Quiet || q.Runs <= lastRun {
 				continue
 			}
 			// At most one per interval: the state saved is the one after
 			// the last run before it ends.
-			if d := interval - r.Clock.Since(lastAt); d > 0 && !sleep(d) {
+			if d := max(interval, minCheckpointGap) - r.Clock.Since(lastAt); d > 0 && !sleep(d) {
 				return
 			}
 		}

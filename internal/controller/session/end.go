@@ -32,6 +32,7 @@ func (r *Reconciler) end(ctx context.Context, ses *sandboxv1alpha1.Session, phas
 	r.mu.Lock()
 	delete(r.statusWritten, ses.UID)
 	delete(r.suspendFailed, ses.UID)
+	delete(r.moveBegun, ses.UID) // a move it did not finish
 	r.mu.Unlock()
 	r.Dispatcher.UpdateSession(ses)
 	evType := corev1.EventTypeNormal

@@ -142,6 +142,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	switch {
 	case ses.DeletionTimestamp != nil:
 		r.stopCheckpoints(req.NamespacedName)
+		r.mu.Lock()
+		delete(r.moveBegun, ses.UID)
+		r.mu.Unlock()
 		return ctrl.Result{}, r.dropSnapshots(ctx, ses)
 	case ses.Status.Phase.IsFinished():
 		return r.finished(ctx, ses)
