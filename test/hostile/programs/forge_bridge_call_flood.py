@@ -4,7 +4,8 @@
 # status: failed
 # stateLost: true
 # error: ProtocolViolation
-# within: 10s
+# timeout: 30s
+# within: 20s
 # e2e: true
 import json, os
 _server = FINAL.__globals__  # the REPL server's module: its channel, its state

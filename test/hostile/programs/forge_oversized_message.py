@@ -3,7 +3,8 @@
 # status: failed
 # stateLost: true
 # error: ProtocolViolation
-# within: 15s
+# timeout: 30s
+# within: 20s
 import os, time
 _server = FINAL.__globals__  # the REPL server's module: its channel, its state
 line = b"{" + b"x" * (64 << 20) + b"\n"
