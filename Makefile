@@ -302,6 +302,11 @@ kind-up: kind ## Create kind cluster "warmpool" with gVisor, NetworkPolicy and t
 test-e2e-kind: kind manifests kustomize prometheus helm-tool images ## Run the e2e suite on a fresh kind cluster (made, loaded, deleted; the host left as found; needs root).
 	KIND=$(KIND) $(E2E_ENV) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_ARGS="$(E2E_ARGS)" hack/kind.sh e2e
 
+.PHONY: test-e2e-nodes
+test-e2e-nodes: kind manifests kustomize prometheus helm-tool images ## Run the e2e suite's multi-node specs (label nodes) on a fresh kind cluster "warmpool-nodes": a control-plane node and two gVisor workers (needs root).
+	KIND=$(KIND) KIND_CLUSTER=warmpool-nodes KIND_WORKERS=2 $(E2E_ENV) E2E_TIMEOUT=$(E2E_TIMEOUT) \
+	  E2E_ARGS="-ginkgo.label-filter=nodes $(E2E_ARGS)" KIND_IMAGES="repl manager seaweedfs" hack/kind.sh e2e
+
 .PHONY: kind-load
 kind-load: kind images ## Load the image tarballs into the kind cluster.
 	KIND=$(KIND) hack/kind.sh load

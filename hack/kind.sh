@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# A one-node kind cluster with gVisor and NetworkPolicy, the second cluster the
-# e2e suite runs on (the first is hack/local-cluster.sh).
+# A kind cluster with gVisor and NetworkPolicy, the second cluster the e2e
+# suite runs on (the first is hack/local-cluster.sh): one node, or with
+# KIND_WORKERS=N a control-plane node and N gVisor workers (the suite's
+# multi-node specs, make test-e2e-nodes).
 #
 #   hack/kind.sh up          # Docker engine if none answers, node image, cluster "warmpool"
 #   hack/kind.sh load        # load dist/*.tar (make images) into the node
 #   hack/kind.sh down        # delete the cluster; stop the engine if `up` started it
 #   hack/kind.sh e2e         # up, load, the e2e suite, down (make test-e2e-kind)
 #   hack/kind.sh restart-apiserver  # a fault for the e2e chaos spec
+#   hack/kind.sh stop-node NODE     # a fault for the multi-node specs: NODE's container frozen
+#   hack/kind.sh start-node NODE    # ...and thawed
 #   hack/kind.sh kubeconfig  # print the kubeconfig path
 #   hack/kind.sh node        # print the node container's name (for docker exec)
 #   hack/kind.sh steps       # how many numbered steps `up` prints (make demo counts them)
@@ -53,6 +57,13 @@ KIND=${KIND:-$ROOT/bin/kind}
 KUBECTL=${KUBECTL:-}
 CLUSTER=${KIND_CLUSTER:-warmpool}
 NODE=$CLUSTER-control-plane
+# Workers besides the control-plane node (which then keeps its NoSchedule
+# taint, so pools' pods go to the workers).
+WORKERS=${KIND_WORKERS:-0}
+# How long a silent kubelet's node stays Ready on a multi-node cluster: the
+# node-loss spec waits for it (kube-controller-manager's default is 50 s).
+NODE_MONITOR_GRACE=${KIND_NODE_MONITOR_GRACE:-20s}
+POD_SUBNET=10.244.0.0/16
 # The gVisor release a stock node runs (KIND_NODE_IMAGE): one built for containerd 2.
 GVISOR_RELEASE=${GVISOR_RELEASE:-20250715.0}
 DOCKER_SOCK=/var/run/docker.sock
@@ -144,18 +155,35 @@ EOF
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
-  podSubnet: 10.244.0.0/16
+  podSubnet: $POD_SUBNET
   serviceSubnet: 10.96.0.0/16
 EOF
   $local_node && echo "  disableDefaultCNI: true"
   cat <<EOF
 nodes:
-- role: control-plane
+EOF
+  local i name role
+  for ((i = 0; i <= WORKERS; i++)); do
+    role=worker name=$CLUSTER-worker$i
+    ((i == 1)) && name=$CLUSTER-worker
+    ((i == 0)) && role=control-plane name=$NODE
+    cat <<EOF
+- role: $role
   image: $image
   extraMounts:
   - {hostPath: $gv/runsc, containerPath: /usr/local/bin/runsc, readOnly: true}
   - {hostPath: $gv/containerd-shim-runsc-v1, containerPath: /usr/local/bin/containerd-shim-runsc-v1, readOnly: true}
   - {hostPath: $STATE/runsc.toml, containerPath: /etc/containerd/runsc.toml, readOnly: true}
+EOF
+    # Many nodes: each node's Pod network is its own podCIDR, written by
+    # node_networks once the cluster has assigned them; until then this empty
+    # directory hides the image's one-node configuration.
+    if $local_node && ((WORKERS > 0)); then
+      mkdir -p "$STATE/cni/$name" && rm -f "$STATE/cni/$name"/*
+      echo "  - {hostPath: $STATE/cni/$name, containerPath: /etc/cni/net.d}"
+    fi
+  done
+  cat <<EOF
 # The cgroupfs driver, as on the local cluster: runsc then gets plain cgroup
 # paths it creates and limits itself.
 kubeadmConfigPatches:
@@ -243,11 +271,75 @@ EOF
   kubectl_ -n kube-system rollout restart deployment coredns >/dev/null
   sed "s|KUBE_ROUTER_IMAGE|$(image_label "$image" kube-router-image)|" "$ROOT/hack/kind/kube-router.yaml" \
     | kubectl_ apply -f - >/dev/null
-  docker exec "$NODE" sh -c 'iptables -t mangle -C FORWARD -i warmpool0 ! -o warmpool0 -j DROP 2>/dev/null \
-    || iptables -t mangle -I FORWARD -i warmpool0 ! -o warmpool0 -j DROP'
-  wait_for "kube-router's first NetworkPolicy sync" 120 docker exec "$NODE" sh -c \
-    "curl -sf http://127.0.0.1:20245/metrics | grep -Eq '^kube_router_controller_iptables_sync_time_count [1-9]'"
+  local n
+  for n in $(nodes); do
+    docker exec "$n" sh -c 'iptables -t mangle -C FORWARD -i warmpool0 ! -o warmpool0 -j DROP 2>/dev/null \
+      || iptables -t mangle -I FORWARD -i warmpool0 ! -o warmpool0 -j DROP'
+    if ((WORKERS > 0)); then
+      # Many nodes: pods reach the other nodes' pods, and kube-apiserver (the
+      # kubernetes Service, DNATed to the control-plane node) from any node;
+      # nothing else off their node.
+      docker exec "$n" sh -c "iptables -t mangle -I FORWARD -i warmpool0 -d $POD_SUBNET -j RETURN &&
+        iptables -t mangle -I FORWARD -i warmpool0 -d $(node_ip "$NODE") -p tcp --dport 6443 -j RETURN"
+    fi
+    wait_for "kube-router's first NetworkPolicy sync on $n" 120 docker exec "$n" sh -c \
+      "curl -sf http://127.0.0.1:20245/metrics | grep -Eq '^kube_router_controller_iptables_sync_time_count [1-9]'"
+  done
   kubectl_ -n kube-system rollout status deployment coredns --timeout 120s >/dev/null
+}
+
+nodes() { "$KIND" get nodes --name "$CLUSTER"; }
+has_pod_cidr() { [[ -n $(kubectl_ get node "$1" -o jsonpath='{.spec.podCIDR}') ]]; }
+node_ip() { docker inspect -f '{{.NetworkSettings.Networks.kind.IPAddress}}' "$1"; }
+
+# node_networks: many nodes' Pod network, as kindnetd would make it: each
+# node's bridge serves the podCIDR the cluster assigned it, and each node
+# routes the other nodes' podCIDRs to them over kind's Docker network. The
+# nodes become Ready once their CNI configuration is there.
+node_networks() {
+  local n m cidr
+  declare -A cidrs ips
+  for n in $(nodes); do
+    wait_for "a podCIDR for $n" 60 has_pod_cidr "$n"
+    cidrs[$n]=$(kubectl_ get node "$n" -o jsonpath='{.spec.podCIDR}')
+    ips[$n]=$(node_ip "$n")
+    [[ ${cidrs[$n]} == *.0/24 ]] || die "node $n has podCIDR ${cidrs[$n]}, not the /24 this script expects"
+  done
+  for n in "${!cidrs[@]}"; do
+    docker exec "$n" sysctl -qw net.ipv4.ip_forward=1
+    for m in "${!cidrs[@]}"; do
+      [[ $m == "$n" ]] || docker exec "$n" ip route replace "${cidrs[$m]}" via "${ips[$m]}"
+    done
+    cat >"$STATE/cni/$n/10-warmpool.conflist.tmp" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "warmpool",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "warmpool0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "${cidrs[$n]}", "gateway": "${cidrs[$n]%.0/24}.1"}]],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "${cidrs[$n]%.0/24}.1"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+    mv "$STATE/cni/$n/10-warmpool.conflist.tmp" "$STATE/cni/$n/10-warmpool.conflist"
+    log "node $n: pods in ${cidrs[$n]}, reached at ${ips[$n]}"
+  done
+  # A kubelet that stops posting its status is marked silent after this long.
+  # Rewritten in place, not with sed -i, whose temporary file in the
+  # manifests' directory the kubelet would read as one more static pod.
+  local m=/etc/kubernetes/manifests/kube-controller-manager.yaml
+  docker exec "$NODE" sh -c "sed '/- --node-monitor-grace-period=/d; s|^\\( *\\)- kube-controller-manager\$|&\\n\\1- --node-monitor-grace-period=$NODE_MONITOR_GRACE|' $m >/tmp/kcm.yaml && cat /tmp/kcm.yaml >$m"
+  kubectl_ wait --for=condition=Ready node --all --timeout=120s >/dev/null
 }
 
 # up's steps: kubectl, the engine, the node image's (hack/kind-node.sh), gVisor, the cluster.
@@ -295,7 +387,11 @@ up() {
     kind_config "$image" "$gv" "$local_node" >"$STATE/kind.yaml"
     # docs/kind.md: 119 s the first time, 59 s warm, up to kube-router's first sync.
     step "creating cluster $CLUSTER ($image, runsc from $gv) and its add-ons (about 1-2 min)"
-    "$KIND" create cluster --name "$CLUSTER" --config "$STATE/kind.yaml" --kubeconfig "$STATE/kubeconfig" --wait 120s
+    # Many nodes are not Ready before node_networks, so kind cannot wait for them.
+    local wait=(--wait 120s)
+    ((WORKERS > 0)) && $local_node && wait=()
+    "$KIND" create cluster --name "$CLUSTER" --config "$STATE/kind.yaml" --kubeconfig "$STATE/kubeconfig" "${wait[@]}"
+    if ((WORKERS > 0)) && $local_node; then node_networks; fi
     # Pods applied right after create can fail with 'serviceaccount "default" not found'.
     wait_for "the default ServiceAccount" 60 kubectl_ get serviceaccount default
     if $local_node; then local_addons "$image"; fi
@@ -307,13 +403,18 @@ up() {
   log "ready: export KUBECONFIG=$STATE/kubeconfig; then 'make kind-load deploy'"
 }
 
+# KIND_IMAGES: the images `load` loads (dist/NAME.tar); the previous
+# release's are loaded too when all are.
 load() {
-  local t
-  for t in "$ROOT"/dist/repl.tar "$ROOT"/dist/repl-data.tar "$ROOT"/dist/manager.tar "$ROOT"/dist/seaweedfs.tar; do
+  local t all=false
+  [[ -z ${KIND_IMAGES:-} ]] && all=true
+  for t in ${KIND_IMAGES:-repl repl-data manager seaweedfs}; do
+    t=$ROOT/dist/$t.tar
     [[ -f $t ]] || die "$t missing: run 'make images' (repl-data: without DATA_IMAGE=; seaweedfs: without SEAWEEDFS_IMAGE=)"
     log "loading ${t#"$ROOT"/}"
     "$KIND" load image-archive --name "$CLUSTER" "$t"
   done
+  $all || return 0
   # The previous release's images, for the upgrade specs (PREVIOUS_IMAGES= skips them).
   for t in "$ROOT"/dist/previous-manager.tar "$ROOT"/dist/previous-repl.tar; do
     [[ -f $t ]] || continue
@@ -328,6 +429,17 @@ down() {
   fi
   engine_down
   rm -f "$STATE/kubeconfig" "$STATE/kubeconfig.node" "$STATE/kind.yaml" "$STATE/runsc.toml"
+  rm -rf "$STATE/cni"
+}
+
+# stop_node, start_node: a node that stops answering, for the multi-node
+# specs. Its container is frozen (kubelet, containerd and pods alike): it
+# neither answers nor posts its status, as a node whose power or network
+# is cut; thawed, it carries on where it stopped.
+stop_node() { docker pause "${1:?usage: stop-node NODE}" >/dev/null && log "node $1 frozen"; }
+start_node() {
+  [[ $(docker inspect -f '{{.State.Paused}}' "${1:?usage: start-node NODE}") == true ]] || return 0
+  docker unpause "$1" >/dev/null && log "node $1 thawed"
 }
 
 # restart_apiserver: a fault for the e2e chaos spec. kube-apiserver is a static
@@ -382,6 +494,7 @@ e2e() {
   log "running the e2e suite in $NODE's network namespace"
   (cd "$ROOT/test/e2e" && nsenter --net="/proc/$pid/ns/net" env KUBECONFIG="$STATE/kubeconfig.node" \
     E2E_APISERVER_RESTART="$ROOT/hack/kind.sh restart-apiserver" GOPROXY=off GOFLAGS=-mod=readonly \
+    E2E_WORKERS="$WORKERS" E2E_NODE_STOP="$ROOT/hack/kind.sh stop-node" E2E_NODE_START="$ROOT/hack/kind.sh start-node" \
     WARMPOOL_TS_PROJECT="$ts" WARMPOOL_NODE_DIR="$nodedir" \
     "$STATE/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-40m}" -ginkgo.v ${E2E_ARGS:-})
 }
@@ -392,8 +505,10 @@ case ${1:-} in
   down) down ;;
   e2e) e2e ;;
   restart-apiserver) restart_apiserver ;;
+  stop-node) stop_node "${2:-}" ;;
+  start-node) start_node "${2:-}" ;;
   kubeconfig) echo "$STATE/kubeconfig" ;;
   node) echo "$NODE" ;;
   steps) up_steps ;;
-  *) die "usage: $0 up|load|down|e2e|restart-apiserver|kubeconfig|node|steps" ;;
+  *) die "usage: $0 up|load|down|e2e|restart-apiserver|stop-node|start-node|kubeconfig|node|steps" ;;
 esac
