@@ -72,6 +72,10 @@ const (
 	// protocol, or another pod than the one the Execution recorded. Nothing
 	// was sent to it.
 	ReasonSandboxRefused = "SandboxRefused"
+	// ReasonRequeued (an Event): the node of the Execution's claimed pod
+	// stopped answering before its code was sent there; the pod is deleted
+	// and the Execution waits for another.
+	ReasonRequeued = "Requeued"
 	// ReasonTimeoutAboveLimit: the Execution asks for a longer timeout than
 	// its pool's executionDefaults.maxTimeout.
 	ReasonTimeoutAboveLimit = "TimeoutAboveLimit"

@@ -305,4 +305,35 @@ var _ = Describe("Nodes that stop answering", func() {
 		// The lost run is not sent again, anywhere.
 		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 3*time.Second).Should(Equal("ran\n"))
 	})
+
+	It("runs elsewhere, once, an Execution claimed on a pod there whose code never reached the pod", func() {
+		ns := newNamespace()
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(2).Obj())
+		a := readyNode(ns + "-a")
+		pods := poolPods(ns, "python")
+		Expect(pods).To(HaveLen(1))
+		onA := pods[0].Name
+		bind(&pods[0], a.Name)
+		// The node's network is gone before the node is marked: the manager
+		// claims the pod, and its connections to the agent are refused.
+		Expect(kubelet.CutOff(ns, onA)).To(Succeed())
+		runLog := filepath.Join(GinkgoT().TempDir(), "runs")
+		ex := wrappers.Execution(ns, "unsent").Timeout(time.Minute).
+			Code(fmt.Sprintf("open(%q, 'a').write('ran\\n')\nprint('ran')", runLog)).Obj()
+		Expect(k8s.Create(ctx, ex)).To(Succeed())
+		Expect(waitClaimed(ex)).To(Equal(onA))
+		Consistently(func() error { _, err := os.Stat(runLog); return err }, time.Second).ShouldNot(Succeed(), "the code reached a cut-off agent")
+
+		loseNode(a)
+		done := finished(ex)
+		Expect(done.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", done.Status)
+		Expect(done.Status.Stdout).To(Equal("ran\n"))
+		Expect(done.Status.PodName).NotTo(Equal(onA))
+		Expect(eventsOf(ns, "unsent")).To(ContainElement(And(HaveField("Reason", sandboxv1alpha1.ReasonRequeued),
+			HaveField("Note", And(ContainSubstring(fmt.Sprintf("node %s stopped answering", a.Name)), ContainSubstring(onA))))))
+		Consistently(func() string { b, _ := os.ReadFile(runLog); return string(b) }, 2*time.Second).Should(Equal("ran\n"))
+		old := &corev1.Pod{}
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: onA}, old)
+		Expect(apierrors.IsNotFound(err) || err == nil && old.DeletionTimestamp != nil).To(BeTrue(), "the pod on the lost node is not deleted")
+	})
 })

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"syscall"
 	"time"
@@ -66,6 +67,9 @@ type Job struct {
 	// MaxBridgeCalls is the agent's bound on them.
 	Bridge         func(context.Context, protocol.BridgeCall) protocol.BridgeAnswer
 	MaxBridgeCalls int
+	// Fresh: this is the code's first send (no manager sent it before), so
+	// whether its request was written says whether the code can have run.
+	Fresh bool
 }
 
 // maxBridgeCallsInFlight bounds the model calls of one run answered at once.
@@ -94,6 +98,11 @@ type run struct {
 	cancelled bool
 	done      bool
 	outcome   Outcome
+	// sent is closed once the run's goroutine has ended, so the request that
+	// carries the code can no longer be written (Start only: nil for a run
+	// re-attached to); written is set when some of it may have been.
+	sent    chan struct{}
+	written bool
 }
 
 // Runner tracks the runs of one manager.
@@ -118,6 +127,15 @@ func (r *Runner) Start(job Job) {
 	if !ok {
 		return
 	}
+	sent := make(chan struct{})
+	r.mu.Lock()
+	r.runs[job.UID].sent = sent
+	r.mu.Unlock()
+	// Whether the code may have reached the agent: only a run whose request
+	// was never written can be given to another pod (Abandon).
+	sendCtx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { r.markWritten(job.UID) },
+	})
 
 	c := job.Agent
 	req := job.Request
@@ -125,6 +143,10 @@ func (r *Runner) Start(job Job) {
 	req.TimeoutMillis = max(time.Until(job.Deadline).Milliseconds(), 1)
 	req.GraceMillis = job.Grace.Milliseconds()
 	go func() {
+		// Closed when this goroutine ends, its outcome recorded: Abandon's
+		// caller may then start the run anew without this one's outcome
+		// landing on it.
+		defer close(sent)
 		defer cancel()
 		// The manager's own interrupt just after the deadline, in case the agent's
 		// timer did not fire; the agent's own one, a moment earlier, names it a timeout.
@@ -170,7 +192,7 @@ func (r *Runner) Start(job Job) {
 				}()
 			}
 		}
-		res, err := r.execute(ctx, c, req, onEvent, job.Deadline)
+		res, err := r.execute(sendCtx, c, req, onEvent, job.Deadline)
 		if err != nil && !errors.Is(err, ErrBusy) && ctx.Err() == nil && !agentgate.IsAPIError(err) {
 			// The connection broke mid-run (a reset, a proxy, the manager's own
 			// network): the code may well still run. Follow it by its ID, as a
@@ -410,6 +432,42 @@ func (r *Runner) Cancel(uid types.UID) {
 			rn.cancel()
 		})
 	}()
+}
+
+// Abandon gives up a run whose agent can no longer be asked anything (its
+// node stopped answering) and reports whether its code may have reached the
+// agent. It cuts the run's connection and waits, at most wait, for the
+// request to be abandoned: false means no byte of it was written, so the code
+// cannot run there, ever, and may run elsewhere. Anything it cannot be sure
+// of is true: a run it did not start (re-attached after a restart), a
+// request written even in part, one still not abandoned after wait.
+func (r *Runner) Abandon(uid types.UID, wait time.Duration) (mayHaveRun bool) {
+	r.mu.Lock()
+	rn, ok := r.runs[uid]
+	if !ok || rn.sent == nil || !rn.job.Fresh {
+		r.mu.Unlock()
+		return true
+	}
+	rn.cancelled = true
+	cancel, sent := rn.cancel, rn.sent
+	r.mu.Unlock()
+	cancel()
+	select {
+	case <-sent:
+	case <-time.After(wait):
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return rn.written
+}
+
+func (r *Runner) markWritten(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rn, ok := r.runs[uid]; ok {
+		rn.written = true
+	}
 }
 
 // cancelRetry is how often a cancel asks an agent that does not know the run yet.

@@ -80,6 +80,9 @@ func (r *Reconciler) reconcilePending(ctx context.Context, ex *sandboxv1alpha1.E
 		return ctrl.Result{}, err
 	}
 	for _, pod := range claimed {
+		if podUID, ok := r.abandoned.Load(ex.UID); ok && podUID == pod.UID {
+			continue // deleted by neverReached; the cache has not shown it yet
+		}
 		if err := r.Gate.Admit(pool, pod, agentgate.ForExecution(ex)); err != nil {
 			logf.FromContext(ctx).Info("ignoring a pod that carries the Execution's claim", "pod", pod.Name, "reason", err.Error())
 			r.Recorder.Eventf(ex, pod, corev1.EventTypeWarning, sandboxv1alpha1.ReasonSandboxRefused, "Claim",

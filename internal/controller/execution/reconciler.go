@@ -60,6 +60,9 @@ type Reconciler struct {
 	resets sync.Map
 	// disposed: the Executions whose pod disposition was carried out.
 	disposed recentlyDisposed
+	// abandoned: Execution UID → the UID of the pod on a lost node its code
+	// never reached (neverReached), never sent the code again.
+	abandoned sync.Map
 }
 
 // Deps is what the Execution reconciler is built with, besides its manager.
@@ -319,6 +322,10 @@ func (r *Reconciler) send(ctx context.Context, ex, stored *sandboxv1alpha1.Execu
 	}
 	job := *next.send
 	job.Agent = agent
+	// Only a fresh claim's send is the code's first: any other (a claim
+	// found after a restart, a run the agent did not know) may follow a send
+	// of an earlier manager.
+	job.Fresh = next.claim != nil
 	r.Runner.Start(job)
 	return ctrl.Result{}, nil
 }
@@ -341,6 +348,7 @@ func (r *Reconciler) reconcileFinished(ctx context.Context, ex *sandboxv1alpha1.
 		return ctrl.Result{}, err
 	}
 	r.Runner.Forget(ex.UID)
+	r.abandoned.Delete(ex.UID)
 	return r.applyTTL(ctx, ex)
 }
 

@@ -113,6 +113,11 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 		return ctrl.Result{}, nil
 	}
 	if lost := r.Nodes.Lost(pod.Spec.NodeName); lost != "" {
+		// A run of no Session whose code this manager alone sent, and never
+		// wrote to the pod, cannot run there, ever: it runs on another pod.
+		if ex.Spec.Session == "" && !r.Runner.Abandon(ex.UID, abandonWait) {
+			return r.neverReached(ctx, ex, pod, lost)
+		}
 		// The agent can neither be asked how the run ended nor stopped. The
 		// code may have run, in part or whole: it is not run again.
 		r.Runner.Cancel(ex.UID)
@@ -144,6 +149,33 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 		deadline.UTC().Format(time.RFC3339), timeoutOf(ex, pool), graceOf(pool))
 	r.end(ex, sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut, msg,
 		&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonTimedOut, Message: msg}, sandboxv1alpha1.DispositionDelete)
+	return ctrl.Result{}, nil
+}
+
+// abandonWait bounds how long a reconcile waits for a run on a lost node to
+// let go of its connection (Runner.Abandon): it is cut at once, so this
+// is only reached by a send stuck past its context.
+const abandonWait = 5 * time.Second
+
+// neverReached puts an Execution whose code never reached its pod back in
+// the queue: the pod's node stopped answering, and the request that carries
+// the code was never written to it (not a byte: Runner.Abandon), so the code
+// cannot run there, now or when the node comes back. The pod is deleted
+// first: a claimed pod is what a restarted manager sends the code to again
+// (reconcilePending), and a manager that stops after the delete and before
+// the Pending status finds the run's pod gone and reports the run lost, the
+// safe answer. The reconciler remembers the pod until the cache shows the
+// delete, so a lagging view never resumes the run on it.
+func (r *Reconciler) neverReached(ctx context.Context, ex *sandboxv1alpha1.Execution, pod *corev1.Pod, lost string) (ctrl.Result, error) {
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return ctrl.Result{}, fmt.Errorf("delete pod %s on a lost node: %w", pod.Name, err)
+	}
+	r.abandoned.Store(ex.UID, pod.UID)
+	r.Runner.Forget(ex.UID)
+	msg := fmt.Sprintf("%s before its code reached pod %s (nothing was sent to it): back in the queue, for a pod on another node", lost, pod.Name)
+	logf.FromContext(ctx).Info("the run never reached a pod on a lost node: back in the queue", "pod", pod.Name, "node", pod.Spec.NodeName)
+	r.Recorder.Eventf(ex, pod, corev1.EventTypeWarning, sandboxv1alpha1.ReasonRequeued, "Requeue", "%s", msg)
+	r.unclaimed(ex, msg)
 	return ctrl.Result{}, nil
 }
 

@@ -105,6 +105,9 @@ type proc struct {
 	// A pod is reported Running and Ready only once ready is set.
 	ready bool
 	ip    string
+	// cutOff, when set, is the address the manager is given instead of
+	// addr: one where nothing listens (CutOff).
+	cutOff string
 	// endReason, set before a kill, is the reason the container status gives
 	// ("OOMKilled"), as the kubelet reports a container the kernel killed.
 	endReason string
@@ -118,7 +121,30 @@ func (k *Kubelet) Address(pod *corev1.Pod) (string, error) {
 	if !ok || p.uid != pod.UID {
 		return "", fmt.Errorf("no agent runs for pod %s", pod.Name)
 	}
+	if p.cutOff != "" {
+		return p.cutOff, nil
+	}
 	return p.addr, nil
+}
+
+// CutOff makes a pod's agent unreachable for the manager, as a pod on a node
+// that went away: its address then refuses every connection, so nothing the
+// manager sends reaches the agent (which runs on, and keeps the pod Ready).
+func (k *Kubelet) CutOff(namespace, name string) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	refused := "http://" + l.Addr().String()
+	_ = l.Close()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.procs[types.NamespacedName{Namespace: namespace, Name: name}]
+	if !ok {
+		return fmt.Errorf("no agent runs for pod %s/%s", namespace, name)
+	}
+	p.cutOff = refused
+	return nil
 }
 
 // KillAgent kills the agent of a pod with SIGKILL, as a crashing container:

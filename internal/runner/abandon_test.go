@@ -1,0 +1,100 @@
+package runner_test
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	agentclient "github.com/warmpool/warmpool/internal/agent/client"
+	"github.com/warmpool/warmpool/internal/runner"
+	"github.com/warmpool/warmpool/pkg/protocol"
+)
+
+func job(uid, base string) runner.Job {
+	return runner.Job{UID: types.UID(uid), Namespace: "ns", Name: uid, Agent: agentclient.New(base, "token"),
+		Request: protocol.ExecuteRequest{Code: "print(1)"}, Deadline: time.Now().Add(time.Minute), Grace: time.Second, Fresh: true}
+}
+
+// A run whose agent cannot be reached (nothing listens at its address) never
+// wrote its request: Abandon says the code cannot have run, so it may run
+// elsewhere.
+func TestAbandonARunThatNeverReachedItsAgent(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // connections to it are refused from now on
+	r := runner.New(nil)
+	r.Start(job("never", "http://"+addr))
+	time.Sleep(100 * time.Millisecond) // the send fails, and the run follows the agent by its ID
+	if r.Abandon("never", 5*time.Second) {
+		t.Fatal("Abandon says the code may have run, but no connection to the agent was ever made")
+	}
+	if _, ok := r.Outcome("never"); !ok {
+		t.Fatal("the abandoned run has no outcome: its goroutine may still be running")
+	}
+}
+
+// A run whose request reached the agent may have run, even though the agent
+// never answered: Abandon says so, and the code is never sent elsewhere.
+func TestAbandonARunWhoseRequestWasWritten(t *testing.T) {
+	got := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		got <- struct{}{}
+		<-release // an agent that took the code and then went silent
+	}))
+	defer srv.Close()
+	defer close(release)
+	r := runner.New(nil)
+	r.Start(job("sent", srv.URL))
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached the agent")
+	}
+	if !r.Abandon("sent", 5*time.Second) {
+		t.Fatal("Abandon says the code cannot have run, but the agent received it")
+	}
+}
+
+// A run this runner did not start (re-attached after a restart) may have run.
+func TestAbandonARunReattachedTo(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	r := runner.New(nil)
+	r.Attach(job("attached", "http://"+addr))
+	if !r.Abandon("attached", time.Second) {
+		t.Fatal("Abandon says a run it did not send cannot have run")
+	}
+	if !r.Abandon("unknown", time.Second) {
+		t.Fatal("Abandon says a run it does not know cannot have run")
+	}
+}
+
+// A send that is not the code's first (a claim found after a restart, whose
+// earlier manager may have sent it) may have run, whatever this send wrote.
+func TestAbandonARunSentAgain(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	r := runner.New(nil)
+	j := job("again", "http://"+addr)
+	j.Fresh = false
+	r.Start(j)
+	if !r.Abandon("again", 5*time.Second) {
+		t.Fatal("Abandon says a run sent again cannot have run")
+	}
+}
