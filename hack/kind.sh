@@ -297,7 +297,7 @@ node_ip() { docker inspect -f '{{.NetworkSettings.Networks.kind.IPAddress}}' "$1
 # routes the other nodes' podCIDRs to them over kind's Docker network. The
 # nodes become Ready once their CNI configuration is there.
 node_networks() {
-  local n m cidr
+  local n m
   declare -A cidrs ips
   for n in $(nodes); do
     wait_for "a podCIDR for $n" 60 has_pod_cidr "$n"

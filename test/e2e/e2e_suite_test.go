@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,9 +64,40 @@ var _ = BeforeSuite(func() {
 
 	By("deploying the operator with make deploy")
 	run("make", "-C", repoRoot(), "--no-print-directory", "deploy")
-	restartManager("warmpool-system")
+	if clusterWorkers() > 0 {
+		// One rollout that both runs the image just loaded and keeps the
+		// manager off the workers the multi-node specs drain and stop.
+		pinToControlPlane("warmpool-system", managerDeployments...)
+	} else {
+		restartManager("warmpool-system")
+	}
 	scaleManager(managerReplicas)
 })
+
+// clusterWorkers is how many workers the cluster has besides its control-plane
+// node, as the script that made it says (E2E_WORKERS; 0: one node).
+func clusterWorkers() int {
+	n, _ := strconv.Atoi(os.Getenv("E2E_WORKERS"))
+	return n
+}
+
+// pinToControlPlane runs the Deployments of ns on the control-plane node
+// (tolerating its taint), as a platform keeps its system pods off its
+// sandbox nodes, and waits for them; the restart annotation makes the
+// rollout happen even when they were pinned already.
+func pinToControlPlane(ns string, deployments ...string) {
+	GinkgoHelper()
+	patch := fmt.Sprintf(`{"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": %q}},
+		"spec": {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+		"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]}}}}`,
+		time.Now().Format(time.RFC3339Nano))
+	for _, d := range deployments {
+		run(kubectl(), "-n", ns, "patch", d, "-p", patch)
+	}
+	for _, d := range deployments {
+		run(kubectl(), "-n", ns, "rollout", "status", d, "--timeout=180s")
+	}
+}
 
 // managerDeployments are the two Deployments of the manager's image: the
 // controllers and the data plane.

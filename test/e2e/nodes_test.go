@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,7 +34,7 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 	var c *sessions.Client
 
 	BeforeAll(func() {
-		want, _ := strconv.Atoi(os.Getenv("E2E_WORKERS"))
+		want := clusterWorkers()
 		if want < 2 {
 			Skip("needs a cluster with two gVisor workers and a way to stop one (make test-e2e-nodes)")
 		}
@@ -47,18 +46,10 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 			}
 		}
 		Expect(workers).To(HaveLen(want), "the cluster's workers")
+		// The manager is on the control-plane node (BeforeSuite); so goes
+		// the snapshot store.
 		useSnapshotStore()
-		system := []string{"warmpool-system/deployment/warmpool-controller-manager", "warmpool-system/deployment/warmpool-data-plane", "warmpool-s3/deployment/seaweedfs"}
-		for _, d := range system {
-			ns, name, _ := strings.Cut(d, "/")
-			run(kubectl(), "-n", ns, "patch", name, "-p", `{"spec": {"template": {"spec": {
-				"nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
-				"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]}}}}`)
-		}
-		for _, d := range system {
-			ns, name, _ := strings.Cut(d, "/")
-			run(kubectl(), "-n", ns, "rollout", "status", name, "--timeout=180s")
-		}
+		pinToControlPlane("warmpool-s3", "deployment/seaweedfs")
 		var err error
 		c, err = sessions.New(restConfig)
 		Expect(err).NotTo(HaveOccurred())
@@ -161,7 +152,7 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 		lost, other := workers[1], workers[0]
 
 		onlyOn(pool, lost, other)
-		long := wrappers.Execution(ns, "long").Pool("py").Timeout(10*time.Minute).
+		long := wrappers.Execution(ns, "long").Pool("py").Timeout(10 * time.Minute).
 			Code("import time\nprint('started', flush=True)\ntime.sleep(300)\nprint('ended')").Obj()
 		Expect(k8s.Create(ctx, long)).To(Succeed())
 		Eventually(func(g Gomega) {
