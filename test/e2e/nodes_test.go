@@ -74,7 +74,7 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 
 	It("drain a worker: its running Execution finishes, its Sessions move to the other worker with their state, and the drain ends soon after the step", func() {
 		ns := newNamespace()
-		pool := warmPool(wrappers.Pool(ns, "py").Replicas(4))
+		pool := warmPool(requiredSpread(wrappers.Pool(ns, "py").Replicas(4)))
 		from, to := workers[0], workers[1]
 
 		// Everything on one worker: the other is cordoned while the work is
@@ -148,7 +148,7 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 
 	It("lose a worker that stops answering: its running Execution ends SandboxLost, a plain Session Lost, both naming the node; a durable Session resumes on the other worker", func() {
 		ns := newNamespace()
-		pool := warmPool(wrappers.Pool(ns, "py").Replicas(4))
+		pool := warmPool(requiredSpread(wrappers.Pool(ns, "py").Replicas(4)))
 		lost, other := workers[1], workers[0]
 
 		onlyOn(pool, lost, other)
@@ -263,6 +263,15 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 	})
 })
 
+// requiredSpread holds the pool's skew over nodes at 1 (spec.nodeSpread
+// Required): where the specs put new warm pods is then the scheduler's rule,
+// not its preference (a Preferred spread once left one of two new pods on
+// the busier node).
+func requiredSpread(p *wrappers.PoolWrapper) *wrappers.PoolWrapper {
+	p.Spec.NodeSpread = sandboxv1alpha1.NodeSpreadRequired
+	return p
+}
+
 // podsPerNode counts the pool's live pods (only the Ready ones when ready) per node.
 func podsPerNode(g Gomega, pool *sandboxv1alpha1.SandboxPool, ready bool) map[string]int {
 	per := map[string]int{}
@@ -300,7 +309,7 @@ func onlyOn(pool *sandboxv1alpha1.SandboxPool, node, other string) {
 }
 
 // openWithWarmPods uncordons node and raises the pool until n of its warm
-// pods are Ready there (the topology spread puts the new ones on it).
+// pods are Ready there (its required spread puts the new ones on it).
 func openWithWarmPods(pool *sandboxv1alpha1.SandboxPool, node string, n int) {
 	GinkgoHelper()
 	run(kubectl(), "uncordon", node)

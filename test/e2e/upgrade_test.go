@@ -158,7 +158,9 @@ func (l *upgradeLoad) stopAndCheck() {
 	GinkgoHelper()
 	By("restarting this build's data plane under the same load (its drain)")
 	run(kubectl(), "-n", "warmpool-system", "rollout", "restart", "deployment/warmpool-data-plane")
-	run(kubectl(), "-n", "warmpool-system", "rollout", "status", "deployment/warmpool-data-plane", "--timeout=3m")
+	// Its old pods drain their streams (the long Session's 25 s step) before they go: on a
+	// loaded 2-core node, with gVisor pods starting for the load, that has taken over 3 min.
+	run(kubectl(), "-n", "warmpool-system", "rollout", "status", "deployment/warmpool-data-plane", "--timeout=6m")
 	time.Sleep(5 * time.Second)
 	close(l.stop)
 	l.wg.Wait()
