@@ -19,18 +19,24 @@ func job(uid, base string) runner.Job {
 		Request: protocol.ExecuteRequest{Code: "print(1)"}, Deadline: time.Now().Add(time.Minute), Grace: time.Second, Fresh: true}
 }
 
-// A run whose agent cannot be reached (nothing listens at its address) never
-// wrote its request: Abandon says the code cannot have run, so it may run
-// elsewhere.
-func TestAbandonARunThatNeverReachedItsAgent(t *testing.T) {
+// refused is an agent URL where nothing listens: connections are refused.
+func refused(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	_ = l.Close() // connections to it are refused from now on
+	_ = l.Close()
+	return "http://" + addr
+}
+
+// A run whose agent cannot be reached (nothing listens at its address) never
+// wrote its request: Abandon says the code cannot have run, so it may run
+// elsewhere.
+func TestAbandonARunThatNeverReachedItsAgent(t *testing.T) {
 	r := runner.New(nil)
-	r.Start(job("never", "http://"+addr))
+	r.Start(job("never", refused(t)))
 	time.Sleep(100 * time.Millisecond) // the send fails, and the run follows the agent by its ID
 	if r.Abandon("never", 5*time.Second) {
 		t.Fatal("Abandon says the code may have run, but no connection to the agent was ever made")
@@ -65,14 +71,8 @@ func TestAbandonARunWhoseRequestWasWritten(t *testing.T) {
 
 // A run this runner did not start (re-attached after a restart) may have run.
 func TestAbandonARunReattachedTo(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	r := runner.New(nil)
-	r.Attach(job("attached", "http://"+addr))
+	r.Attach(job("attached", refused(t)))
 	if !r.Abandon("attached", time.Second) {
 		t.Fatal("Abandon says a run it did not send cannot have run")
 	}
@@ -84,14 +84,8 @@ func TestAbandonARunReattachedTo(t *testing.T) {
 // A send that is not the code's first (a claim found after a restart, whose
 // earlier manager may have sent it) may have run, whatever this send wrote.
 func TestAbandonARunSentAgain(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	r := runner.New(nil)
-	j := job("again", "http://"+addr)
+	j := job("again", refused(t))
 	j.Fresh = false
 	r.Start(j)
 	if !r.Abandon("again", 5*time.Second) {

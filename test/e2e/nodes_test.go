@@ -95,10 +95,7 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 		step := wrappers.Execution(ns, "step").Pool("py").Timeout(3 * time.Minute).
 			Code("import time\ntime.sleep(45)\nprint('step done')").Obj()
 		Expect(k8s.Create(ctx, step)).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(step), step)).To(Succeed())
-			g.Expect(step.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
-		}).WithTimeout(time.Minute).Should(Succeed())
+		waitRunning(step)
 		Expect(nodeOfExecution(step)).To(Equal(from))
 		for _, s := range movers {
 			Expect(nodeOfSession(s)).To(Equal(from))
@@ -155,10 +152,7 @@ var _ = Describe("Across nodes", Ordered, Label("nodes"), func() {
 		long := wrappers.Execution(ns, "long").Pool("py").Timeout(10 * time.Minute).
 			Code("import time\nprint('started', flush=True)\ntime.sleep(300)\nprint('ended')").Obj()
 		Expect(k8s.Create(ctx, long)).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(long), long)).To(Succeed())
-			g.Expect(long.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
-		}).WithTimeout(time.Minute).Should(Succeed())
+		waitRunning(long)
 		durable, err := c.Create(ctx, ns, "durable-", "py", &sessions.Options{Checkpoint: ptrDuration(0)})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = durable.Close(ctx) })

@@ -63,6 +63,15 @@ func readyPods(g Gomega, pool *sandboxv1alpha1.SandboxPool) int32 {
 	return n
 }
 
+// waitRunning waits up to a minute for the Execution to be Running, and reads it into ex.
+func waitRunning(ex *sandboxv1alpha1.Execution) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)).To(Succeed())
+		g.Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
+	}).WithTimeout(time.Minute).Should(Succeed())
+}
+
 // finished waits for the Execution to reach a terminal phase and returns it.
 func finished(ex *sandboxv1alpha1.Execution, timeout time.Duration) *sandboxv1alpha1.Execution {
 	GinkgoHelper()
@@ -151,10 +160,7 @@ var _ = Describe("warmpool on a real cluster", Ordered, ContinueOnFailure, func(
 		ex := wrappers.Execution(ns, "cancel-me").Pool("py").Timeout(5 * time.Minute).
 			Code("import time\nprint('working', flush=True)\ntime.sleep(600)").Obj()
 		Expect(k8s.Create(ctx, ex)).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ex), ex)).To(Succeed())
-			g.Expect(ex.Status.Phase).To(Equal(sandboxv1alpha1.PhaseRunning))
-		}).WithTimeout(time.Minute).Should(Succeed())
+		waitRunning(ex)
 		patch := client.MergeFrom(ex.DeepCopy())
 		ex.Spec.Cancel = true
 		Expect(k8s.Patch(ctx, ex, patch)).To(Succeed())
