@@ -48,6 +48,8 @@ die() { printf '[kind-node] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # shellcheck source=hack/lib/progress.sh
 source "$ROOT/hack/lib/progress.sh"
+# shellcheck source=hack/lib/cni.sh
+source "$ROOT/hack/lib/cni.sh"
 # The Kubernetes binaries that go in (hack/k8s-binaries.sh), one numbered step each.
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl kubeadm)
 # The steps: the root file system, K8S_BINS, etcd, CoreDNS, kube-router, the image.
@@ -59,7 +61,7 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers (hack/kind.sh up st
 
 # The tag names everything the image is made of, so a change to any input
 # builds a new one instead of reusing a stale image.
-key=$(cat "${BASH_SOURCE[0]}" "$ROOT/hack/imgbuild/main.go" "$ROOT/hack/coredns.sh" "$ROOT/hack/kube-router.sh" \
+key=$(cat "${BASH_SOURCE[0]}" "$ROOT/hack/lib/cni.sh" "$ROOT/hack/imgbuild/main.go" "$ROOT/hack/coredns.sh" "$ROOT/hack/kube-router.sh" \
   <(echo "$K8S_VERSION $KIND_ETCD_VERSION $KIND_VERSION $ROOTFS_REV") | sha256sum | cut -c1-12)
 IMAGE=warmpool.local/kind-node:$K8S_VERSION-$key
 progress_plan "$STEPS" "hack/kind-node.sh: the kind node image $IMAGE, from Debian packages and Go modules (about a minute once the binaries are cached: README)"
@@ -199,27 +201,7 @@ build_node_rootfs() {
   # One node's Pod network: the local cluster's bridge (kube-router enforces
   # NetworkPolicy on it the same way).
   mkdir -p "$r/etc/cni/net.d"
-  cat >"$r/etc/cni/net.d/10-warmpool.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "warmpool",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "warmpool0",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
-        "routes": [{"dst": "0.0.0.0/0", "gw": "$POD_GATEWAY"}]
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-EOF
+  kind_node_conflist "$POD_CIDR" "$POD_GATEWAY" >"$r/etc/cni/net.d/10-warmpool.conflist"
 }
 
 import_images() {

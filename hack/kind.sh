@@ -50,6 +50,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib/progress.sh
 source "$ROOT/hack/lib/progress.sh"
+# shellcheck source=hack/lib/cni.sh
+source "$ROOT/hack/lib/cni.sh"
 CACHE_ROOT=${WARMPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmpool}
 STATE=${KIND_STATE_DIR:-$CACHE_ROOT/kind/state}
 KIND=${KIND:-$ROOT/bin/kind}
@@ -310,27 +312,7 @@ node_networks() {
     for m in "${!cidrs[@]}"; do
       [[ $m == "$n" ]] || docker exec "$n" ip route replace "${cidrs[$m]}" via "${ips[$m]}"
     done
-    cat >"$STATE/cni/$n/10-warmpool.conflist.tmp" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "warmpool",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "warmpool0",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "${cidrs[$n]}", "gateway": "${cidrs[$n]%.0/24}.1"}]],
-        "routes": [{"dst": "0.0.0.0/0", "gw": "${cidrs[$n]%.0/24}.1"}]
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-EOF
+    kind_node_conflist "${cidrs[$n]}" "${cidrs[$n]%.0/24}.1" >"$STATE/cni/$n/10-warmpool.conflist.tmp"
     mv "$STATE/cni/$n/10-warmpool.conflist.tmp" "$STATE/cni/$n/10-warmpool.conflist"
     log "node $n: pods in ${cidrs[$n]}, reached at ${ips[$n]}"
   done

@@ -126,6 +126,9 @@ func startUpgradeLoad() *upgradeLoad {
 				return
 			case <-time.After(time.Duration(700+rng.Intn(600)) * time.Millisecond):
 			}
+			if l.saturated() {
+				continue
+			}
 			c, w := mixedExecution(rng, l.ns, i, l.plain, fresh)
 			ex := w.Obj()
 			createThroughFaults(ex)
@@ -148,6 +151,33 @@ func startUpgradeLoad() *upgradeLoad {
 		return l.steps["short"] >= 3 && len(l.cases) >= 5
 	}).WithTimeout(2*time.Minute).Should(BeTrue(), "the load runs")
 	return l
+}
+
+// The load's bounds: an open loop of about one Execution a second, a third of
+// which end by deleting their pod, once left 80 gVisor pods starting and
+// stopping at a load average of 147 on a 2-core kind node, with the data
+// plane's rollout stuck behind them for over 6 minutes. The load waits
+// instead while the machine has this much in hand.
+const (
+	upgradeLoadMaxPods       = 16
+	upgradeLoadMaxUnfinished = 6
+)
+
+// saturated reports whether the load's namespace holds as many pods (live
+// or terminating) or unfinished Executions as the load allows.
+func (l *upgradeLoad) saturated() bool {
+	pods := &corev1.PodList{}
+	exs := &sandboxv1alpha1.ExecutionList{}
+	if k8s.List(ctx, pods, client.InNamespace(l.ns)) != nil || k8s.List(ctx, exs, client.InNamespace(l.ns)) != nil {
+		return true // the API server is away (the upgrade restarts things): wait, as when busy
+	}
+	unfinished := 0
+	for _, ex := range exs.Items {
+		if !ex.Status.Phase.IsFinished() {
+			unfinished++
+		}
+	}
+	return len(pods.Items) >= upgradeLoadMaxPods || unfinished >= upgradeLoadMaxUnfinished
 }
 
 // stopAndCheck stops the load after one more rolling restart of the data
