@@ -62,6 +62,11 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 	}
 	ours := pod != nil && lease.ClaimedBy(pod) == ex.UID
 	if o, ok := r.Runner.Outcome(ex.UID); ok {
+		// A run given up on a lost node whose pod could not be deleted
+		// then (neverReached returned the error): its outcome is only that.
+		if lost := r.lostNode(pod); lost != "" && ours && ex.Spec.Session == "" && !r.Runner.Abandon(ex.UID, abandonWait) {
+			return r.neverReached(ctx, ex, pod, lost)
+		}
 		if errors.Is(o.Err, runner.ErrNotStarted) {
 			return r.notStarted(ctx, ex, pool, pod, next)
 		}
@@ -112,7 +117,7 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 			"removed from the agent keys Secret while the code ran", pod.Name, key), sandboxv1alpha1.DispositionDelete)
 		return ctrl.Result{}, nil
 	}
-	if lost := r.Nodes.Lost(pod.Spec.NodeName); lost != "" {
+	if lost := r.lostNode(pod); lost != "" {
 		// A run of no Session whose code this manager alone sent, and never
 		// wrote to the pod, cannot run there, ever: it runs on another pod.
 		if ex.Spec.Session == "" && !r.Runner.Abandon(ex.UID, abandonWait) {
@@ -150,6 +155,14 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, ex *sandboxv1alpha1.E
 	r.end(ex, sandboxv1alpha1.PhaseTimedOut, sandboxv1alpha1.ReasonTimedOut, msg,
 		&sandboxv1alpha1.ExecutionError{Type: sandboxv1alpha1.ReasonTimedOut, Message: msg}, sandboxv1alpha1.DispositionDelete)
 	return ctrl.Result{}, nil
+}
+
+// lostNode says why pod's node is given up for lost ("" when it is not, or there is no pod).
+func (r *Reconciler) lostNode(pod *corev1.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	return r.Nodes.Lost(pod.Spec.NodeName)
 }
 
 // abandonWait bounds how long a reconcile waits for a run on a lost node to
