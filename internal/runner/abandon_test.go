@@ -1,9 +1,11 @@
 package runner_test
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,9 +37,22 @@ func refused(t *testing.T) string {
 // wrote its request: Abandon says the code cannot have run, so it may run
 // elsewhere.
 func TestAbandonARunThatNeverReachedItsAgent(t *testing.T) {
+	// Every dial is refused, and counted: the run's send has failed (and the
+	// run follows the agent by its ID) once the first dial is seen.
+	dialed := make(chan struct{}, 100)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialed <- struct{}{}
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}}}
+	j := job("never", "http://agent.invalid:8080")
+	j.Agent = agentclient.NewWithHTTP("http://agent.invalid:8080", "token", hc)
 	r := runner.New(nil)
-	r.Start(job("never", refused(t)))
-	time.Sleep(100 * time.Millisecond) // the send fails, and the run follows the agent by its ID
+	r.Start(j)
+	select {
+	case <-dialed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run never tried to reach its agent")
+	}
 	if r.Abandon("never", 5*time.Second) {
 		t.Fatal("Abandon says the code may have run, but no connection to the agent was ever made")
 	}
