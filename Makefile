@@ -134,23 +134,36 @@ test-chaos: ## Run the chaos suite: Executions under random faults (CHAOS_EXECUT
 # The scale runs (docs/scale.md): envtest's kube-apiserver and etcd, the real kube-scheduler,
 # kwok's simulated nodes, a stand-in agent fleet and the manager binary. SCALE_ARGS picks the
 # scenario. test-scale is CI's gate: agent-sandbox's run (1,050 warm, 100 nodes) at 30 Sessions/s
-# with p99 <= 1 s. Not 75/s: this 2-core VM's CPU speed changes by up to 1.7x from one minute to
-# the next, and on its slow minutes the machine is at 94 % CPU from 30 Sessions/s on and over its
-# capacity at 75/s (docs/scale.md, "The gate at 30/s"): at 75/s the gate measured the VM. kwok and the scheduler run at nice 10:
-# they stand in for machines a cluster does not share with its API server.
+# with p99 <= 500 ms and p50 <= 150 ms. Not 75/s: this 2-core VM's CPU speed changes by up to 1.7x
+# from one minute to the next, and on its slow minutes the machine is at 94 % CPU from 30 Sessions/s
+# on and over its capacity at 75/s (docs/scale.md, "The gate at 30/s"): at 75/s the gate measured
+# the VM. kwok and the scheduler run at nice 10: they stand in for machines a cluster does not
+# share with its API server.
 SCALE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 75 -duration 10s
-SCALE_GATE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 30 -duration 10s -gate-p99 500ms
+SCALE_GATE_ARGS ?= -scenario claims -nodes 100 -warm 1050 -rate 30 -duration 10s -gate-p99 500ms -gate-p50 150ms
 
 .PHONY: scale
 scale: kwok ## Run a scale scenario on simulated nodes (SCALE_ARGS; docs/scale.md).
+	$(GO) build -o $(LOCALBIN)/scale ./test/scale
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)" \
-		$(GO) run ./test/scale -kwok $(KWOK) -kube-scheduler "$$(K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kube-scheduler)/kube-scheduler" $(SCALE_ARGS)
+		$(LOCALBIN)/scale -kwok $(KWOK) -kube-scheduler "$$(K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kube-scheduler)/kube-scheduler" $(SCALE_ARGS)
 
 .PHONY: test-scale
-# Of two runs, one must hold it.
-test-scale: ## CI's scale gate: Sessions at 30/s on a pool of 1,050 on 100 simulated nodes, p99 create → Ready <= 500 ms.
-	$(MAKE) scale SCALE_ARGS="$(SCALE_GATE_ARGS)" || { echo "test-scale: the first run missed the gate; a second run decides"; \
-		$(MAKE) scale SCALE_ARGS="$(SCALE_GATE_ARGS) -seed 2"; }
+# One of three runs (seeds 1-3) must hold it. The p99 of 300 Sessions is their third-slowest,
+# and one stall of the VM's CPU for half a second moves it past 500 ms (CI's run on December 7:
+# 732 and 545 ms, with p50 45 ms). A regression of the claim path (a write more, a wait, a
+# requeue) moves p50 in every run; the p50 bar catches it.
+# A run that fails otherwise (a Session not Ready, exit code 1) fails the gate at once.
+test-scale: kwok ## CI's scale gate: Sessions at 30/s on a pool of 1,050 on 100 simulated nodes, p99 create → Ready <= 500 ms, p50 <= 150 ms.
+	$(GO) build -o $(LOCALBIN)/scale ./test/scale
+	@assets="$$(K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/k8s-binaries.sh envtest)"; \
+	sched="$$(K8S_VERSION=$(K8S_VERSION) hack/k8s-binaries.sh build kube-scheduler)/kube-scheduler"; \
+	for seed in 1 2 3; do \
+		rc=0; KUBEBUILDER_ASSETS="$$assets" $(LOCALBIN)/scale -kwok $(KWOK) -kube-scheduler "$$sched" $(SCALE_GATE_ARGS) -seed $$seed || rc=$$?; \
+		[ $$rc = 0 ] && exit 0; \
+		[ $$rc = 3 ] || { echo "test-scale: the run with seed $$seed failed (exit code $$rc), not only its latency"; exit 1; }; \
+		echo "test-scale: the run with seed $$seed missed the latency gate"; \
+	done; echo "test-scale: three runs missed the latency gate"; exit 1
 
 AUTOSCALE_BENCH_ARGS ?= -trace full -envtest-delays 2s,10s -plot-dir docs
 

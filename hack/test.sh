@@ -45,5 +45,7 @@ step "go test ./...: unit, envtest integration and the Python and TypeScript cli
 # their rich-result tests draw with its matplotlib (a pyenv shim would hide Debian's).
 pypath=$PATH
 [[ -n $python ]] && pypath="$(dirname "$python"):$PATH"
-PATH="$pypath" WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" WARMPOOL_SEAWEEDFS="$seaweedfs" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
+# The cache mutation detector (client-go) panics when code writes to an object the
+# informers hold: the pool reconciler lists its pods without copying them.
+KUBE_CACHE_MUTATION_DETECTOR=true PATH="$pypath" WARMPOOL_PYTHON="$python" WARMPOOL_NODE_DIR="$nodedir" WARMPOOL_SEAWEEDFS="$seaweedfs" KUBEBUILDER_ASSETS="$assets" "$GO" test ./... -coverprofile cover.out
 progress_end

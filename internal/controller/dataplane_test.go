@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -43,6 +44,17 @@ func sessionUser(ns, user string, dataPlaneVerbs bool) *rest.Config {
 	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+	// kube-apiserver's authorizer reads roles from its own cache: a request
+	// sent at once may still be refused (403, seen in make test).
+	last := rules[len(rules)-1]
+	resource, sub, _ := strings.Cut(last.Resources[0], "/")
+	Eventually(func() bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: last.APIGroups[0],
+				Resource: resource, Subresource: sub, Verb: "create"}}}
+		Expect(k8s.Create(ctx, sar)).To(Succeed())
+		return sar.Status.Allowed
+	}, 10*time.Second, 20*time.Millisecond).Should(BeTrue(), "the role of %s is in force", user)
 	cfg, err := env.UserConfig(user)
 	Expect(err).NotTo(HaveOccurred())
 	return cfg

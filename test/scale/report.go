@@ -110,6 +110,18 @@ func apiRequests(before, after metrics) map[string]float64 {
 	return out
 }
 
+// reconciles is how many times the controller named ran between the two scrapes.
+func reconciles(before, after metrics, controller string) float64 {
+	var n float64
+	for k, v := range after {
+		name, labels, _ := strings.Cut(k, "{")
+		if name == "controller_runtime_reconcile_total" && strings.Contains(labels, `controller="`+controller+`"`) {
+			n += v - before[k]
+		}
+	}
+	return n
+}
+
 func apiTable(title string, req map[string]float64, secs float64, per float64, perName string) table {
 	t := table{Title: title, Header: []string{"verb", "requests", "per second", perName}}
 	verbs := make([]string, 0, len(req))

@@ -230,6 +230,12 @@ func (r *Reconciler) leaseOnce(ctx context.Context, ses *sandboxv1alpha1.Session
 func (r *Reconciler) leaseAtOnce(ctx context.Context, ses *sandboxv1alpha1.Session, pool *sandboxv1alpha1.SandboxPool,
 	pod *corev1.Pod, start time.Time) (ctrl.Result, bool, error) {
 	log := logf.FromContext(ctx)
+	if !lease.ClaimableForSession(pod, ses) {
+		// The cache already shows the pod taken (its event came after the
+		// dispatcher gave it): no Ready status for a claim that cannot commit,
+		// which a caller could see before it is taken back.
+		return r.claimDidNotCommit(ctx, ses, pod.Name, pod.ResourceVersion, lease.ErrNotClaimable)
+	}
 	toClaim := pod.DeepCopy()
 	claimDone := make(chan error, 1)
 	go func() { claimDone <- lease.ClaimForSession(ctx, r.Client, toClaim, ses, r.Clock.Now()) }()
