@@ -822,8 +822,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1alpha1.SandboxPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Pod{}).
-		Watches(&corev1.Pod{}, r.podsSeen()).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNamespace)).
 		Owns(&policyv1.PodDisruptionBudget{}).
@@ -843,21 +842,49 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// podsSeen tells the expectations of every pod of a pool the informer shows
-// created or deleted; Owns above does the waking.
-func (r *Reconciler) podsSeen() handler.EventHandler {
-	seen := func(o client.Object) {
-		// Only pods a pool controls: a tenant's own pods with a pool's label
-		// must not fill the table (a pool that never reconciles never prunes it).
-		ref := metav1.GetControllerOf(o)
-		if ref == nil || ref.Kind != "SandboxPool" || ref.Name != o.GetLabels()[sandboxpod.LabelPool] {
+// podUpdateBatch is how long a pool waits after an update of one of its pods
+// before it looks: the updates within it wake the pool once. Each claim, each
+// status a kubelet writes and each reset moves a pod, and the pool reads all
+// its pods on each look: at 30 claims a second on a pool of 1,050 that was
+// most of the manager's CPU (docs/scale.md). Kubernetes' Job controller
+// batches its pods' events the same way. Nothing waits on it: the
+// dispatcher hears of every pod at once, and the replacement of a claimed
+// pod waits refillDelay anyway. A pod created or deleted wakes its pool at
+// once (its expectations, a pool with no pod left).
+const podUpdateBatch = 100 * time.Millisecond
+
+// podEvents wakes the pool that controls a pod, and tells its expectations
+// of every pod the informer shows created or deleted.
+func (r *Reconciler) podEvents() handler.EventHandler {
+	poolOf := func(o client.Object) (ctrl.Request, bool) {
+		ref := metav1.GetControllerOfNoCopy(o)
+		if ref == nil || ref.Kind != "SandboxPool" || !strings.HasPrefix(ref.APIVersion, sandboxv1alpha1.GroupVersion.Group+"/") {
+			return ctrl.Request{}, false
+		}
+		return ctrl.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, true
+	}
+	now := func(o client.Object, q wakeup.Queue) {
+		req, ok := poolOf(o)
+		if !ok {
 			return
 		}
-		r.expectations.Seen(types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}, o.GetName())
+		// Only pods a pool controls under its label: a tenant's own pods with
+		// a pool's label must not fill the table (a pool that never
+		// reconciles never prunes it).
+		if req.Name == o.GetLabels()[sandboxpod.LabelPool] {
+			r.expectations.Seen(req.NamespacedName, o.GetName())
+		}
+		q.Add(req)
 	}
 	return handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.CreateEvent, _ wakeup.Queue) { seen(e.Object) },
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ wakeup.Queue) { seen(e.Object) },
+		CreateFunc:  func(_ context.Context, e event.CreateEvent, q wakeup.Queue) { now(e.Object, q) },
+		DeleteFunc:  func(_ context.Context, e event.DeleteEvent, q wakeup.Queue) { now(e.Object, q) },
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q wakeup.Queue) { now(e.Object, q) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q wakeup.Queue) {
+			if req, ok := poolOf(e.ObjectNew); ok {
+				q.AddAfter(req, podUpdateBatch)
+			}
+		},
 	}
 }
 
