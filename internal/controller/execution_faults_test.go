@@ -1,10 +1,12 @@
 package controller_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -67,6 +69,35 @@ var _ = Describe("Execution under faults", func() {
 		Expect(done.Status.Result).To(Equal("'one'"))
 		second := run(wrappers.Execution(ns, "r-2").Code("'secret' in globals()").Obj())
 		Expect(second.Status.PodName).To(Equal(done.Status.PodName), "the pod went back to the pool")
+		Expect(second.Status.Result).To(Equal("False"), "with a fresh interpreter")
+	})
+
+	It("returns a reset pod to its pool when the API server did not take the release at first", func() {
+		createPoolAndWait(wrappers.Pool(ns, "python").Replicas(1).MaxPods(1).Reuse(sandboxv1alpha1.ReuseFreshInterpreter).Obj())
+		// The release after the reset (the pod idle, its claim gone) is
+		// refused for 3 s, as by an API server restarting (seen in the e2e
+		// chaos spec: the pod stayed claimed by its finished Execution).
+		var refused atomic.Int32
+		var firstRefusal atomic.Int64
+		hook := func(pod *corev1.Pod, _ func()) error {
+			if pod.Namespace != ns || lease.ClaimedBy(pod) != "" || pod.Labels[sandboxpod.LabelState] != sandboxpod.StateIdle {
+				return nil
+			}
+			firstRefusal.CompareAndSwap(0, time.Now().UnixNano())
+			if time.Since(time.Unix(0, firstRefusal.Load())) < 3*time.Second {
+				refused.Add(1)
+				return errors.New("injected: dial tcp: i/o timeout")
+			}
+			return nil
+		}
+		podUpdateHook.Store(&hook)
+		DeferCleanup(func() { podUpdateHook.Store(nil) })
+		first := run(wrappers.Execution(ns, "r-1").Code("secret = 1\n'one'").Obj())
+		Expect(first.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", first.Status)
+		Eventually(refused.Load, 10*time.Second).Should(BeNumerically(">=", 1), "the release was tried and refused")
+		second := run(wrappers.Execution(ns, "r-2").Code("'secret' in globals()").Obj())
+		Expect(second.Status.Phase).To(Equal(sandboxv1alpha1.PhaseSucceeded), "%+v", second.Status)
+		Expect(second.Status.PodName).To(Equal(first.Status.PodName), "the pool's only pod went back to it")
 		Expect(second.Status.Result).To(Equal("False"), "with a fresh interpreter")
 	})
 

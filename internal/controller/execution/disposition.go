@@ -75,8 +75,14 @@ func (r *Reconciler) disposeOnce(ctx context.Context, ex *sandboxv1alpha1.Execut
 		}
 		go func(ex *sandboxv1alpha1.Execution) {
 			defer r.resets.Delete(ex.Status.PodUID)
-			recycle.Claimed(logf.FromContext(ctx).WithValues("pod", ex.Status.PodName), r.Client, r.APIReader, r.Gate, ex)
-			r.disposed.add(ex.UID, r.now())
+			if recycle.Claimed(logf.FromContext(ctx).WithValues("pod", ex.Status.PodName), r.Client, r.APIReader, r.Gate, ex) {
+				r.disposed.add(ex.UID, r.now())
+				return
+			}
+			// The pod still carries the finished Execution's claim (its release
+			// or delete failed: an API server restarting), and nothing else
+			// frees it: the Execution looks again, which resets it again.
+			time.AfterFunc(resetRetry, func() { r.Wakeups.Wake(client.ObjectKeyFromObject(ex)) })
 		}(ex.DeepCopy())
 		return false, nil
 	default: // Delete, and Executions finished before dispositions were recorded
@@ -132,6 +138,10 @@ type recentlyDisposed struct {
 	mu sync.Mutex
 	at map[types.UID]time.Time
 }
+
+// resetRetry is how long after a reset whose release failed the Execution
+// tries again.
+const resetRetry = time.Second
 
 // disposedMemory is how long a disposition is remembered: far longer than
 // the cache lags.

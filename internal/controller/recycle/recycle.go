@@ -30,7 +30,9 @@ const ResetTimeout = time.Minute
 // podUID, released for its reset: the gate refuses any other (one made under
 // its name meanwhile is never called, nor deleted).
 func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, key client.ObjectKey, podUID types.UID) {
-	recycle(log, c, reader, gate, key, agentgate.ForReset(podUID), func(p *corev1.Pod) bool {
+	// A pod whose return failed stays resetting, and its pool deletes it
+	// after ResetTimeout: nothing to retry here.
+	_ = recycle(log, c, reader, gate, key, agentgate.ForReset(podUID), func(p *corev1.Pod) bool {
 		_, resetting := lease.ResetSince(p) // the cache may not show the release yet
 		return p.UID == podUID && resetting
 	},
@@ -42,23 +44,27 @@ func Pod(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate
 // pods in one write (lease.ReleaseReset); it deletes the pod when the reset
 // fails. The final status is stored before: the reset is what follows it.
 // A manager that stops meanwhile leaves the claim, and the Execution's next
-// reconcile starts over.
-func Claimed(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, ex *sandboxv1alpha1.Execution) {
-	recycle(log, c, reader, gate, ex.PodKey(), agentgate.ForExecution(ex),
+// reconcile starts over. done: nothing is left to do (the pod is returned,
+// deleted, gone or not the Execution's); not done, a write failed (an API
+// server restarting) and the pod still carries the claim: the caller tries
+// again, as nothing else frees a pod claimed by a finished Execution.
+func Claimed(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, ex *sandboxv1alpha1.Execution) (done bool) {
+	return recycle(log, c, reader, gate, ex.PodKey(), agentgate.ForExecution(ex),
 		func(p *corev1.Pod) bool { return p.UID == ex.Status.PodUID && lease.ClaimedBy(p) == ex.UID },
 		func(ctx context.Context, p *corev1.Pod) error { return lease.ReleaseReset(ctx, c, p, ex) })
 }
 
 // recycle resets the interpreter of the pod at key, opened for holder, as
 // long as ours says the pod is still the one to reset, then releases it;
-// a pod whose reset failed is deleted.
+// a pod whose reset failed is deleted. done: false when the release or the
+// delete failed.
 func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agentgate.Gate, key client.ObjectKey, holder agentgate.Holder,
-	ours func(*corev1.Pod) bool, release func(context.Context, *corev1.Pod) error) {
+	ours func(*corev1.Pod) bool, release func(context.Context, *corev1.Pod) error) (done bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ResetTimeout)
 	defer cancel()
 	pod := &corev1.Pod{}
 	if !current(ctx, c, reader, key, pod, ours) {
-		return // gone, or not to reset any more
+		return true // gone, or not to reset any more
 	}
 	pool := &sandboxv1alpha1.SandboxPool{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[sandboxpod.LabelPool]}, pool); err != nil {
@@ -67,24 +73,27 @@ func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 	agent, resetErr := gate.Open(ctx, pool, pod, holder)
 	if agentgate.IsRefused(resetErr) && (pool == nil || !lease.Owned(pod, pool)) {
 		log.Info("not resetting a pod its pool does not own", "err", resetErr.Error())
-		return
+		return true
 	}
 	if resetErr == nil {
 		resetErr = reset(ctx, agent)
 	}
 	if !current(ctx, c, reader, key, pod, ours) {
-		return // gone; nothing to return
+		return true // gone; nothing to return
 	}
 	if resetErr != nil {
 		log.Info("could not reset the interpreter for reuse; deleting the pod", "err", resetErr.Error())
 		if err := c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}); client.IgnoreNotFound(err) != nil {
 			log.Error(err, "delete pod after a failed reset")
+			return false
 		}
-		return
+		return true
 	}
 	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return release(ctx, p) }); err != nil {
 		log.Error(err, "return reset pod to its pool")
+		return false
 	}
+	return true
 }
 
 // current reads the pod at key into pod and reports whether ours says it
