@@ -80,7 +80,7 @@ func (r *Reconciler) disposeOnce(ctx context.Context, ex *sandboxv1alpha1.Execut
 				return
 			}
 			// The pod still carries the finished Execution's claim (its release
-			// or delete failed: an API server restarting), and nothing else
+			// failed for ResetTimeout, or its delete failed), and nothing else
 			// frees it: the Execution looks again, which resets it again.
 			time.AfterFunc(resetRetry, func() { r.Wakeups.Wake(client.ObjectKeyFromObject(ex)) })
 		}(ex.DeepCopy())

@@ -89,11 +89,23 @@ func recycle(log logr.Logger, c client.Client, reader client.Reader, gate *agent
 		}
 		return true
 	}
-	if err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return release(ctx, p) }); err != nil {
-		log.Error(err, "return reset pod to its pool")
-		return false
+	// The interpreter is fresh: a release the API server does not take (it
+	// restarts) is sent again, not the reset, until ResetTimeout. A release
+	// that landed but whose answer was lost conflicts next time, and the pod
+	// read again is no longer ours to release (release does nothing).
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := RetryPodUpdate(ctx, reader, pod, func(p *corev1.Pod) error { return release(ctx, p) })
+		if err == nil || apierrors.IsNotFound(err) {
+			return true
+		}
+		log.Info("return reset pod to its pool: trying again", "err", err.Error(), "in", wait)
+		select {
+		case <-ctx.Done():
+			log.Error(err, "return reset pod to its pool")
+			return false
+		case <-time.After(wait):
+		}
 	}
-	return true
 }
 
 // current reads the pod at key into pod and reports whether ours says it
